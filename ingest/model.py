@@ -23,3 +23,5 @@ class Converted:
     rank: int | None = None
     world_size: int | None = None
     metadata: dict = field(default_factory=dict)
+    start_ns: int | None = None  # earliest activity start
+    end_ns: int | None = None    # latest activity end

@@ -227,7 +227,18 @@ def conform(table: str, data: pa.Table | dict) -> pa.Table:
                     arr = arr.cast(col.type)
                 else:
                     arr = arr.cast(col.type)
+            if pa.types.is_dictionary(col.type):
+                arr = _no_null_dictionary(arr, col.type)
             arrays.append(arr)
         else:
             arrays.append(pa.nulls(n, col.type))
     return pa.Table.from_arrays(arrays, schema=spec.schema)
+
+
+def _no_null_dictionary(arr, type_):
+    """Parquet cannot store a null inside a dictionary: move such nulls into the indices."""
+    chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+    if not any(c.dictionary.null_count for c in chunks):
+        return arr
+    fixed = [c.cast(pa.string()).dictionary_encode().cast(type_) for c in chunks]
+    return pa.chunked_array(fixed, type_) if isinstance(arr, pa.ChunkedArray) else fixed[0]

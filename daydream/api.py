@@ -1,0 +1,80 @@
+"""The public Python API: thin functions chaining the stages. The CLI calls only these."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import orjson
+
+from ingest import schema, source
+from ingest.batch import FileResult, IngestReport, expand
+from ingest.batch import ingest as _ingest
+from ingest.errors import DaydreamError
+from ingest.store import DEFAULT_STORE, Store
+
+__all__ = ["DaydreamError", "expand", "ingest", "info", "resolve_trace", "open_store", "DEFAULT_STORE"]
+
+
+def open_store(store: str | Path | None = None) -> Store:
+    return Store(Path(store) if store is not None else DEFAULT_STORE)
+
+
+def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
+           jobs: int | None = None, force: bool = False, strict: bool = False,
+           job: str | None = None,
+           on_progress: Callable[[FileResult], None] | None = None) -> IngestReport:
+    """Convert trace files into the store's activity tables (see ``ingest.batch.ingest``)."""
+    return _ingest(paths, open_store(store), jobs=jobs, force=force, strict=strict, job=job,
+                   on_progress=on_progress)
+
+
+def resolve_trace(trace: str, store: Store, *, ingest_missing: bool = False) -> str:
+    """A trace id from an id, a unique id prefix, or a file (hashed; ingested if asked)."""
+    p = Path(trace)
+    if p.is_file():
+        tid = source.content_id(p)
+        if not store.has_trace(tid):
+            if not ingest_missing:
+                raise DaydreamError(f"not in store {store.root}; run `daydream ingest` first",
+                                    file=trace)
+            rep = _ingest([p], store, jobs=1, strict=True)
+            if rep.failed:
+                raise DaydreamError(rep.failed[0].error or "ingest failed")
+        return tid
+    ids = store.trace_ids()
+    hits = [t for t in ids if t.startswith(trace)]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise DaydreamError(f"no trace file or stored trace id matches {trace!r} "
+                            f"(store {store.root} holds {len(ids)} traces)")
+    raise DaydreamError(f"trace id prefix {trace!r} is ambiguous: {', '.join(hits[:5])}")
+
+
+def info(trace: str, store: str | Path | None = None) -> dict:
+    """What the store knows of one trace: source, devices, table sizes and ingest counters."""
+    st = open_store(store)
+    tid = resolve_trace(trace, st)
+    row = st.trace_row(tid)
+    counts = {}
+    for name in schema.COMMIT_ORDER:
+        if name == "trace":
+            continue
+        counts[name] = st.read(name, tid).num_rows
+    devices = orjson.loads(row["devices"]) if row["devices"] else None
+    return {
+        "trace_id": tid,
+        "file": row["file"],
+        "source_format": row["source_format"],
+        "source_version": row["source_version"],
+        "events": row["events"],
+        "start_ns": row["start_ns"],
+        "end_ns": row["end_ns"],
+        "rank": row["rank"],
+        "world_size": row["world_size"],
+        "job": row["job"],
+        "devices": devices,
+        "tables": counts,
+        "stats": row["stats"],
+    }

@@ -1,0 +1,128 @@
+"""The ``daydream`` command: only commands and their options; the work is in daydream.api.
+
+Library code raises ``DaydreamError``; ``main`` prints ``error: ...`` and exits 1, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+
+from daydream import api
+from ingest.errors import DaydreamError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Predict how much faster a training iteration would be with an "
+                       "optimization, from one profile of the unmodified job.")
+
+StoreOpt = Annotated[Path, typer.Option("--store", help="Store folder.", show_default=True)]
+
+
+def _err(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[str], typer.Argument(help="Trace files, folders (searched "
+                                               "recursively) or globs.")],
+    store: StoreOpt = api.DEFAULT_STORE,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel conversions "
+                                      "(default: all cores).")] = 0,
+    force: Annotated[bool, typer.Option(help="Replace traces already in the store.")] = False,
+    strict: Annotated[bool, typer.Option(help="Stop at the first file that fails.")] = False,
+    job: Annotated[str | None, typer.Option(help="Name of the job these traces belong "
+                                            "to (one run's ranks).")] = None,
+) -> None:
+    """Convert traces (Kineto/PyTorch profiler JSON, Nsight Systems SQLite) into the store."""
+    files = api.expand(paths)
+    show = sys.stderr.isatty() and len(files) > 1
+    progress = None
+    if show:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+        progress = Progress("[progress.description]{task.description}", BarColumn(),
+                            MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+        progress.start()
+        task = progress.add_task("ingesting", total=len(files))
+
+    def tick(r) -> None:
+        if progress is not None:
+            progress.advance(task)
+        if r.status == "failed":
+            _err(r.error or r.path)
+
+    try:
+        rep = api.ingest(files, store, jobs=jobs or os.cpu_count(), force=force,
+                         strict=strict, job=job, on_progress=tick)
+    finally:
+        if progress is not None:
+            progress.stop()
+    for r in rep.results:
+        if r.status != "failed":
+            typer.echo(f"{r.trace_id}  {r.status:8s}  {r.path}")
+    typer.echo(f"{rep.count('ingested')} ingested, {rep.count('exists')} already stored, "
+               f"{rep.count('failed')} failed -> {store}", err=True)
+    if rep.failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def info(
+    trace: Annotated[str, typer.Argument(help="Trace id (or unique prefix) or trace file.")],
+    store: StoreOpt = api.DEFAULT_STORE,
+    json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Print what a stored trace holds and what ingest had to repair or skip."""
+    d = api.info(trace, store)
+    if json:
+        typer.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode())
+        return
+    typer.echo(f"trace    {d['trace_id']}")
+    typer.echo(f"file     {d['file']}")
+    typer.echo(f"format   {d['source_format']} (version {d['source_version']})")
+    typer.echo(f"events   {d['events']}")
+    if d["start_ns"] is not None:
+        typer.echo(f"span     {(d['end_ns'] - d['start_ns']) / 1e6:.3f} ms")
+    if d["rank"] is not None:
+        typer.echo(f"rank     {d['rank']} of {d['world_size']}")
+    if d["job"]:
+        typer.echo(f"job      {d['job']}")
+    for dev in d["devices"] or []:
+        typer.echo(f"device   {dev.get('id', '?')}: {dev.get('name', '?')}")
+    typer.echo("tables   " + ", ".join(f"{k} {v}" for k, v in d["tables"].items()))
+    if d["stats"]:
+        typer.echo("ingest notes:")
+        for s in d["stats"]:
+            detail = f"  ({s['detail']})" if s["detail"] else ""
+            typer.echo(f"  {s['severity']:7s} {s['name']}: {s['count']}{detail}")
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except DaydreamError as e:
+        _err(str(e))
+        sys.exit(1)
+    except KeyboardInterrupt:
+        _err("interrupted; the store is unchanged for traces not yet committed")
+        sys.exit(130)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except Exception as e:  # click usage errors and the like
+        import click
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            sys.exit(e.exit_code if e.exit_code else 2)
+        if isinstance(e, click.exceptions.Abort):
+            sys.exit(1)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Ingest many files into a store: expand paths, convert in parallel, commit one at a time.
+
+Conversion (the expensive part) runs in worker processes, each writing into its own staging
+folder; the parent commits finished traces under the store lock. A file that fails is reported
+with its error and the others go on, unless ``strict`` is set.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ingest import source
+from ingest.convert import read_trace
+from ingest.errors import DaydreamError
+from ingest.store import Store, write_staged
+
+# File names a folder is searched for. Named files are always tried, whatever their name.
+TRACE_PATTERNS = ("*.json", "*.json.gz", "*.sqlite", "*.cupti", "*.cupti.gz")
+# PyTorch execution traces sit beside profiler traces (param's et_replay) but are not traces
+# of activity; folder expansion leaves them out.
+EXCLUDED_SUFFIXES = (".et.json", ".et.json.gz")
+
+
+@dataclass
+class FileResult:
+    path: str
+    status: str  # ingested, exists, failed
+    trace_id: str | None = None
+    error: str | None = None
+    events: int = 0
+
+
+@dataclass
+class IngestReport:
+    results: list[FileResult] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[FileResult]:
+        return [r for r in self.results if r.status == "failed"]
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+
+def expand(paths: Iterable[str | Path]) -> list[Path]:
+    """Files named by paths: files as given, folders searched recursively, globs expanded."""
+    out: list[Path] = []
+    seen: set[Path] = set()
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = []
+            for pat in TRACE_PATTERNS:
+                found.extend(q for q in p.rglob(pat) if q.is_file())
+            found = [q for q in found if not q.name.endswith(EXCLUDED_SUFFIXES)]
+            cands = sorted(found)
+        elif p.exists():
+            cands = [p]
+        else:
+            matches = sorted(Path(m) for m in glob.glob(str(raw), recursive=True))
+            if not matches:
+                raise DaydreamError("no such file, folder or matching glob", file=str(raw))
+            cands = [m for m in matches if m.is_file()]
+        for c in cands:
+            key = c.resolve()
+            if key not in seen:
+                seen.add(key)
+                out.append(c)
+    return out
+
+
+def _convert_one(path: str, staging_root: str, trace_id: str, job: str | None) -> dict:
+    """Worker: convert a file into a fresh staging folder. Never raises for bad input."""
+    staged = Path(staging_root) / f"{os.getpid()}-{trace_id}"
+    try:
+        if staged.exists():
+            shutil.rmtree(staged)
+        conv = read_trace(Path(path))
+        staged.mkdir(parents=True)
+        write_staged(conv, staged, path, os.path.getsize(path), job)
+        return {"ok": True, "staged": str(staged), "events": conv.events}
+    except DaydreamError as e:
+        shutil.rmtree(staged, ignore_errors=True)
+        return {"ok": False, "error": str(e)}
+    except Exception as e:  # a bug, not bad input: still report it against the file
+        shutil.rmtree(staged, ignore_errors=True)
+        return {"ok": False, "error": f"{path}: internal error: {type(e).__name__}: {e}"}
+
+
+def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None,
+           force: bool = False, strict: bool = False, job: str | None = None,
+           on_progress: Callable[[FileResult], None] | None = None) -> IngestReport:
+    """Convert and store every file in ``paths``. Re-ingesting a stored file is a no-op."""
+    files = expand(paths)
+    report = IngestReport()
+    store.root.mkdir(parents=True, exist_ok=True)
+    with store.lock():
+        store.sweep()
+    staging_root = store.staging / f"{os.getpid()}-batch"
+    staging_root.mkdir(parents=True, exist_ok=True)
+
+    def done(r: FileResult) -> None:
+        report.results.append(r)
+        if on_progress:
+            on_progress(r)
+
+    try:
+        todo: list[tuple[Path, str]] = []
+        for f in files:
+            try:
+                tid = source.content_id(f)
+            except OSError as e:
+                r = FileResult(str(f), "failed", error=f"{f}: cannot read: {e.strerror}")
+                done(r)
+                if strict:
+                    raise DaydreamError(r.error) from None
+                continue
+            if store.has_trace(tid) and not force:
+                done(FileResult(str(f), "exists", tid))
+            else:
+                todo.append((f, tid))
+        # the same content under two names is converted once
+        uniq: dict[str, Path] = {}
+        for f, tid in todo:
+            if tid in uniq:
+                done(FileResult(str(f), "exists", tid))
+            else:
+                uniq[tid] = f
+        items = [(f, tid) for tid, f in uniq.items()]
+        jobs = max(1, jobs or os.cpu_count() or 1)
+
+        def finish(f: Path, tid: str, res: dict) -> None:
+            if not res["ok"]:
+                r = FileResult(str(f), "failed", tid, error=res["error"])
+                done(r)
+                if strict:
+                    raise DaydreamError(res["error"])
+                return
+            fresh = store.commit(tid, Path(res["staged"]), force)
+            done(FileResult(str(f), "ingested" if fresh else "exists", tid,
+                            events=res["events"]))
+
+        if jobs == 1 or len(items) <= 1:
+            for f, tid in items:
+                finish(f, tid, _convert_one(str(f), str(staging_root), tid, job))
+        else:
+            with ProcessPoolExecutor(max_workers=min(jobs, len(items))) as pool:
+                pending = {pool.submit(_convert_one, str(f), str(staging_root), tid, job):
+                           (f, tid) for f, tid in items}
+                try:
+                    while pending:
+                        finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                        for fut in finished:
+                            f, tid = pending.pop(fut)
+                            finish(f, tid, fut.result())
+                except BaseException:
+                    for fut in pending:
+                        fut.cancel()
+                    raise
+    finally:
+        shutil.rmtree(staging_root, ignore_errors=True)
+    return report

@@ -1,0 +1,114 @@
+"""Opening trace files: content hashing, format detection from the bytes, inflating gzip.
+
+Format is decided from content, never from the file name alone: gzip magic, SQLite magic, the
+raw-CUPTI record magic, or a JSON document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import tempfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+from isal import igzip
+
+from ingest.errors import TraceFormatError
+
+GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+CUPTI_MAGIC = b"DDCUPTI1"  # raw record files written by our collector
+
+# Inflate in memory up to this size; larger files go through a temporary file and mmap, so
+# memory holds pages of the file rather than a second copy of it.
+IN_MEMORY_LIMIT = 256 << 20
+
+
+def content_id(path: Path) -> str:
+    """Trace id: a hash of the file's bytes (20 hex digits of BLAKE2b)."""
+    h = hashlib.blake2b(digest_size=10)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sniff(path: Path) -> str:
+    """Return 'kineto_json', 'nsys_sqlite' or 'cupti_raw' from the file's first bytes."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        raise TraceFormatError(f"cannot read: {e.strerror}", file=str(path)) from None
+    if not head:
+        raise TraceFormatError("empty file", file=str(path))
+    if head.startswith(SQLITE_MAGIC):
+        return "nsys_sqlite"
+    if head.startswith(CUPTI_MAGIC):
+        return "cupti_raw"
+    if head.startswith(GZIP_MAGIC):
+        inner = _gunzip_head(path)
+        if inner.startswith(CUPTI_MAGIC):
+            return "cupti_raw"
+        head = inner
+    stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
+    if stripped[:1] in (b"{", b"["):
+        return "kineto_json"
+    if not stripped and len(head) < 64:
+        raise TraceFormatError("empty file", file=str(path))
+    raise TraceFormatError("not a trace: not JSON, gzip, an Nsight Systems SQLite export or a "
+                           "raw CUPTI record file", file=str(path))
+
+
+def _gunzip_head(path: Path) -> bytes:
+    try:
+        with igzip.open(path, "rb") as f:
+            return f.read(64)
+    except (OSError, EOFError, zlib.error) as e:
+        raise TraceFormatError(f"damaged gzip: {e}", file=str(path)) from None
+
+
+def load_bytes(path: Path) -> np.ndarray:
+    """The decompressed bytes of a file as a read-only uint8 array (mmap for large files)."""
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    if magic != GZIP_MAGIC:
+        size = os.path.getsize(path)
+        if size == 0:
+            return np.zeros(0, np.uint8)
+        with open(path, "rb") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return np.frombuffer(mm, np.uint8)
+    try:
+        if os.path.getsize(path) * 8 < IN_MEMORY_LIMIT and _isize(path) < IN_MEMORY_LIMIT:
+            with open(path, "rb") as f:
+                return np.frombuffer(igzip.decompress(f.read()), np.uint8)
+        return _inflate_to_tempfile(path)
+    except EOFError:
+        raise TraceFormatError("truncated gzip: the compressed data ends before its end marker",
+                               file=str(path)) from None
+    except (OSError, zlib.error, igzip.BadGzipFile) as e:
+        raise TraceFormatError(f"damaged gzip: {e}", file=str(path)) from None
+
+
+def _isize(path: Path) -> int:
+    """Uncompressed size hint from the gzip trailer (mod 2**32)."""
+    with open(path, "rb") as f:
+        f.seek(-4, os.SEEK_END)
+        return int.from_bytes(f.read(4), "little")
+
+
+def _inflate_to_tempfile(path: Path) -> np.ndarray:
+    tmp = tempfile.TemporaryFile(prefix="daydream-inflate-")
+    with igzip.open(path, "rb") as src:
+        while chunk := src.read(16 << 20):
+            tmp.write(chunk)
+    tmp.flush()
+    if tmp.tell() == 0:
+        return np.zeros(0, np.uint8)
+    mm = mmap.mmap(tmp.fileno(), 0, access=mmap.ACCESS_READ)
+    tmp.close()  # the mapping keeps the (unlinked) file alive
+    return np.frombuffer(mm, np.uint8)

@@ -1,0 +1,204 @@
+"""The activity store on disk: ``DIR/activity/<table>/trace_id=<id>/part-0.parquet``.
+
+Writes never leave a half-written trace behind: a trace is converted into a private staging
+folder, then each table folder is renamed into place, ``trace`` last. A trace exists only once
+its ``trace`` partition does; table partitions without one (left by a killed run) are swept at
+the next write. Commits and sweeps hold an exclusive lock on ``DIR/.lock``, so two processes
+writing the same store take turns instead of corrupting it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ingest import schema
+from ingest.errors import DaydreamError
+from ingest.model import Converted
+
+DEFAULT_STORE = Path(".daydream")
+PART = "part-0.parquet"
+
+
+@dataclass(frozen=True)
+class Store:
+    root: Path
+
+    @property
+    def activity(self) -> Path:
+        return self.root / "activity"
+
+    @property
+    def staging(self) -> Path:
+        return self.root / ".staging"
+
+    def partition(self, table: str, trace_id: str) -> Path:
+        return self.activity / table / f"trace_id={trace_id}"
+
+    def has_trace(self, trace_id: str) -> bool:
+        return (self.partition("trace", trace_id) / PART).exists()
+
+    def trace_ids(self) -> list[str]:
+        d = self.activity / "trace"
+        if not d.exists():
+            return []
+        return sorted(p.name.split("=", 1)[1] for p in d.iterdir()
+                      if p.name.startswith("trace_id=") and (p / PART).exists())
+
+    def read(self, table: str, trace_id: str) -> pa.Table:
+        """One table of one trace, with its declared schema."""
+        path = self.partition(table, trace_id) / PART
+        if not path.exists():
+            raise DaydreamError(f"trace {trace_id} has no {table} table in {self.root}")
+        return pq.read_table(path, schema=schema.TABLES[table].schema)
+
+    def trace_row(self, trace_id: str) -> dict:
+        rows = self.read("trace", trace_id).to_pylist()
+        return rows[0]
+
+    @contextlib.contextmanager
+    def lock(self, wait: bool = True) -> Iterator[None]:
+        """Exclusive writer lock. With ``wait=False`` a busy store is an error."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            flags = fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB
+            try:
+                fcntl.flock(fd, flags)
+            except BlockingIOError:
+                raise DaydreamError(f"store {self.root} is being written by another daydream "
+                                    "process; try again when it has finished") from None
+            yield
+        finally:
+            os.close(fd)
+
+    def new_staging_dir(self) -> Path:
+        d = self.staging / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        d.mkdir(parents=True)
+        return d
+
+    def sweep(self) -> int:
+        """Remove what killed runs left behind. Call with the lock held. Returns items removed."""
+        removed = 0
+        if self.staging.exists():
+            for d in self.staging.iterdir():
+                pid = d.name.split("-", 1)[0]
+                if not (pid.isdigit() and _alive(int(pid))):
+                    shutil.rmtree(d, ignore_errors=True)
+                    removed += 1
+        live = set(self.trace_ids())
+        for table in schema.COMMIT_ORDER:
+            d = self.activity / table
+            if not d.exists():
+                continue
+            for p in d.iterdir():
+                if p.name.startswith("trace_id="):
+                    tid = p.name.split("=", 1)[1]
+                    if tid not in live:
+                        shutil.rmtree(p, ignore_errors=True)
+                        removed += 1
+                elif p.name.startswith(".old-"):
+                    shutil.rmtree(p, ignore_errors=True)
+                    removed += 1
+        return removed
+
+    def commit(self, trace_id: str, staged: Path, force: bool) -> bool:
+        """Move a staged trace into place. Returns False when it already existed (no-op)."""
+        with self.lock():
+            self.sweep_partial(trace_id)
+            if self.has_trace(trace_id):
+                if not force:
+                    shutil.rmtree(staged, ignore_errors=True)
+                    return False
+                self.remove(trace_id)
+            for table in schema.COMMIT_ORDER:
+                dst = self.partition(table, trace_id)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staged / table, dst)
+            shutil.rmtree(staged, ignore_errors=True)
+            _fsync_dir(self.partition("trace", trace_id).parent)
+            return True
+
+    def sweep_partial(self, trace_id: str) -> None:
+        """Drop table partitions of ``trace_id`` that have no trace row (a killed commit)."""
+        if self.has_trace(trace_id):
+            return
+        for table in schema.COMMIT_ORDER:
+            p = self.partition(table, trace_id)
+            if p.exists():
+                shutil.rmtree(p)
+
+    def remove(self, trace_id: str) -> None:
+        """Delete a trace: its trace row first, so it is never visible half-deleted."""
+        for table in reversed(schema.COMMIT_ORDER):
+            p = self.partition(table, trace_id)
+            if p.exists():
+                tomb = p.parent / f".old-{trace_id}-{uuid.uuid4().hex[:6]}"
+                os.replace(p, tomb)
+                shutil.rmtree(tomb, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_dir(d: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def trace_table(conv: Converted, file: str, file_bytes: int, job: str | None) -> pa.Table:
+    meta = orjson.dumps(conv.metadata, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
+    row = {
+        "file": [file],
+        "source_format": [conv.source_format],
+        "source_version": [conv.source_version],
+        "file_bytes": [file_bytes],
+        "events": [conv.events],
+        "start_ns": [conv.start_ns],
+        "end_ns": [conv.end_ns],
+        "devices": [None if conv.devices is None else orjson.dumps(conv.devices).decode()],
+        "rank": [conv.rank],
+        "world_size": [conv.world_size],
+        "job": [job],
+        "metadata": [meta],
+        "stats": [conv.stats.rows()],
+        "ingested_at": [dt.datetime.now(dt.UTC)],
+    }
+    return pa.Table.from_pydict(row, schema=schema.TRACE.schema)
+
+
+def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
+                 job: str | None) -> None:
+    """Write every table of a converted trace under ``staged/<table>/part-0.parquet``."""
+    tables = dict(conv.tables)
+    tables["trace"] = trace_table(conv, file, file_bytes, job)
+    for name in schema.COMMIT_ORDER:
+        t = tables.get(name)
+        if t is None:
+            t = schema.empty(name)
+        t = t.cast(schema.TABLES[name].schema) if t.schema != schema.TABLES[name].schema else t
+        d = staged / name
+        d.mkdir(parents=True, exist_ok=True)
+        pq.write_table(t, d / PART, compression="zstd", write_statistics=True)
