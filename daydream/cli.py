@@ -105,7 +105,9 @@ def info(
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except DaydreamError as e:
         _err(str(e))
         sys.exit(1)

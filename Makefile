@@ -1,0 +1,36 @@
+# Daydream's front door. `make test` creates .venv, installs the project and runs the suite.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+STORE ?= .daydream
+TRACE ?= tests/data/kineto/resnet50_ddp_a100_rank0.json.gz
+
+.PHONY: venv test lint bench ingest clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+# Ingest a trace (or folder, or glob) into the store: make ingest TRACE=path STORE=dir
+ingest: $(STAMP)
+	$(VENV)/bin/daydream ingest $(TRACE) --store $(STORE)
+
+# Benchmarks (not tests): time Daydream and the peer tool side by side, write docs/benchmarks.md
+bench: $(STAMP)
+	bash bench/hta_env.sh
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .venv-hta .daydream .pytest_cache .ruff_cache

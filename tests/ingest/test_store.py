@@ -1,0 +1,113 @@
+"""The store: layout, schema metadata, idempotent re-ingest, --force, and killed runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from daydream import api
+from ingest import schema
+from ingest.store import PART, Store
+from tests.conftest import DATA
+
+SMALL = [DATA / "kineto" / n for n in ("simple_add_a100.json.gz", "alexnet_fwd_a100.json.gz",
+                                        "event_sync_multi_stream.json.gz")]
+
+
+def files_and_mtimes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")
+            if p.is_file() and p.name != ".lock"}
+
+
+def test_layout_and_schema_version(tmp_path):
+    st = tmp_path / "s"
+    rep = api.ingest(SMALL[:1], st, jobs=1)
+    tid = rep.results[0].trace_id
+    for table in schema.COMMIT_ORDER:
+        f = st / "activity" / table / f"trace_id={tid}" / PART
+        assert f.exists(), f
+        md = pq.read_schema(f).metadata
+        assert md[b"daydream.schema_version"] == str(schema.SCHEMA_VERSION).encode()
+        assert md[b"daydream.table"] == table.encode()
+        assert pq.read_schema(f).remove_metadata() == \
+            schema.TABLES[table].schema.remove_metadata()
+    # trace id is a content hash: the same bytes under another name are the same trace
+    copy = tmp_path / "renamed.json.gz"
+    copy.write_bytes(SMALL[0].read_bytes())
+    rep2 = api.ingest([copy], st, jobs=1)
+    assert rep2.results[0].trace_id == tid and rep2.results[0].status == "exists"
+
+
+def test_reingest_is_a_noop_and_force_replaces(tmp_path):
+    st = tmp_path / "s"
+    rep = api.ingest(SMALL, st, jobs=2)
+    assert rep.count("ingested") == 3
+    before = files_and_mtimes(st)
+    rep = api.ingest(SMALL, st, jobs=2)
+    assert rep.count("exists") == 3 and rep.count("ingested") == 0
+    assert files_and_mtimes(st) == before
+    rep = api.ingest(SMALL[:1], st, jobs=1, force=True)
+    assert rep.results[0].status == "ingested"
+    after = files_and_mtimes(st)
+    assert set(after) == set(before)
+    tid = rep.results[0].trace_id
+    changed = {k for k in after if after[k] != before[k]}
+    assert changed and all(f"trace_id={tid}" in k for k in changed)
+
+
+def _complete(st: Store, tid: str) -> bool:
+    return all((st.partition(t, tid) / PART).exists() for t in schema.COMMIT_ORDER)
+
+
+def test_killed_ingest_leaves_no_partial_trace(tmp_path):
+    """Kill real ingest processes at several moments; every visible trace is complete and a
+    rerun finishes the work."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    srcs = sorted((DATA / "kineto").glob("*.json.gz")) + sorted(
+        (DATA / "kineto" / "dlrm_8ranks").glob("*.json.gz"))
+    for s in srcs:
+        (folder / s.name).write_bytes(s.read_bytes())
+    st_path = tmp_path / "s"
+    st = Store(st_path)
+    env = dict(os.environ)
+    for delay in (0.3, 1.0, 2.0, 3.0):
+        p = subprocess.Popen([sys.executable, "-m", "daydream", "ingest", str(folder),
+                              "--store", str(st_path), "-j", "2"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        time.sleep(delay)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        for tid in st.trace_ids():
+            assert _complete(st, tid)
+            assert st.read("kernel", tid).schema == schema.KERNEL.schema
+    rep = api.ingest([folder], st_path, jobs=2)
+    assert not rep.failed
+    assert len(st.trace_ids()) == len(srcs)
+    # nothing left behind: no staging, no orphan partitions
+    assert not any((st_path / ".staging").iterdir()) if (st_path / ".staging").exists() else True
+    for table in schema.COMMIT_ORDER:
+        parts = {p.name for p in (st_path / "activity" / table).iterdir()}
+        assert parts == {f"trace_id={t}" for t in st.trace_ids()}
+
+
+def test_busy_store_without_wait_is_a_clear_error(tmp_path):
+    st = Store(tmp_path / "s")
+    with st.lock():
+        p = subprocess.run([sys.executable, "-c",
+                            "from ingest.store import Store; from pathlib import Path;"
+                            f"s = Store(Path({str(st.root)!r}));"
+                            "import contextlib\n"
+                            "try:\n"
+                            "    s.lock(wait=False).__enter__()\n"
+                            "except Exception as e:\n"
+                            "    print(type(e).__name__, e)\n"],
+                           capture_output=True, text=True)
+    assert "DaydreamError" in p.stdout and "another daydream process" in p.stdout
