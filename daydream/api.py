@@ -13,7 +13,8 @@ from ingest.batch import ingest as _ingest
 from ingest.errors import DaydreamError
 from ingest.store import DEFAULT_STORE, Store
 
-__all__ = ["DaydreamError", "expand", "ingest", "info", "resolve_trace", "open_store", "DEFAULT_STORE"]
+__all__ = ["DaydreamError", "expand", "ingest", "info", "resolve_trace", "open_store",
+           "DEFAULT_STORE"]
 
 
 def open_store(store: str | Path | None = None) -> Store:

@@ -8,9 +8,10 @@ Outline:
      repaired (negative durations, kernels with no launch, events outside the profiler window);
   5. read the small top-level metadata (deviceProperties, distributedInfo) with orjson.
 
-Every category spelling seen in the wild maps here, in one place (``_ROUTES``): the 2021 schema
-(``Operator``, ``Runtime``, ``Kernel``...), the current one (``cpu_op``, ``cuda_runtime``...), HTA-era
-``async_cpu_to_gpu`` flows and ROCm traces (same categories, ``hip*`` calls).
+Every category spelling seen in the wild maps here, in one place (``_ROUTES``): the 2021
+schema (``Operator``, ``Runtime``, ``Kernel``...), the current one (``cpu_op``,
+``cuda_runtime``...), HTA-era ``async_cpu_to_gpu`` flows and ROCm traces (same categories,
+``hip*`` calls).
 """
 
 from __future__ import annotations

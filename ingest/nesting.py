@@ -32,6 +32,19 @@ def _nest_sorted(order, tid_key, start, end, depth, parent):
         top += 1
 
 
+def thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Dense int64 key of (pid, tid) pairs (np.unique on rows is slow; a lexsort is not)."""
+    n = len(pid)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    o = np.lexsort((tid, pid))
+    new = np.ones(n, bool)
+    new[1:] = (pid[o][1:] != pid[o][:-1]) | (tid[o][1:] != tid[o][:-1])
+    key = np.empty(n, np.int64)
+    key[o] = np.cumsum(new) - 1
+    return key
+
+
 def nest_ranges(pid: np.ndarray, tid: np.ndarray, start_ns: np.ndarray,
                 dur_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Return (depth int32, parent int64 row index or -1) of intervals nested per (pid, tid).
@@ -47,9 +60,7 @@ def nest_ranges(pid: np.ndarray, tid: np.ndarray, start_ns: np.ndarray,
     tid = np.asarray(tid, np.int64)
     start = np.asarray(start_ns, np.int64)
     end = start + np.asarray(dur_ns, np.int64)
-    # thread key: rank of (pid, tid) pairs
-    _, tid_key = np.unique(np.stack([pid, tid], axis=1), axis=0, return_inverse=True)
-    tid_key = tid_key.reshape(-1).astype(np.int64)
+    tid_key = thread_key(pid, tid)
     order = np.lexsort((-end, start, tid_key)).astype(np.int64)
     _nest_sorted(order, tid_key, start, end, depth, parent)
     return depth, parent

@@ -1,10 +1,14 @@
 """Read an Nsight Systems SQLite export (``nsys export --type sqlite``) into the activity tables.
 
 Why set-based: an export of a long run holds millions of rows. Each table is read with one SQL
-query whose rows are fetched in batches straight into Arrow columns; names stay integer
-``StringIds`` references until the end, where they become the dictionary of a dictionary-encoded
-column, and renaming (version suffixes) is done once per distinct name, never once per event.
-The file is opened read-only (``mode=ro`` URI) and never modified.
+query (joins, enum and string lookups done by SQLite) whose rows are fetched in batches straight
+into Arrow columns; everything after that is Arrow/numpy, never a Python loop per event. The
+sqlite3 module makes one Python object per value, which is what dominates the time (about 1 s
+per million rows), so the queries return as few columns as they can: threads are decoded from
+``globalTid`` in Arrow, rows are put in time order by a stable Arrow sort rather than by SQLite,
+and names stay integer ``StringIds`` references until they become the dictionary of a
+dictionary-encoded column (renaming, such as stripping version suffixes, is done once per
+distinct name). The file is opened read-only (``mode=ro`` URI) and never modified.
 
 Quirks of the export that this reader relies on (checked on the files in tests/data/nsys):
 
@@ -14,11 +18,11 @@ Quirks of the export that this reader relies on (checked on the files in tests/d
   both test files). ``globalPid`` is the same with tid 0. The decoded pids equal ``PROCESSES.pid``
   for every process, and tid == pid on the main thread, as on Linux.
 * Correlation ids are unique only within a process: in the 2-rank file 11 kernels of one rank
-  carry the correlation id of a runtime call of the other rank. Launches are therefore matched on
-  (process, correlationId). When CUDA activity comes from more than one process, the correlation
-  ids of the k-th process (sorted by ``globalPid``) are offset by ``k << 32`` in every table
-  (CUPTI ids are 32-bit), so that a join on ``correlation`` alone still pairs each GPU activity
-  with its own launch; ``metadata['correlation_offset_by_pid']`` records the offsets.
+  carry the correlation id of a runtime call of the other rank. When CUDA activity comes from
+  more than one process, the correlation ids of the k-th process (sorted by ``globalPid``) are
+  therefore offset by ``k << 32`` in every table (CUPTI ids are 32-bit), so that a join on
+  ``correlation`` alone, here and downstream, pairs each GPU activity and sync with the call of
+  its own process; ``metadata['correlation_offset_by_pid']`` records the offsets.
 * ``CUPTI_ACTIVITY_KIND_RUNTIME`` holds driver calls (``cu*``, eventClass 1) beside runtime
   calls; runtime names carry the CUPTI API version (``cudaLaunchKernel_v7000``), stripped here.
 * SYNCHRONIZATION has no thread: pid/tid come from the RUNTIME row of the same process and
@@ -38,6 +42,7 @@ Quirks of the export that this reader relies on (checked on the files in tests/d
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -138,16 +143,27 @@ def _open(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
 
 
-def _pid(col: str) -> str:
-    return f"(({col} >> 24) & {_ID_MASK})"
+# ---- globalTid / globalPid decoding (see module doc) --------------------------------------------
+
+def _process(global_id: pa.Array) -> pa.Array:
+    """VM id and pid (``global_id >> 24``): unique per process across a multi-VM report."""
+    return pc.shift_right(global_id, 24)
 
 
-def _tid(col: str) -> str:
-    return f"({col} & {_ID_MASK})"
+def _pid(global_id: pa.Array) -> pa.Array:
+    return pc.bit_wise_and(pc.shift_right(global_id, 24), _ID_MASK)
+
+
+def _tid(global_tid: pa.Array) -> pa.Array:
+    return pc.bit_wise_and(global_tid, _ID_MASK)
 
 
 def _to_numpy(arr: pa.Array, fill: int) -> np.ndarray:
     return pc.fill_null(arr, fill).to_numpy(zero_copy_only=False)
+
+
+def _true_count(mask: pa.Array) -> int:
+    return pc.sum(mask).as_py() or 0
 
 
 def _encode(words: pa.Array, positions: np.ndarray,
@@ -181,72 +197,77 @@ class _Reader:
         return table in self.columns and (column is None or column in self.columns[table])
 
     def _fetch(self, sql: str, table: str, text: tuple[str, ...] = ()) -> dict[str, pa.Array]:
-        """Run ``sql`` and return its result as Arrow columns (int64, or string for ``text``),
-        fetched in batches so no per-row Python object outlives its batch."""
+        """Run ``sql`` and return its result as Arrow columns (int64, or string for ``text``).
+
+        Rows are fetched in batches, so no per-row Python object outlives its batch, with the
+        cyclic garbage collector paused: the row tuples hold no cycles, and letting it scan
+        them again and again costs a third of the read time."""
         cur = self.con.execute(sql)
         names = [d[0] for d in cur.description]
         types = {n: pa.string() if n in text else pa.int64() for n in names}
         parts: dict[str, list[pa.Array]] = {n: [] for n in names}
-        while rows := cur.fetchmany(_BATCH_ROWS):
-            for name, values in zip(names, zip(*rows, strict=True), strict=True):
-                try:
-                    parts[name].append(pa.array(values, types[name]))
-                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
-                    raise self._error(f"unexpected value in {table}: {e}",
-                                      field=f"{table}.{name}") from e
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            while rows := cur.fetchmany(_BATCH_ROWS):
+                for name, values in zip(names, zip(*rows, strict=True), strict=True):
+                    try:
+                        parts[name].append(pa.array(values, types[name]))
+                    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
+                        raise self._error(f"unexpected value in {table}: {e}",
+                                          field=f"{table}.{name}") from e
+                del rows
+        finally:
+            if collecting:
+                gc.enable()
         return {n: pa.concat_arrays(parts[n]) if parts[n] else pa.array([], types[n])
                 for n in names}
 
-    def _count(self, table: str, where: str = "1") -> int:
-        return self.con.execute(f'SELECT COUNT(*) FROM "{table}" WHERE {where}').fetchone()[0]
-
-    def _duration(self, dur_ns: pa.Array, table: str) -> pa.Array:
-        """Clamp negative durations to 0 and count them."""
+    def _timed(self, sql: str, table: str, text: tuple[str, ...] = ()) -> dict[str, pa.Array]:
+        """``_fetch`` a query returning ``start_ns`` and ``end_ns`` in rowid order; return the
+        rows sorted by start (stable, so ties keep file order) with ``dur_ns`` in place of
+        ``end_ns``, negative durations clamped to 0 and counted."""
+        cols = self._fetch(sql, table, text)
+        order = pc.sort_indices(cols["start_ns"])
+        cols = {name: col.take(order) for name, col in cols.items()}
+        dur_ns = pc.subtract(cols.pop("end_ns"), cols["start_ns"])
         negative = pc.less(dur_ns, 0)
-        self.stats.add("negative_duration", pc.sum(negative).as_py() or 0,
+        self.stats.add("negative_duration", _true_count(negative),
                        detail=f"end before start (first seen in {table}); clamped to 0")
-        return pc.if_else(negative, 0, dur_ns)
+        cols["dur_ns"] = pc.if_else(negative, 0, dur_ns)
+        return cols
 
-    def _rebase(self, correlation: pa.Array, gpid: pa.Array) -> pa.Array:
+    def _count(self, sql_from: str) -> int:
+        return self.con.execute(f"SELECT COUNT(*) FROM {sql_from}").fetchone()[0]
+
+    def _rebase(self, correlation: pa.Array, process: pa.Array) -> pa.Array:
         """Make correlation ids unique across processes (see module doc)."""
         if len(self.processes) < 2 or len(correlation) == 0:
             return correlation
-        ordinal = np.searchsorted(self.processes, _to_numpy(gpid, 0)).astype(np.int64)
-        offset = pa.array(ordinal << _CORRELATION_BITS)
-        return pc.add(correlation, offset)  # null correlation stays null
+        ordinal = np.searchsorted(self.processes, _to_numpy(process, 0)).astype(np.int64)
+        return pc.add(correlation, pa.array(ordinal << _CORRELATION_BITS))  # null stays null
 
     # ---- names and enums -----------------------------------------------------------------------
 
     def _load_strings(self) -> None:
-        if not self._has("StringIds"):
-            self._ids = np.zeros(0, np.int64)
-            self._words = pa.array([], pa.string())
-            return
-        cols = self._fetch("SELECT id, value FROM StringIds ORDER BY id", "StringIds",
-                           text=("value",))
-        self._ids = cols["id"].to_numpy()
-        self._words = cols["value"]
+        self._ids = np.zeros(0, np.int64)
+        self._words = pa.array([], pa.string())
+        if self._has("StringIds"):
+            cols = self._fetch("SELECT id, value FROM StringIds ORDER BY id", "StringIds",
+                               text=("value",))
+            self._ids = cols["id"].to_numpy()
+            self._words = cols["value"]
 
-    def _positions(self, ids: pa.Array, count: bool = True) -> np.ndarray:
-        """Row of each StringIds id in ``self._words``, -1 for null or unknown ids (counted
-        unless ``count`` is false)."""
+    def _positions(self, ids: pa.Array) -> np.ndarray:
+        """Row of each StringIds id in ``self._words``; -1 for null ids and for ids StringIds
+        does not hold (those are counted)."""
         q = _to_numpy(ids, -1)
-        pos = np.searchsorted(self._ids, q)
-        pos = np.minimum(pos, max(len(self._ids) - 1, 0))
-        found = (len(self._ids) > 0) & ~pc.is_null(ids).to_numpy(zero_copy_only=False)
-        if len(self._ids):
-            found &= self._ids[pos] == q
-        pos = np.where(found, pos, -1)
-        if count:
-            self._count_unknown_strings(int((pos < 0).sum()) - ids.null_count)
-        return pos
-
-    def _count_unknown_strings(self, n: int) -> None:
-        self.stats.add("unknown_string_id", n, detail="name ids not in StringIds; name left null")
-
-    def _strings(self, ids: pa.Array) -> pa.Array:
-        pos = self._positions(ids)
-        return self._words.take(pa.array(pos, pa.int64(), mask=pos < 0))
+        pos = np.minimum(np.searchsorted(self._ids, q), max(len(self._ids) - 1, 0))
+        found = pc.is_valid(ids).to_numpy(zero_copy_only=False)
+        found &= self._ids[pos] == q if len(self._ids) else False
+        self.stats.add("unknown_string_id", int((~found).sum()) - ids.null_count,
+                       detail="name ids not in StringIds; name left null")
+        return np.where(found, pos, -1)
 
     def _enum(self, table: str) -> dict[int, tuple[str, str]]:
         """id -> (symbol, label) of one of the export's ENUM_* tables."""
@@ -261,7 +282,7 @@ class _Reader:
         values = pa.array(list(mapping.values()), pa.string())
         idx = pc.index_in(ids, value_set=keys)
         unknown = pc.and_(pc.is_valid(ids), pc.is_null(idx))
-        self.stats.add("unknown_enum_value", pc.sum(unknown).as_py() or 0,
+        self.stats.add("unknown_enum_value", _true_count(unknown),
                        detail=f"ids not listed in the export's enum table (first: {enum})")
         return values.take(idx)
 
@@ -273,25 +294,26 @@ class _Reader:
             raise self._error("not an Nsight Systems export: no CUPTI_ACTIVITY_KIND_* or "
                               "NVTX_EVENTS table")
         for table, required in _REQUIRED.items():
-            if table in self.columns:
-                for col in required:
-                    if col not in self.columns[table]:
-                        raise self._error(f"table {table} has no column {col}; not a supported "
-                                          "Nsight Systems export", field=f"{table}.{col}")
-        if (self._has(KERNEL) or self._has(RUNTIME)) and not self._has("StringIds"):
-            raise self._error("no StringIds table: kernel and API names cannot be resolved",
-                              field="StringIds")
+            for col in required if table in self.columns else ():
+                if col not in self.columns[table]:
+                    raise self._error(f"table {table} has no column {col}; not a supported "
+                                      "Nsight Systems export", field=f"{table}.{col}")
+        if any(self._has(t) for t in (KERNEL, RUNTIME, NVTX)) and not self._has("StringIds"):
+            raise self._error("no StringIds table: kernel, API and NVTX names cannot be "
+                              "resolved", field="StringIds")
         self._load_strings()
         self.processes = self._activity_processes()
         if len(self.processes) > 1:
             self.stats.add("correlation_rebased", len(self.processes), severity="info",
                            detail="correlation ids repeat across processes; those of the k-th "
                            "process are offset by k << 32 so launch links stay unique")
+        # the calls first: kernels, copies, sets and syncs are matched to them
+        self.api = self._api()
         tables = {
             "kernel": self._kernels(),
             "memcpy": self._memcpys(),
             "memset": self._memsets(),
-            "api": self._api(),
+            "api": self.api,
             "sync": self._syncs(),
             "range": self._ranges(),
             "flow": empty("flow"),  # nsys has no flows; launches link by correlation id
@@ -308,41 +330,29 @@ class _Reader:
         )
 
     def _activity_processes(self) -> np.ndarray:
-        """Sorted ``globalTid >> 24`` (VM id and pid) of every process with CUDA activity."""
-        parts = [f'SELECT globalPid >> 24 AS p FROM "{t}"' for t in (KERNEL, MEMCPY, MEMSET, SYNC)
-                 if self._has(t, "globalPid")]
+        """Sorted ``globalPid >> 24`` (VM id and pid) of every process with CUDA activity."""
+        parts = [f'SELECT DISTINCT globalPid >> 24 AS p FROM "{t}"'
+                 for t in (KERNEL, MEMCPY, MEMSET, SYNC) if self._has(t, "globalPid")]
         if self._has(RUNTIME):
-            parts.append(f"SELECT globalTid >> 24 AS p FROM {RUNTIME}")
+            parts.append(f"SELECT DISTINCT globalTid >> 24 AS p FROM {RUNTIME}")
         if not parts:
             return np.zeros(0, np.int64)
         rows = self.con.execute(f"SELECT DISTINCT p FROM ({' UNION '.join(parts)}) "
                                 "WHERE p IS NOT NULL ORDER BY p").fetchall()
         return np.array([r[0] for r in rows], np.int64)
 
-    def _calls(self, table: str, alias: str) -> tuple[str, str]:
-        """A CTE ``calls`` of RUNTIME calls (gpid, correlationId, globalTid, nameId) keyed by
-        process and correlationId, and the LEFT JOIN of it onto ``alias`` (a row of ``table``);
-        the process is matched when ``table`` records it (correlation ids repeat across
-        processes)."""
-        by_process = self._has(table, "globalPid")
-        if not self._has(RUNTIME):
-            cte = ("calls AS (SELECT NULL AS gpid, NULL AS correlationId, NULL AS globalTid, "
-                   "NULL AS nameId WHERE 0)")
-        else:
-            key = "globalTid >> 24" if by_process else "NULL"
-            cte = (f"calls AS (SELECT {key} AS gpid, correlationId, MIN(globalTid) AS globalTid, "
-                   f"MIN(nameId) AS nameId FROM {RUNTIME} WHERE correlationId IS NOT NULL "
-                   "GROUP BY 1, 2)")
-        on = f"c.correlationId = {alias}.correlationId"
-        if by_process:
-            on += f" AND c.gpid = {alias}.globalPid >> 24"
-        return cte, f"LEFT JOIN calls c ON {on}"
+    def _calls_of(self, correlation: pa.Array) -> pa.Array:
+        """Row of the api table holding the call with each (already rebased) correlation id,
+        null where the call is not in the export. Rebasing made the ids unique across
+        processes, so the id alone finds the call of the right process."""
+        return pc.index_in(correlation, value_set=self.api["correlation"].combine_chunks(),
+                           skip_nulls=True)
 
     def _context_devices(self, alias: str) -> tuple[str, str]:
         """A CTE ``devs`` mapping (process, contextId) to the deviceId its kernels, copies and
-        sets ran on, and its LEFT JOIN onto ``alias``."""
-        parts = [f'SELECT {"globalPid >> 24" if self._has(t, "globalPid") else "NULL"} AS gpid, '
-                 f'contextId, deviceId FROM "{t}"' for t in (KERNEL, MEMCPY, MEMSET)
+        sets ran on, and its LEFT JOIN onto ``alias`` (a SYNCHRONIZATION row)."""
+        parts = [f'SELECT DISTINCT {"globalPid >> 24" if self._has(t, "globalPid") else "NULL"} '
+                 f'AS gpid, contextId, deviceId FROM "{t}"' for t in (KERNEL, MEMCPY, MEMSET)
                  if self._has(t)]
         if not parts:
             parts = ["SELECT NULL AS gpid, NULL AS contextId, NULL AS deviceId WHERE 0"]
@@ -351,45 +361,38 @@ class _Reader:
         gpid = f"{alias}.globalPid >> 24" if self._has(SYNC, "globalPid") else "NULL"
         return cte, f"LEFT JOIN devs d ON d.contextId = {alias}.contextId AND d.gpid IS {gpid}"
 
-    def _gpu(self, table: str, extra: str, what: str) -> dict[str, pa.Array] | None:
-        """Columns every GPU activity shares, plus ``extra`` select terms of ``table``; counts
-        rows with no launching call in RUNTIME."""
+    def _gpu(self, table: str, extra: str, what: str, joins: str = "",
+             ) -> dict[str, pa.Array] | None:
+        """Columns every GPU activity shares, plus ``extra`` select terms of ``table`` (alias
+        ``t``, with ``joins``); counts rows with no launching call in RUNTIME."""
         if not self._has(table):
             return None
-        gpid = "t.globalPid >> 24" if self._has(table, "globalPid") else "NULL"
-        cte, join = self._calls(table, "t")
-        cols = self._fetch(
-            f"""WITH {cte}
-            SELECT t.start AS start_ns, t."end" - t.start AS dur_ns, t.deviceId AS device,
+        global_pid = "t.globalPid" if self._has(table, "globalPid") else "NULL"
+        cols = self._timed(f"""
+            SELECT t.start AS start_ns, t."end" AS end_ns, t.deviceId AS device,
                    t.contextId AS context, t.streamId AS stream, t.correlationId AS correlation,
-                   {gpid} AS gpid, c.globalTid IS NOT NULL AS launched, {extra}
-            FROM "{table}" t {join}
-            ORDER BY t.start, t.rowid""", table)
-        without = len(cols["launched"]) - (pc.sum(cols.pop("launched")).as_py() or 0)
+                   {global_pid} AS global_pid, {extra}
+            FROM "{table}" t {joins} ORDER BY t.rowid""", table)
+        cols["correlation"] = self._rebase(cols["correlation"],
+                                           _process(cols.pop("global_pid")))
+        without = self._calls_of(cols["correlation"]).null_count
         self.stats.add(f"{what}_without_launch", without,
                        detail=f"{what}s with no RUNTIME call of the same process and "
                        "correlationId: launched before the capture window, or the call was "
                        "not traced")
-        cols["dur_ns"] = self._duration(cols["dur_ns"], table)
-        cols["correlation"] = self._rebase(cols["correlation"], cols.pop("gpid"))
         return cols
 
     def _kernels(self) -> pa.Table:
-        cols = self._gpu(KERNEL, """t.demangledName, t.shortName, t.gridX AS grid_x,
-            t.gridY AS grid_y, t.gridZ AS grid_z, t.blockX AS block_x, t.blockY AS block_y,
-            t.blockZ AS block_z, t.registersPerThread AS registers_per_thread,
-            t.staticSharedMemory + t.dynamicSharedMemory AS shared_memory_bytes""", "kernel")
+        # the demangled name (with templates), else the short one
+        cols = self._gpu(KERNEL, """CASE WHEN dm.value <> '' THEN t.demangledName
+                                    ELSE t.shortName END AS name_id,
+            t.gridX AS grid_x, t.gridY AS grid_y, t.gridZ AS grid_z, t.blockX AS block_x,
+            t.blockY AS block_y, t.blockZ AS block_z, t.registersPerThread AS registers_per_thread,
+            t.staticSharedMemory + t.dynamicSharedMemory AS shared_memory_bytes""", "kernel",
+            joins="LEFT JOIN StringIds dm ON dm.id = t.demangledName")
         if cols is None:
             return empty("kernel")
-        # demangled name with templates; the short name where the demangled one is empty
-        demangled = self._positions(cols.pop("demangledName"), count=False)
-        short = self._positions(cols.pop("shortName"), count=False)
-        # one extra True at the end, so that position -1 (unknown) also picks the short name
-        is_empty = np.append(pc.equal(self._words, "").to_numpy(zero_copy_only=False), True)
-        use_short = is_empty[demangled]
-        name = np.where(use_short, short, demangled)
-        self._count_unknown_strings(int((name < 0).sum()))
-        cols["name"] = _encode(self._words, name)
+        cols["name"] = _encode(self._words, self._positions(cols.pop("name_id")))
         return conform("kernel", cols)
 
     def _memory_kinds(self) -> dict[int, str | None]:
@@ -429,22 +432,20 @@ class _Reader:
     def _api(self) -> pa.Table:
         if not self._has(RUNTIME):
             return empty("api")
-        no_thread = self._count(RUNTIME, "globalTid IS NULL")
-        self.stats.add("api_without_thread", no_thread,
+        self.stats.add("api_without_thread", self._count(f"{RUNTIME} WHERE globalTid IS NULL"),
                        detail="RUNTIME rows with null globalTid; skipped")
-        cols = self._fetch(f"""
-            SELECT {_pid("globalTid")} AS pid, {_tid("globalTid")} AS tid, nameId,
-                   correlationId AS correlation, globalTid >> 24 AS gpid, start AS start_ns,
-                   "end" - start AS dur_ns
-            FROM {RUNTIME} WHERE globalTid IS NOT NULL ORDER BY start, rowid""", RUNTIME)
+        cols = self._timed(f"""
+            SELECT globalTid AS global_tid, nameId, correlationId AS correlation,
+                   start AS start_ns, "end" AS end_ns
+            FROM {RUNTIME} WHERE globalTid IS NOT NULL ORDER BY rowid""", RUNTIME)
         name = _encode(self._words, self._positions(cols.pop("nameId")), _api_name)
         # driver calls are cu* (cuLaunchKernel), runtime calls cuda* (cudaLaunchKernel)
         words = name.dictionary
         driver = pc.and_(pc.starts_with(words, "cu"), pc.invert(pc.starts_with(words, "cuda")))
-        cols["kind"] = pc.if_else(driver, "driver", "runtime").take(name.indices)
-        cols["name"] = name
-        cols["dur_ns"] = self._duration(cols["dur_ns"], RUNTIME)
-        cols["correlation"] = self._rebase(cols["correlation"], cols.pop("gpid"))
+        global_tid = cols.pop("global_tid")
+        cols.update(pid=_pid(global_tid), tid=_tid(global_tid), name=name,
+                    kind=pc.if_else(driver, "driver", "runtime").take(name.indices),
+                    correlation=self._rebase(cols["correlation"], _process(global_tid)))
         return conform("api", cols)
 
     def _syncs(self) -> pa.Table:
@@ -452,32 +453,36 @@ class _Reader:
         the device from the context, where the export's own fields disagree (see module doc)."""
         if not self._has(SYNC):
             return empty("sync")
-        gpid = "s.globalPid >> 24" if self._has(SYNC, "globalPid") else "NULL"
-        calls, join_calls = self._calls(SYNC, "s")
+        global_pid = "s.globalPid" if self._has(SYNC, "globalPid") else "NULL"
         devs, join_devs = self._context_devices("s")
-        cols = self._fetch(f"""WITH {calls}, {devs}
-            SELECT {_pid(f"COALESCE(c.globalTid, {gpid} << 24)")} AS pid,
-                   {_tid("c.globalTid")} AS tid, s.deviceId, d.deviceId AS context_device,
+        cols = self._timed(f"""WITH {devs}
+            SELECT {global_pid} AS global_pid, s.deviceId, d.deviceId AS context_device,
                    s.streamId AS stream, s.syncType, NULLIF(s.eventId, {_NO_EVENT_ID}) AS event_id,
-                   s.correlationId AS correlation, {gpid} AS gpid, c.nameId AS call_name_id,
-                   s.start AS start_ns, s."end" - s.start AS dur_ns
-            FROM {SYNC} s {join_calls} {join_devs} ORDER BY s.start, s.rowid""", SYNC)
+                   s.correlationId AS correlation, s.start AS start_ns, s."end" AS end_ns
+            FROM {SYNC} s {join_devs} ORDER BY s.rowid""", SYNC)
+        global_pid = cols.pop("global_pid")
+        cols["correlation"] = self._rebase(cols["correlation"], _process(global_pid))
 
-        call = _encode(self._words, self._positions(cols.pop("call_name_id")), _api_name)
+        # the synchronizing call: its thread, and its name for the kind
+        call = self._calls_of(cols["correlation"])
         self.stats.add("sync_without_call", call.null_count, severity="info",
                        detail="synchronizations with no RUNTIME call of the same process and "
                        "correlationId; tid left null, kind from syncType")
+        cols["pid"] = pc.coalesce(self.api["pid"].combine_chunks().take(call), _pid(global_pid))
+        cols["tid"] = self.api["tid"].combine_chunks().take(call)
+        call_name = self.api["name"].combine_chunks().take(call)
+
         kinds = {i: _SYNC_KINDS.get(symbol.removeprefix("CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_"))
                  for i, (symbol, _) in self._enum("ENUM_CUPTI_SYNC_TYPE").items()}
         by_type = self._map(cols.pop("syncType"), kinds, "ENUM_CUPTI_SYNC_TYPE")
-        by_call = pa.array([_SYNC_CALLS.get(w) for w in call.dictionary.to_pylist()],
-                           pa.string()).take(call.indices)
+        by_call = pa.array([_SYNC_CALLS.get(w) for w in call_name.dictionary.to_pylist()],
+                           pa.string()).take(call_name.indices)
         disagree = pc.fill_null(pc.not_equal(by_type, by_call), False)
-        self.stats.add("sync_kind_from_call", pc.sum(disagree).as_py() or 0,
+        self.stats.add("sync_kind_from_call", _true_count(disagree),
                        detail="syncType disagrees with the synchronizing call (e.g. 'stream wait' "
                        "on cudaStreamSynchronize); kind taken from the call")
         kind = pc.fill_null(pc.coalesce(by_call, by_type), "unknown")
-        self.stats.add("sync_kind_unknown", pc.sum(pc.equal(kind, "unknown")).as_py() or 0,
+        self.stats.add("sync_kind_unknown", _true_count(pc.equal(kind, "unknown")),
                        severity="info", detail="synchronizations of unknown type")
         cols["sync_kind"] = kind
         # a context sync waits on no stream
@@ -486,12 +491,10 @@ class _Reader:
 
         reported, by_context = cols.pop("deviceId"), cols.pop("context_device")
         moved = pc.fill_null(pc.not_equal(reported, by_context), False)
-        self.stats.add("sync_device_from_context", pc.sum(moved).as_py() or 0,
+        self.stats.add("sync_device_from_context", _true_count(moved),
                        detail="SYNCHRONIZATION.deviceId differs from the device its context's "
                        "kernels ran on; device taken from the context")
         cols["device"] = pc.coalesce(by_context, reported)
-        cols["dur_ns"] = self._duration(cols["dur_ns"], SYNC)
-        cols["correlation"] = self._rebase(cols["correlation"], cols.pop("gpid"))
         return conform("sync", cols)
 
     def _nvtx_types(self) -> tuple[list[int], list[int]]:
@@ -506,29 +509,33 @@ class _Reader:
         if not self._has(NVTX):
             return empty("range")
         ranges, marks = self._nvtx_types()
-        is_range = f"eventType IN ({','.join(map(str, ranges)) or 'NULL'})"
-        is_mark = f"eventType IN ({','.join(map(str, marks)) or 'NULL'})"
-        self.stats.add("nvtx_mark_skipped", self._count(NVTX, is_mark), severity="info",
-                       detail="NVTX marks are instants, not ranges; skipped")
-        self.stats.add("nvtx_other_skipped", self._count(NVTX, f"NOT {is_range} AND NOT "
-                                                         f"{is_mark}"), severity="info",
-                       detail="NVTX_EVENTS rows that are neither ranges nor marks (domain or "
-                       "category names); skipped")
-        self.stats.add("nvtx_range_unclosed", self._count(NVTX, f'{is_range} AND "end" IS NULL'),
+        is_range = f"n.eventType IN ({','.join(map(str, ranges)) or 'NULL'})"
+        is_mark = f"n.eventType IN ({','.join(map(str, marks)) or 'NULL'})"
+        closed = f'{is_range} AND n."end" IS NOT NULL'
+        nvtx = f"{NVTX} n WHERE"
+        self.stats.add("nvtx_mark_skipped", self._count(f"{nvtx} {is_mark}"),
+                       severity="info", detail="NVTX marks are instants, not ranges; skipped")
+        self.stats.add("nvtx_other_skipped",
+                       self._count(f"{nvtx} NOT {is_range} AND NOT {is_mark}"),
+                       severity="info", detail="NVTX_EVENTS rows that are neither ranges nor "
+                       "marks (domain or category names); skipped")
+        self.stats.add("nvtx_range_unclosed", self._count(f'{nvtx} {is_range} AND n."end" IS NULL'),
                        detail="NVTX ranges never closed (end null); skipped")
         self.stats.add("nvtx_range_without_thread",
-                       self._count(NVTX, f'{is_range} AND "end" IS NOT NULL AND globalTid IS '
-                                   "NULL"), detail="NVTX ranges with null globalTid; skipped")
-        cols = self._fetch(f"""
-            SELECT {_pid("globalTid")} AS pid, {_tid("globalTid")} AS tid, text, textId,
-                   start AS start_ns, "end" - start AS dur_ns
-            FROM {NVTX} WHERE {is_range} AND "end" IS NOT NULL AND globalTid IS NOT NULL
-            ORDER BY start, rowid""", NVTX, text=("text",))
-        name = pc.coalesce(cols.pop("text"), self._strings(cols.pop("textId")))
-        self.stats.add("nvtx_range_unnamed", name.null_count, severity="info",
-                       detail="NVTX ranges with neither text nor textId; named '(unnamed)'")
-        cols["name"] = pc.fill_null(name, "(unnamed)")
-        cols["dur_ns"] = self._duration(cols["dur_ns"], NVTX)
+                       self._count(f"{nvtx} {closed} AND n.globalTid IS NULL"),
+                       detail="NVTX ranges with null globalTid; skipped")
+        # the name is the explicit text or the registered string (textId)
+        cols = self._timed(f"""
+            SELECT n.globalTid AS global_tid, COALESCE(n.text, s.value) AS name,
+                   n.start AS start_ns, n."end" AS end_ns
+            FROM {NVTX} n LEFT JOIN StringIds s ON s.id = n.textId
+            WHERE {closed} AND n.globalTid IS NOT NULL ORDER BY n.rowid""", NVTX, text=("name",))
+        self.stats.add("nvtx_range_unnamed", cols["name"].null_count, severity="info",
+                       detail="NVTX ranges with neither text nor a known textId; named "
+                       "'(unnamed)'")
+        cols["name"] = pc.fill_null(cols["name"], "(unnamed)")
+        global_tid = cols.pop("global_tid")
+        cols.update(pid=_pid(global_tid), tid=_tid(global_tid))
         n = len(cols["start_ns"])
         depth, parent = nest_ranges(cols["pid"].to_numpy(), cols["tid"].to_numpy(),
                                     cols["start_ns"].to_numpy(), cols["dur_ns"].to_numpy())

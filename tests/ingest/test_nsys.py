@@ -408,6 +408,16 @@ def test_partial_export_and_repairs(tmp_path):
                                            "CUPTI_ACTIVITY_KIND_MEMSET"]
 
 
+def test_kernels_without_any_calls(tmp_path):
+    """No RUNTIME table at all: every kernel is counted as without launch."""
+    path = make_export(tmp_path / "kernels.sqlite", ["StringIds", KERNEL], {
+        "StringIds": [(1, "k")], KERNEL: [kernel_row(0, 10, 1), kernel_row(20, 30, 2)]})
+    c = read_nsys(path)
+    assert c.tables["kernel"]["name"].to_pylist() == ["k", "k"]
+    assert c.tables["api"].num_rows == 0
+    assert c.stats.get("kernel_without_launch") == 2
+
+
 def test_export_with_empty_tables(tmp_path):
     path = make_export(tmp_path / "idle.sqlite", [
         "StringIds", KERNEL, RUNTIME, "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",

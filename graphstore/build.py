@@ -1,0 +1,654 @@
+"""Activity tables of one trace -> the dependency graph (task, edge, unit tables).
+
+Outline (each step set-based over numpy columns; the one per-thread sweep is compiled):
+  1. units: every CPU thread with calls or ranges, every (device, stream) with GPU work, and an
+     ``origin`` unit holding one zero-length task at the trace's start;
+  2. CPU tasks: each runtime/driver call, and each stretch of host time between calls, split
+     where the innermost enclosing range changes (a ``host`` task named after that range);
+  3. GPU tasks: kernels (NCCL/RCCL ones as ``comm``), copies, sets;
+  4. edges: thread order, stream order, launch (by correlation id), synchronization (a blocking
+     call waits for the GPU task it waited on), cross-stream waits (recorded in the trace, or
+     inferred where a GPU task started exactly when another stream's task ended and nothing else
+     explains its start), and an origin edge for tasks with no other predecessor;
+  5. the lag rule: of the constraints on a GPU task, the one that bound it in the trace keeps
+     the observed lag, the others a typical small latency (never more than observed), so the
+     unmodified graph replays the trace exactly and a shrunk predecessor lets work move earlier.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+import pyarrow as pa
+
+from ingest.stats import Stats
+
+CPU_RANGE_KINDS = ("cpu_op", "user_annotation", "python_function", "nvtx")
+
+# Calls that can block the CPU thread until GPU work finishes.
+BLOCKING_RE = re.compile(
+    r"^(cuda|hip)(Stream|Device|Event|Thread)Synchronize|^cu(Stream|Ctx|Event)Synchronize"
+    r"|^(cuda|hip)Memcpy|^cuMemcpy|^(cuda|hip)Memset(2D|3D)?$|^cuMemset[^A]*$"
+    r"|^(cuda|hip)Free(Host)?$|^cuMemFree")
+COMM_RE = re.compile(r"nccl|rccl", re.IGNORECASE)
+
+KIND_API, KIND_HOST, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_COMM = range(6)
+KIND_NAMES = ("api", "host", "kernel", "memcpy", "memset", "comm")
+
+EK_THREAD, EK_STREAM, EK_LAUNCH, EK_SYNC, EK_WAIT, EK_ORIGIN = range(6)
+EDGE_KIND_NAMES = ("thread", "stream", "launch", "sync", "wait", "origin")
+A_END_START, A_START_START, A_END_END = range(3)
+ANCHOR_NAMES = ("end_start", "start_start", "end_end")
+
+# Latencies used when the trace shows none (ns); measured per trace when it does.
+DEFAULT_LAUNCH_LAG_NS = 5_000
+DEFAULT_STREAM_LAG_NS = 1_000
+# A GPU task whose start is this much later than every known constraint is looked at for an
+# unrecorded cross-stream wait; the other stream's task must have ended within WAIT_TOL_NS.
+UNEXPLAINED_NS = 5_000
+WAIT_TOL_NS = 3_000
+
+
+@dataclass
+class Graph:
+    """Columnar graph of one trace, task ids dense in start order."""
+
+    # tasks
+    kind: np.ndarray        # int8
+    unit: np.ndarray        # int32
+    start_ns: np.ndarray    # int64, observed
+    obs_dur_ns: np.ndarray  # int64
+    dur_ns: np.ndarray      # int64, for the simulator
+    name: list              # one per task (pyarrow-friendly)
+    bytes_: np.ndarray      # int64, -1 = none
+    correlation: np.ndarray  # int64, -1 = none
+    range_id: np.ndarray    # int64, -1 = none
+    blocking: np.ndarray    # bool
+    # edges
+    src: np.ndarray
+    dst: np.ndarray
+    ekind: np.ndarray       # int8
+    anchor: np.ndarray      # int8
+    lag_ns: np.ndarray      # int64
+    binding: np.ndarray     # bool
+    # units
+    unit_kind: list
+    unit_pid: list
+    unit_tid: list
+    unit_device: list
+    unit_stream: list
+    unit_name: list
+    stats: Stats = field(default_factory=Stats)
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.kind)
+
+
+def _col(t: pa.Table, name: str, fill: int = -1) -> np.ndarray:
+    return t[name].fill_null(fill).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _names(t: pa.Table, name: str = "name") -> np.ndarray:
+    col = t[name]
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(pa.string())
+    return np.asarray(col.fill_null("").to_pylist(), dtype=object)
+
+
+# ---- CPU side: one compiled sweep per thread ----------------------------------------------------
+
+@numba.njit(cache=True)
+def _cpu_sweep(thr_off_api, a_start, a_end, thr_off_rng, r_start, r_end, r_id,
+               o_thread, o_kind, o_start, o_end, o_range, o_api, api_task):
+    """Cut each thread's time into api tasks and host tasks.
+
+    Per thread t: calls a_*[thr_off_api[t]:thr_off_api[t+1]] sorted by start, ranges
+    r_*[thr_off_rng[t]:...] sorted by (start, -end). Writes tasks into o_* and returns their
+    count. api_task[i] is the task of call i (a call nested inside another maps to the outer)."""
+    nt = thr_off_api.shape[0] - 1
+    k = 0
+    stack = np.empty(r_start.shape[0] + 1, np.int64)
+    for t in range(nt):
+        a0, a1 = thr_off_api[t], thr_off_api[t + 1]
+        q0, q1 = thr_off_rng[t], thr_off_rng[t + 1]
+        if a1 == a0 and q1 == q0:
+            continue
+        begin = np.int64(1) << 62
+        finish = -(np.int64(1) << 62)
+        if a1 > a0:
+            begin = min(begin, a_start[a0])
+            for i in range(a0, a1):
+                finish = max(finish, a_end[i])
+        if q1 > q0:
+            begin = min(begin, r_start[q0])
+            for i in range(q0, q1):
+                finish = max(finish, r_end[i])
+        cur = begin
+        top = 0
+        ai = a0
+        ri = q0
+        while True:
+            na = a_start[ai] if ai < a1 else finish + 1
+            nr = r_start[ri] if ri < q1 else finish + 1
+            ne = r_end[stack[top - 1]] if top > 0 else finish + 1
+            if na > finish and nr > finish and ne > finish:
+                break
+            label = r_id[stack[top - 1]] if top > 0 else -1
+            if ne <= nr and ne <= na:
+                # innermost range ends
+                if ne > cur:
+                    o_thread[k] = t
+                    o_kind[k] = 1
+                    o_start[k] = cur
+                    o_end[k] = ne
+                    o_range[k] = label
+                    o_api[k] = -1
+                    k += 1
+                    cur = ne
+                top -= 1
+            elif nr < na:
+                # a range starts
+                if nr > cur:
+                    o_thread[k] = t
+                    o_kind[k] = 1
+                    o_start[k] = cur
+                    o_end[k] = nr
+                    o_range[k] = label
+                    o_api[k] = -1
+                    k += 1
+                    cur = nr
+                stack[top] = ri
+                top += 1
+                ri += 1
+            else:
+                # a call starts: close host time, emit the call, swallow what lies inside it
+                if na > cur:
+                    o_thread[k] = t
+                    o_kind[k] = 1
+                    o_start[k] = cur
+                    o_end[k] = na
+                    o_range[k] = label
+                    o_api[k] = -1
+                    k += 1
+                end = a_end[ai]
+                task = k
+                o_thread[k] = t
+                o_kind[k] = 0
+                o_start[k] = na
+                o_end[k] = end
+                o_range[k] = label
+                o_api[k] = ai
+                k += 1
+                api_task[ai] = task
+                ai += 1
+                while ai < a1 and a_start[ai] < end:
+                    api_task[ai] = task  # nested call (e.g. driver call inside runtime call)
+                    ai += 1
+                while True:
+                    ne = r_end[stack[top - 1]] if top > 0 else finish + 1
+                    nr = r_start[ri] if ri < q1 else finish + 1
+                    if ne <= end and ne <= nr:
+                        top -= 1
+                    elif nr < end:
+                        stack[top] = ri
+                        top += 1
+                        ri += 1
+                    else:
+                        break
+                cur = max(cur, end)
+        if finish > cur:
+            o_thread[k] = t
+            o_kind[k] = 1
+            o_start[k] = cur
+            o_end[k] = finish
+            o_range[k] = -1
+            o_api[k] = -1
+            k += 1
+    return k
+
+
+def _group_offsets(keys_sorted: np.ndarray, n_groups: int) -> np.ndarray:
+    off = np.zeros(n_groups + 1, np.int64)
+    np.add.at(off, keys_sorted + 1, 1)
+    return np.cumsum(off)
+
+
+def _cpu_tasks(api: pa.Table, rng: pa.Table, stats: Stats):
+    """Threads, CPU tasks and the task of each call."""
+    a_pid, a_tid = _col(api, "pid"), _col(api, "tid")
+    a_start = _col(api, "start_ns")
+    a_end = a_start + _col(api, "dur_ns")
+    cpu = np.isin(_names(rng, "kind"), CPU_RANGE_KINDS) if rng.num_rows else np.zeros(0, bool)
+    r_pid, r_tid = _col(rng, "pid")[cpu], _col(rng, "tid")[cpu]
+    r_start = _col(rng, "start_ns")[cpu]
+    r_end = r_start + _col(rng, "dur_ns")[cpu]
+    r_id = _col(rng, "range_id")[cpu]
+
+    pairs = np.concatenate([np.stack([a_pid, a_tid], 1), np.stack([r_pid, r_tid], 1)])
+    if len(pairs) == 0:
+        threads = np.zeros((0, 2), np.int64)
+        a_thr = np.zeros(0, np.int64)
+        r_thr = np.zeros(0, np.int64)
+    else:
+        threads, inv = np.unique(pairs, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        a_thr, r_thr = inv[: len(a_pid)], inv[len(a_pid):]
+    nthr = len(threads)
+    ao = np.lexsort((a_start, a_thr))
+    ro = np.lexsort((-r_end, r_start, r_thr))
+    cap = 2 * len(a_start) + 2 * len(r_start) + 2 * nthr + 1
+    o_thread = np.empty(cap, np.int64)
+    o_kind = np.empty(cap, np.int64)
+    o_start = np.empty(cap, np.int64)
+    o_end = np.empty(cap, np.int64)
+    o_range = np.empty(cap, np.int64)
+    o_api = np.empty(cap, np.int64)
+    api_task_sorted = np.full(len(a_start), -1, np.int64)
+    k = _cpu_sweep(_group_offsets(a_thr[ao], nthr), a_start[ao], a_end[ao],
+                   _group_offsets(r_thr[ro], nthr), r_start[ro], r_end[ro], r_id[ro],
+                   o_thread, o_kind, o_start, o_end, o_range, o_api, api_task_sorted)
+    api_task = np.empty(len(a_start), np.int64)
+    api_task[ao] = api_task_sorted
+    o_api = o_api[:k]
+    # o_api indexes the sorted call order: map back to api rows
+    api_row = np.where(o_api >= 0, ao[np.maximum(o_api, 0)], -1)
+    nested = int(len(a_start) - (o_kind[:k] == 0).sum())
+    stats.add("nested_calls_merged", nested, severity="info",
+              detail="calls inside another call on the same thread (driver inside runtime); "
+                     "their GPU work is launched by the outer call's task")
+    return threads, (o_thread[:k], o_kind[:k], o_start[:k], o_end[:k], o_range[:k], api_row), \
+        api_task
+
+
+def _blocking_mask(names: np.ndarray) -> np.ndarray:
+    uniq, inv = np.unique(names, return_inverse=True)
+    flags = np.array([bool(BLOCKING_RE.search(u)) for u in uniq] or [False])
+    return flags[inv.reshape(-1)] if len(names) else np.zeros(0, bool)
+
+
+def _median(x: np.ndarray, default: int) -> int:
+    return int(np.median(x)) if len(x) else default
+
+
+def build(tables: dict[str, pa.Table]) -> Graph:
+    """Build the graph of one trace from its activity tables."""
+    stats = Stats()
+    api, rng = tables["api"], tables["range"]
+    threads, cpu, api_task_local = _cpu_tasks(api, rng, stats)
+    c_thr, c_kind, c_start, c_end, c_range, c_api = cpu
+    api_names = _names(api)
+
+    # ---- GPU tasks
+    parts = []
+    for tname, kcode in (("kernel", KIND_KERNEL), ("memcpy", KIND_MEMCPY),
+                         ("memset", KIND_MEMSET)):
+        t = tables[tname]
+        if not t.num_rows:
+            continue
+        names = _names(t)
+        kind = np.full(t.num_rows, kcode, np.int64)
+        if tname == "kernel":
+            coll = t["collective"].is_valid().to_numpy(zero_copy_only=False)
+            uniq, inv = np.unique(names, return_inverse=True)
+            is_comm = np.array([bool(COMM_RE.search(u)) for u in uniq])[inv.reshape(-1)]
+            kind[coll | is_comm] = KIND_COMM
+        nbytes = _col(t, "bytes") if "bytes" in t.column_names else np.full(t.num_rows, -1)
+        if tname == "kernel":
+            # collectives: bytes unknown here (elements x dtype size comes with the comm model)
+            nbytes = np.full(t.num_rows, -1, np.int64)
+        parts.append(dict(kind=kind, device=_col(t, "device", 0), stream=_col(t, "stream", 0),
+                          start=_col(t, "start_ns"), dur=_col(t, "dur_ns"),
+                          corr=_col(t, "correlation"), name=names, bytes=nbytes))
+    if parts:
+        g = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    else:
+        g = {k: np.zeros(0, np.int64) for k in ("kind", "device", "stream", "start", "dur",
+                                                 "corr", "bytes")}
+        g["name"] = np.zeros(0, object)
+    ng = len(g["start"])
+    streams, g_unit = (np.unique(np.stack([g["device"], g["stream"]], 1), axis=0,
+                                 return_inverse=True) if ng else (np.zeros((0, 2), np.int64),
+                                                                   np.zeros(0, np.int64)))
+    g_unit = np.asarray(g_unit).reshape(-1)
+
+    # ---- assemble tasks: origin, CPU, GPU; then renumber in start order
+    nthr = len(threads)
+    origin_unit = nthr + len(streams)
+    firsts = ([int(c_start.min())] if len(c_start) else []) + \
+        ([int(g["start"].min())] if ng else [])
+    t0 = min(firsts) if firsts else 0
+    nc = len(c_start)
+    kind = np.concatenate([[KIND_HOST], c_kind, g["kind"]]).astype(np.int8)
+    unit = np.concatenate([[origin_unit], c_thr, nthr + g_unit]).astype(np.int32)
+    start = np.concatenate([[t0], c_start, g["start"]]).astype(np.int64)
+    obs = np.concatenate([[0], c_end - c_start, g["dur"]]).astype(np.int64)
+    corr = np.concatenate([[-1], np.where(c_api >= 0, _col(api, "correlation")[np.maximum(
+        c_api, 0)], -1) if api.num_rows else np.full(nc, -1), g["corr"]]).astype(np.int64)
+    rid = np.concatenate([[-1], c_range, np.full(ng, -1)]).astype(np.int64)
+    nbytes = np.concatenate([[-1], np.full(nc, -1), g["bytes"]]).astype(np.int64)
+    cpu_names = np.empty(nc, object)
+    is_api = c_kind == KIND_API
+    cpu_names[is_api] = api_names[c_api[is_api]] if api.num_rows else []
+    host_names = _range_names(rng, c_range[~is_api])
+    cpu_names[~is_api] = host_names
+    names = np.concatenate([np.array(["<trace start>"], object), cpu_names, g["name"]])
+    blocking = np.zeros(len(kind), bool)
+    if api.num_rows:
+        blocking[1:1 + nc][is_api] = _blocking_mask(api_names[c_api[is_api]])
+
+    # order: by start, origin first; ties keep unit order so fixed units stay in trace order
+    order = np.lexsort((np.arange(len(start)), start))
+    order = np.concatenate([[0], order[order != 0]])
+    newid = np.empty(len(order), np.int64)
+    newid[order] = np.arange(len(order))
+    kind, unit, start, obs = kind[order], unit[order], start[order], obs[order]
+    corr, rid, nbytes, names, blocking = (corr[order], rid[order], nbytes[order],
+                                          names[order], blocking[order])
+    end = start + obs
+    gpu_task = newid[1 + nc + np.arange(ng)]            # GPU row -> task id
+    api_task = newid[1 + api_task_local] if api.num_rows else np.zeros(0, np.int64)
+
+    src, dst, ek, anc, lag, bind = [], [], [], [], [], []
+
+    def add(s, d, k, a, lg, b):
+        src.append(np.asarray(s, np.int64))
+        dst.append(np.asarray(d, np.int64))
+        ek.append(np.full(len(src[-1]), k, np.int8))
+        anc.append(np.full(len(src[-1]), a, np.int8))
+        lag.append(np.asarray(lg, np.int64))
+        bind.append(np.asarray(b, bool))
+
+    # ---- thread order (CPU tasks are contiguous by construction)
+    tasks_by_unit = np.lexsort((np.arange(len(unit)), unit))
+    u_sorted = unit[tasks_by_unit]
+    same = u_sorted[1:] == u_sorted[:-1]
+    prev_t, next_t = tasks_by_unit[:-1][same], tasks_by_unit[1:][same]
+    is_cpu_edge = unit[next_t] < nthr
+    p, q = prev_t[is_cpu_edge], next_t[is_cpu_edge]
+    add(p, q, EK_THREAD, A_END_START, np.maximum(start[q] - end[p], 0), np.ones(len(p), bool))
+
+    # ---- GPU constraints: stream order, launch, waits; then the lag rule
+    is_gpu_edge = (unit[next_t] >= nthr) & (unit[next_t] < origin_unit)
+    sp, sq = prev_t[is_gpu_edge], next_t[is_gpu_edge]
+    overlap = int((start[sq] < end[sp]).sum())
+    stats.add("stream_overlap", overlap, severity="warning",
+              detail="GPU tasks that start before the previous task on their stream ends")
+
+    # launch: GPU task -> its call (correlation within the trace; nsys offsets per process)
+    launch_of = np.full(len(kind), -1, np.int64)
+    if api.num_rows and ng:
+        a_corr = _col(api, "correlation")
+        ok = a_corr >= 0
+        ac, at = a_corr[ok], api_task[ok]
+        o = np.argsort(ac, kind="stable")
+        ac, at = ac[o], at[o]
+        gc = corr[gpu_task]
+        pos = np.searchsorted(ac, gc)
+        pos_c = np.minimum(pos, max(len(ac) - 1, 0))
+        hit = (len(ac) > 0) & (gc >= 0)
+        hit = hit & (ac[pos_c] == gc) if len(ac) else np.zeros(ng, bool)
+        launch_of[gpu_task[hit]] = at[pos_c[hit]]
+    has_launch = launch_of >= 0
+    gpu_mask = (unit >= nthr) & (unit < origin_unit)
+    stats.add("gpu_without_launch", int((gpu_mask & ~has_launch).sum()), severity="warning",
+              detail="GPU tasks whose launching call is not in the trace; kept, anchored to "
+                     "the trace start and their stream")
+    # typical latencies, measured on this trace
+    ln = np.flatnonzero(has_launch)
+    l_lag = start[ln] - start[launch_of[ln]]
+    prev_on_stream = np.full(len(kind), -1, np.int64)
+    prev_on_stream[sq] = sp
+    gap = np.where(prev_on_stream >= 0, start - end[np.maximum(prev_on_stream, 0)], -1)
+    idle = ln[(prev_on_stream[ln] < 0) | (gap[ln] > 10_000)]
+    typ_launch = _median(start[idle] - start[launch_of[idle]], DEFAULT_LAUNCH_LAG_NS)
+    small_gaps = gap[(prev_on_stream >= 0) & (gap >= 0) & (gap < 10_000)]
+    typ_stream = _median(small_gaps, DEFAULT_STREAM_LAG_NS)
+    stats.add("gpu_before_launch", int((l_lag < 0).sum()), severity="warning",
+              detail="GPU tasks that start before their launching call (clock skew); lag 0")
+
+    # recorded cross-stream waits (Kineto 'Stream Wait Event' records)
+    w_src, w_dst = _recorded_waits(tables, corr, unit, start, gpu_task, g, g_unit, nthr,
+                                   launch_of, stats)
+
+    # candidates for each GPU task: stream prev, launch, waits
+    cand_time = np.full(len(kind), np.iinfo(np.int64).min, np.int64)
+    cand_kind = np.full(len(kind), -1, np.int64)
+
+    def offer(tasks, t, k):
+        better = t > cand_time[tasks]
+        # several offers for one task in one call: keep the largest
+        o = np.lexsort((t, tasks))
+        tasks_o, t_o, b_o = tasks[o], t[o], better[o]
+        last = np.r_[tasks_o[1:] != tasks_o[:-1], True] if len(tasks_o) else np.zeros(0, bool)
+        sel = last & b_o
+        cand_time[tasks_o[sel]] = t_o[sel]
+        cand_kind[tasks_o[sel]] = k
+
+    offer(sq, end[sp] + typ_stream, EK_STREAM)
+    offer(ln, start[launch_of[ln]] + typ_launch, EK_LAUNCH)
+    if len(w_src):
+        offer(w_dst, end[w_src] + typ_stream, EK_WAIT)
+
+    # inferred waits: start unexplained by every known constraint
+    g_ids = np.flatnonzero(gpu_mask)
+    unexplained = g_ids[(start[g_ids] - cand_time[g_ids]) > UNEXPLAINED_NS]
+    i_src, i_dst = _infer_waits(unexplained, start, end, unit, g_ids, streams, nthr)
+    stats.add("inferred_waits", len(i_src), severity="info",
+              detail="cross-stream waits not recorded in the trace, inferred from a GPU task "
+                     "starting when another stream's task ended")
+    if len(i_src):
+        offer(i_dst, end[i_src] + typ_stream, EK_WAIT)
+        w_src = np.concatenate([w_src, i_src])
+        w_dst = np.concatenate([w_dst, i_dst])
+
+    def lagged(s, d, base, k, anchor_time):
+        """Observed lag if this edge binds d, else min(typical, observed)."""
+        obs_lag = start[d] - anchor_time
+        b = cand_kind[d] == k
+        lg = np.where(b, obs_lag, np.minimum(base, obs_lag))
+        return np.maximum(lg, 0) if k != EK_STREAM else lg, b
+
+    lg, b = lagged(sp, sq, typ_stream, EK_STREAM, end[sp])
+    # stream order: overlapping tasks get a negative lag so the replay keeps their start
+    add(sp, sq, EK_STREAM, A_END_START, np.maximum(lg, -obs[sp]), b)
+    lg, b = lagged(launch_of[ln], ln, typ_launch, EK_LAUNCH, start[launch_of[ln]])
+    add(launch_of[ln], ln, EK_LAUNCH, A_START_START, lg, b)
+    if len(w_src):
+        lg, b = lagged(w_src, w_dst, typ_stream, EK_WAIT, end[w_src])
+        # several waits into one task: only the latest-ending one binds
+        add(w_src, w_dst, EK_WAIT, A_END_START, lg, b & (end[w_src] + lg == start[w_dst]))
+
+    # ---- synchronization: blocking call ends when the GPU task it waited for ends
+    dur = obs.copy()
+    s_src, s_dst = _sync_edges(tables, blocking, start, end, unit, corr, launch_of, gpu_mask,
+                               api_task, api, stats)
+    if len(s_src):
+        tail = end[s_dst] - end[s_src]
+        waited = end[s_src] > start[s_dst]
+        dur[s_dst] = np.where(waited, tail, obs[s_dst])
+        add(s_src, s_dst, EK_SYNC, A_END_END, np.maximum(tail, 0), waited)
+
+    # ---- origin: every task without a predecessor hangs off the trace start
+    all_dst = np.concatenate(dst) if dst else np.zeros(0, np.int64)
+    has_pred = np.zeros(len(kind), bool)
+    has_pred[all_dst] = True
+    roots = np.flatnonzero(~has_pred)
+    roots = roots[roots != 0]
+    add(np.zeros(len(roots), np.int64), roots, EK_ORIGIN, A_END_START, start[roots] - t0,
+        np.ones(len(roots), bool))
+
+    unit_kind = ["thread"] * nthr + ["stream"] * len(streams) + ["thread"]
+    unit_pid = [int(x) for x in threads[:, 0]] + [None] * len(streams) + [None]
+    unit_tid = [int(x) for x in threads[:, 1]] + [None] * len(streams) + [None]
+    unit_device = [None] * nthr + [int(x) for x in streams[:, 0]] + [None]
+    unit_stream = [None] * nthr + [int(x) for x in streams[:, 1]] + [None]
+    unit_name = ([f"thread {p}:{t}" for p, t in threads] +
+                 [f"gpu {d} stream {s}" for d, s in streams] + ["origin"])
+    return Graph(kind=kind, unit=unit, start_ns=start, obs_dur_ns=obs, dur_ns=dur,
+                 name=list(names), bytes_=nbytes, correlation=corr, range_id=rid,
+                 blocking=blocking,
+                 src=np.concatenate(src), dst=np.concatenate(dst), ekind=np.concatenate(ek),
+                 anchor=np.concatenate(anc), lag_ns=np.concatenate(lag),
+                 binding=np.concatenate(bind), unit_kind=unit_kind, unit_pid=unit_pid,
+                 unit_tid=unit_tid, unit_device=unit_device, unit_stream=unit_stream,
+                 unit_name=unit_name, stats=stats)
+
+
+def _range_names(rng: pa.Table, range_ids: np.ndarray) -> np.ndarray:
+    if not rng.num_rows:
+        return np.full(len(range_ids), "<host>", object)
+    names = _names(rng)
+    ids = _col(rng, "range_id")
+    lookup = np.empty(int(ids.max()) + 1 if len(ids) else 0, object)
+    lookup[ids] = names
+    out = np.full(len(range_ids), "<host>", object)
+    ok = range_ids >= 0
+    out[ok] = lookup[range_ids[ok]]
+    return out
+
+
+def _sync_edges(tables, blocking, start, end, unit, corr, launch_of, gpu_mask, api_task, api,
+                stats: Stats):
+    """Blocking call -> the GPU task it waited for (the latest-ending GPU task that ended
+    inside the call). Where the trace has sync records, the waited stream narrows the search."""
+    calls = np.flatnonzero(blocking)
+    if not len(calls) or not gpu_mask.any():
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    g = np.flatnonzero(gpu_mask)
+    # stream restriction from sync records, by the call's correlation
+    sync = tables["sync"]
+    call_stream_unit = np.full(len(calls), -1, np.int64)
+    if sync.num_rows:
+        s_corr = _col(sync, "correlation")
+        s_stream = _col(sync, "stream")
+        s_kind = _names(sync, "sync_kind")
+        s_wstream = _col(sync, "wait_on_stream")
+        s_dev = _col(sync, "device")
+        key_unit = _stream_units(tables, unit, start, gpu_mask)
+        wanted = np.where(s_kind == "stream_sync", s_stream,
+                          np.where(s_kind == "event_sync", s_wstream, -1))
+        c_corr = corr[calls]
+        o = np.argsort(s_corr, kind="stable")
+        pos = np.searchsorted(s_corr[o], c_corr)
+        pos_c = np.minimum(pos, len(o) - 1)
+        hit = s_corr[o][pos_c] == c_corr
+        for i in np.flatnonzero(hit):
+            r = o[pos_c[i]]
+            if wanted[r] >= 0:
+                call_stream_unit[i] = key_unit.get((int(s_dev[r]), int(wanted[r])),
+                                                   key_unit.get((-1, int(wanted[r])), -1))
+    # latest-ending GPU task with end <= call end, among GPU tasks launched before the call
+    # ends (or by it); per stream where the record says which
+    ge = end[g]
+    o = np.argsort(ge, kind="stable")
+    g_sorted, ge_sorted = g[o], ge[o]
+    pos = np.searchsorted(ge_sorted, end[calls], side="right") - 1
+    src = np.where(pos >= 0, g_sorted[np.maximum(pos, 0)], -1)
+    restricted = np.flatnonzero(call_stream_unit >= 0)
+    if len(restricted):
+        gu = unit[g_sorted]
+        for u in np.unique(call_stream_unit[restricted]):
+            sel = gu == u
+            ends_u = ge_sorted[sel]
+            ids_u = g_sorted[sel]
+            ci = restricted[call_stream_unit[restricted] == u]
+            p = np.searchsorted(ends_u, end[calls[ci]], side="right") - 1
+            src[ci] = np.where(p >= 0, ids_u[np.maximum(p, 0)], -1)
+    ok = src >= 0
+    ok &= end[np.maximum(src, 0)] > start[calls]
+    stats.add("blocking_calls", len(calls), severity="info",
+              detail="calls that may wait for GPU work (syncs, copies, frees)")
+    stats.add("sync_edges", int(ok.sum()), severity="info",
+              detail="blocking calls linked to the GPU task they waited for")
+    return src[ok].astype(np.int64), calls[ok].astype(np.int64)
+
+
+def _stream_units(tables, unit, start, gpu_mask) -> dict:
+    """(device, stream) -> unit id, from the GPU tables (same order as in build)."""
+    out = {}
+    devs, strs = [], []
+    for tname in ("kernel", "memcpy", "memset"):
+        t = tables[tname]
+        if t.num_rows:
+            devs.append(_col(t, "device", 0))
+            strs.append(_col(t, "stream", 0))
+    if not devs:
+        return out
+    pairs = np.unique(np.stack([np.concatenate(devs), np.concatenate(strs)], 1), axis=0)
+    g_units = np.unique(unit[gpu_mask])
+    for (d, s), u in zip(pairs, g_units, strict=True):
+        out[(int(d), int(s))] = int(u)
+        out.setdefault((-1, int(s)), int(u))
+    return out
+
+
+def _recorded_waits(tables, corr, unit, start, gpu_task, g, g_unit, nthr, launch_of,
+                    stats: Stats):
+    """Kineto 'Stream Wait Event': the last GPU task on the recording stream launched before the
+    cudaEventRecord -> the first GPU task on the waiting stream launched after the wait call."""
+    sync = tables["sync"]
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    if not sync.num_rows:
+        return empty
+    kinds = _names(sync, "sync_kind")
+    w = np.flatnonzero(kinds == "stream_wait_event")
+    if not len(w):
+        return empty
+    dev = _col(sync, "device", 0)[w]
+    stream = _col(sync, "stream")[w]
+    wstream = _col(sync, "wait_on_stream")[w]
+    rec_corr = _col(sync, "wait_on_event_record_correlation")[w]
+    wait_corr = _col(sync, "correlation")[w]
+    gcorr = g["corr"]
+    src, dst = [], []
+    unresolved = 0
+    for i in range(len(w)):  # one per recorded wait: few per iteration
+        on_rec = (g["device"] == dev[i]) & (g["stream"] == wstream[i]) & (gcorr >= 0) & \
+            (gcorr < rec_corr[i])
+        on_wait = (g["device"] == dev[i]) & (g["stream"] == stream[i]) & \
+            (gcorr > wait_corr[i])
+        if rec_corr[i] < 0 or not on_rec.any() or not on_wait.any():
+            unresolved += 1
+            continue
+        s_row = np.flatnonzero(on_rec)[np.argmax(gcorr[on_rec])]
+        d_row = np.flatnonzero(on_wait)[np.argmin(gcorr[on_wait])]
+        src.append(gpu_task[s_row])
+        dst.append(gpu_task[d_row])
+    stats.add("stream_waits_unresolved", unresolved, severity="info",
+              detail="recorded stream waits whose recorded or waiting work is not in the trace")
+    if not src:
+        return empty
+    return np.array(src, np.int64), np.array(dst, np.int64)
+
+
+def _infer_waits(tasks, start, end, unit, g_ids, streams, nthr):
+    """For GPU tasks whose start nothing explains: a task on another stream of the same device
+    that ended within WAIT_TOL_NS before it started."""
+    if not len(tasks):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    dev_of_unit = np.full(int(unit.max()) + 1, -1, np.int64)
+    dev_of_unit[nthr:nthr + len(streams)] = streams[:, 0]
+    ge = end[g_ids]
+    o = np.lexsort((ge, dev_of_unit[unit[g_ids]]))
+    gs, gd, gend = g_ids[o], dev_of_unit[unit[g_ids]][o], ge[o]
+    # device-major, then end time relative to the earliest end
+    base = int(gend.min()) if len(gend) else 0
+    key = gd * (1 << 50) + (gend - base)
+    src, dst = [], []
+    q = dev_of_unit[unit[tasks]] * (1 << 50) + (start[tasks] - base)
+    pos = np.searchsorted(key, q, side="right") - 1
+    # walk back over candidates on the same stream (a few at most)
+    for j in range(len(tasks)):
+        p = pos[j]
+        t = tasks[j]
+        while p >= 0 and gd[p] == dev_of_unit[unit[t]] and start[t] - gend[p] <= WAIT_TOL_NS:
+            if unit[gs[p]] != unit[t]:
+                src.append(gs[p])
+                dst.append(t)
+                break
+            p -= 1
+    return np.array(src, np.int64), np.array(dst, np.int64)

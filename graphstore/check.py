@@ -1,0 +1,128 @@
+"""Checks run on every graph when it is built: acyclic (reported as a path of task names),
+and every GPU task whose launching call is in the trace has its launch edge."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ingest.errors import DaydreamError
+
+
+@numba.njit(cache=True)
+def _node_edges(n, src, dst, anchor):
+    """Edges between event nodes: 2i = start of task i, 2i+1 = its end."""
+    m = src.shape[0]
+    es = np.empty(m + n, np.int64)
+    ed = np.empty(m + n, np.int64)
+    for i in range(n):
+        es[i] = 2 * i
+        ed[i] = 2 * i + 1
+    for j in range(m):
+        a = anchor[j]
+        if a == 0:
+            es[n + j] = 2 * src[j] + 1
+            ed[n + j] = 2 * dst[j]
+        elif a == 1:
+            es[n + j] = 2 * src[j]
+            ed[n + j] = 2 * dst[j]
+        else:
+            es[n + j] = 2 * src[j] + 1
+            ed[n + j] = 2 * dst[j] + 1
+    return es, ed
+
+
+@numba.njit(cache=True)
+def _kahn(nn, es, ed):
+    """Return (order of processed nodes, count). count < nn means a cycle."""
+    m = es.shape[0]
+    off = np.zeros(nn + 1, np.int64)
+    for k in range(m):
+        off[es[k] + 1] += 1
+    for i in range(nn):
+        off[i + 1] += off[i]
+    adj = np.empty(m, np.int64)
+    fill = off[:-1].copy()
+    indeg = np.zeros(nn, np.int64)
+    for k in range(m):
+        adj[fill[es[k]]] = ed[k]
+        fill[es[k]] += 1
+        indeg[ed[k]] += 1
+    q = np.empty(nn, np.int64)
+    h = 0
+    t = 0
+    for i in range(nn):
+        if indeg[i] == 0:
+            q[t] = i
+            t += 1
+    while h < t:
+        x = q[h]
+        h += 1
+        for k in range(off[x], off[x + 1]):
+            y = adj[k]
+            indeg[y] -= 1
+            if indeg[y] == 0:
+                q[t] = y
+                t += 1
+    return indeg, off, adj, t
+
+
+@numba.njit(cache=True)
+def _find_cycle(nn, indeg, es, ed):
+    """Nodes left with in-degree > 0 each have a stuck predecessor: walk predecessors until a
+    node repeats; the repeated stretch, reversed, is a cycle."""
+    m = es.shape[0]
+    roff = np.zeros(nn + 1, np.int64)
+    for k in range(m):
+        roff[ed[k] + 1] += 1
+    for i in range(nn):
+        roff[i + 1] += roff[i]
+    radj = np.empty(m, np.int64)
+    fill = roff[:-1].copy()
+    for k in range(m):
+        radj[fill[ed[k]]] = es[k]
+        fill[ed[k]] += 1
+    x = -1
+    for i in range(nn):
+        if indeg[i] > 0:
+            x = i
+            break
+    seen = np.full(nn, -1, np.int64)
+    path = np.empty(nn + 1, np.int64)
+    k = 0
+    while seen[x] < 0:
+        seen[x] = k
+        path[k] = x
+        k += 1
+        nxt = -1
+        for kk in range(roff[x], roff[x + 1]):
+            if indeg[radj[kk]] > 0:
+                nxt = radj[kk]
+                break
+        x = nxt
+    return path[seen[x]:k][::-1].copy()
+
+
+def check_acyclic(n: int, src: np.ndarray, dst: np.ndarray, anchor: np.ndarray,
+                  names: list | None = None) -> None:
+    """Raise DaydreamError naming the tasks of a cycle, if the graph has one."""
+    es, ed = _node_edges(n, src.astype(np.int64), dst.astype(np.int64), anchor.astype(np.int64))
+    indeg, off, adj, done = _kahn(2 * n, es, ed)
+    if done == 2 * n:
+        return
+    cyc = _find_cycle(2 * n, indeg, es, ed)
+    tasks = []
+    for node in cyc:
+        t = int(node) // 2
+        if not tasks or tasks[-1] != t:
+            tasks.append(t)
+    label = [f"{t}:{names[t]}" if names is not None else str(t) for t in tasks]
+    raise DaydreamError("dependency graph has a cycle: " + " -> ".join(label + label[:1]))
+
+
+def check_launch_edges(gpu_tasks_with_call: np.ndarray, launch_dst: np.ndarray) -> None:
+    """Every GPU task whose launching call is in the trace has a launch edge."""
+    missing = np.setdiff1d(gpu_tasks_with_call, launch_dst)
+    if len(missing):
+        raise DaydreamError(f"graph check: {len(missing)} GPU tasks with a launching call have no "
+                            f"launch edge (first: task {int(missing[0])})")

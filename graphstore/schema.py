@@ -1,0 +1,111 @@
+"""The graph tables: every table and column declared once, with type, unit and doc.
+
+They live in ``DIR/graph.duckdb``. Ids are per trace: (trace_id, task_id) is the key of a task,
+task ids are dense 0..n-1 in start order so they double as array indices for the simulator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GRAPH_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Col:
+    name: str
+    sql: str
+    doc: str
+
+
+@dataclass(frozen=True)
+class GTable:
+    name: str
+    doc: str
+    columns: tuple[Col, ...]
+
+    def ddl(self) -> str:
+        cols = ",\n  ".join(f"{c.name} {c.sql}" for c in self.columns)
+        return f"CREATE TABLE IF NOT EXISTS {self.name} (\n  {cols}\n)"
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+
+TASK_KINDS = ("api", "host", "kernel", "memcpy", "memset", "comm")
+EDGE_KINDS = ("thread", "stream", "launch", "sync", "wait", "rank", "inserted")
+# How an edge constrains its destination (the simulator's three anchors):
+#   end_start   dst starts no earlier than src end + lag     (order, waits)
+#   start_start dst starts no earlier than src start + lag   (launch: the GPU work is enqueued
+#               during the call, so it may start before the call returns)
+#   end_end     dst ends no earlier than src end + lag       (a blocking call ends when the GPU
+#               work it waits for ends)
+EDGE_ANCHORS = ("end_start", "start_start", "end_end")
+PHASES = ("forward", "backward", "weight_update", "data_loading", "other")
+UNIT_KINDS = ("thread", "stream", "channel")
+POLICIES = ("fixed", "fcfs", "priority")
+
+TASK = GTable("task", "One node of the dependency graph.", (
+    Col("trace_id", "VARCHAR NOT NULL", "Trace (content hash of the source file)."),
+    Col("task_id", "BIGINT NOT NULL", "Dense id within the trace, in start order."),
+    Col("kind", "VARCHAR NOT NULL", "api, host, kernel, memcpy, memset or comm."),
+    Col("unit_id", "INTEGER NOT NULL", "Unit (thread, stream, channel) that runs the task."),
+    Col("name", "VARCHAR", "Call / kernel name; for host tasks the innermost enclosing range."),
+    Col("layer", "VARCHAR", "DNN layer (module path or annotation), where mapped."),
+    Col("phase", "VARCHAR", "forward, backward, weight_update, data_loading or other."),
+    Col("iteration", "INTEGER", "Training iteration (0-based), null outside all iterations."),
+    Col("start_ns", "BIGINT NOT NULL", "Observed start, ns."),
+    Col("dur_ns", "BIGINT NOT NULL", "Duration used by the simulator, ns: for a blocking call "
+        "the part that remains after the GPU work it waited for had finished."),
+    Col("obs_dur_ns", "BIGINT NOT NULL", "Observed duration, ns."),
+    Col("bytes", "BIGINT", "Bytes moved (copies, sets, collectives)."),
+    Col("correlation", "BIGINT", "CUPTI correlation id (api and GPU tasks)."),
+    Col("range_id", "BIGINT", "Innermost enclosing activity range (CPU tasks), else null."),
+    Col("blocking", "BOOLEAN NOT NULL", "A call that waited for GPU work (sync, blocking copy)."),
+    Col("priority", "BIGINT", "Scheduling priority on priority units (lower first)."),
+))
+
+EDGE = GTable("edge", "A dependency between two tasks of one trace.", (
+    Col("trace_id", "VARCHAR NOT NULL", "Trace."),
+    Col("src", "BIGINT NOT NULL", "Source task_id."),
+    Col("dst", "BIGINT NOT NULL", "Destination task_id."),
+    Col("kind", "VARCHAR NOT NULL", "thread, stream, launch, sync, wait, rank or inserted."),
+    Col("anchor", "VARCHAR NOT NULL", "end_start, start_start or end_end (see EDGE_ANCHORS)."),
+    Col("lag_ns", "BIGINT NOT NULL", "Delay after the anchor, ns: the observed one on the edge "
+        "that bound the destination in the trace, a typical small latency on the others."),
+    Col("binding", "BOOLEAN NOT NULL", "This edge bound the destination in the trace."),
+))
+
+UNIT = GTable("unit", "Who runs tasks one at a time: CPU threads, GPU streams, channels.", (
+    Col("trace_id", "VARCHAR NOT NULL", "Trace."),
+    Col("unit_id", "INTEGER NOT NULL", "Dense id within the trace."),
+    Col("kind", "VARCHAR NOT NULL", "thread, stream or channel."),
+    Col("pid", "BIGINT", "Process (threads)."),
+    Col("tid", "BIGINT", "Thread id (threads)."),
+    Col("device", "INTEGER", "GPU index (streams)."),
+    Col("stream", "BIGINT", "Stream id (streams)."),
+    Col("name", "VARCHAR", "Readable name, e.g. 'thread 4037' or 'gpu 0 stream 7'."),
+    Col("policy", "VARCHAR NOT NULL", "fixed (trace order kept), fcfs or priority."),
+))
+
+ITERATION = GTable("iteration", "Training iterations found in a trace.", (
+    Col("trace_id", "VARCHAR NOT NULL", "Trace."),
+    Col("iteration", "INTEGER NOT NULL", "0-based index in the trace."),
+    Col("label", "VARCHAR", "Marker it came from, e.g. 'ProfilerStep#12'."),
+    Col("source", "VARCHAR NOT NULL", "ProfilerStep, Optimizer.step or whole_trace."),
+    Col("start_ns", "BIGINT NOT NULL", "Start, ns."),
+    Col("end_ns", "BIGINT NOT NULL", "End, ns: where the next iteration starts, or the end of "
+        "the last GPU work of this one."),
+))
+
+LAYER = GTable("layer", "DNN layers found in a trace.", (
+    Col("trace_id", "VARCHAR NOT NULL", "Trace."),
+    Col("layer", "VARCHAR NOT NULL", "Layer name (module path or annotation)."),
+    Col("source", "VARCHAR NOT NULL", "python_function, annotation, nvtx or cpu_op."),
+    Col("module_type", "VARCHAR", "Module class, where known."),
+    Col("first_start_ns", "BIGINT", "First time the layer was entered, ns."),
+    Col("param_bytes", "BIGINT", "Parameter bytes, where the trace tells."),
+))
+
+GRAPH_TABLES = {t.name: t for t in (TASK, EDGE, UNIT, ITERATION, LAYER)}

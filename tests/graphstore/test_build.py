@@ -1,0 +1,193 @@
+"""Graph building: exact edges on small real and hand-made traces, invariants on all traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphstore.build import ANCHOR_NAMES, EDGE_KIND_NAMES, KIND_NAMES, build
+from graphstore.check import check_acyclic
+from ingest.convert import read_trace
+from ingest.errors import DaydreamError
+from tests.conftest import DATA, SHARED, kineto_files
+
+
+def edges(g, kinds=None):
+    """Edges as (kind, anchor, lag_ns, binding, src name, dst name) tuples."""
+    out = []
+    for s, d, k, a, lg, b in zip(g.src, g.dst, g.ekind, g.anchor, g.lag_ns, g.binding,
+                                 strict=True):
+        if kinds is None or EDGE_KIND_NAMES[k] in kinds:
+            out.append((EDGE_KIND_NAMES[k], ANCHOR_NAMES[a], int(lg), bool(b), g.name[s],
+                        g.name[d]))
+    return sorted(out)
+
+
+def task_of(g, name):
+    ids = [i for i, n in enumerate(g.name) if n == name]
+    assert len(ids) == 1, (name, ids)
+    return ids[0]
+
+
+def X(cat, name, ts, dur, pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+            "args": args}
+
+
+def write(tmp_path: Path, events: list[dict]) -> Path:
+    f = tmp_path / "hand.json"
+    f.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return f
+
+
+def test_launch_stream_sync_inferred_wait(tmp_path):
+    # Hand-made trace (times in us):
+    #
+    # thread 1: |launchA 0-5|host 5-10|launchB 10-15|h|launchC 16-18|StreamSync 20-32| ...
+    # stream 7:         |kA 8---------20|kB 20------30|
+    # stream 8:                                       |kC 30.5--35|
+    # thread 1 (cont.): |launchD 40-42| ... |launchE 62-64| ...      (op range 0-80)
+    # stream 9:                  |kD 48-49|          |kE 70-71|
+    #
+    # kA, kD, kE: launch-bound, 8 us after their call starts: the typical launch lag.
+    # kB: stream-bound (starts when kA ends).  kC: launched at 16, starts at 30.5, right
+    # after kB on another stream: an inferred cross-stream wait.  The sync waited for kB.
+    ev = [
+        X("cpu_op", "op", 0, 80),
+        X("cuda_runtime", "launchD", 40, 2, correlation=5),
+        X("cuda_runtime", "launchE", 62, 2, correlation=6),
+        X("kernel", "kD", 48, 1, pid=0, tid=9, stream=9, correlation=5, device=0),
+        X("kernel", "kE", 70, 1, pid=0, tid=9, stream=9, correlation=6, device=0),
+        X("cuda_runtime", "launchA", 0, 5, correlation=1),
+        X("cuda_runtime", "launchB", 10, 5, correlation=2),
+        X("cuda_runtime", "launchC", 16, 2, correlation=3),
+        X("cuda_runtime", "cudaStreamSynchronize", 20, 12, correlation=4),
+        X("kernel", "kA", 8, 12, pid=0, tid=7, stream=7, correlation=1, device=0),
+        X("kernel", "kB", 20, 10, pid=0, tid=7, stream=7, correlation=2, device=0),
+        X("kernel", "kC", 30.5, 4.5, pid=0, tid=8, stream=8, correlation=3, device=0),
+    ]
+    g = build(read_trace(write(tmp_path, ev)).tables)
+    got = edges(g, {"launch", "stream", "sync", "wait"})
+    assert got == sorted([
+        ("launch", "start_start", 8000, True, "launchA", "kA"),
+        ("launch", "start_start", 8000, False, "launchB", "kB"),
+        ("stream", "end_start", 0, True, "kA", "kB"),
+        ("launch", "start_start", 8000, False, "launchC", "kC"),
+        ("wait", "end_start", 500, True, "kB", "kC"),
+        ("sync", "end_end", 2000, True, "kB", "cudaStreamSynchronize"),
+        ("launch", "start_start", 8000, True, "launchD", "kD"),
+        ("launch", "start_start", 8000, True, "launchE", "kE"),
+        ("stream", "end_start", 0, False, "kD", "kE"),  # typical gap here: 0 (kA->kB)
+    ])
+    # the blocking call keeps only what remained after kB ended
+    sync = task_of(g, "cudaStreamSynchronize")
+    assert g.dur_ns[sync] == 2000 and g.obs_dur_ns[sync] == 12000
+    # host time between calls is a task named after the enclosing range
+    hosts = [(int(g.start_ns[i]), int(g.obs_dur_ns[i])) for i in range(g.n_tasks)
+             if KIND_NAMES[g.kind[i]] == "host" and g.name[i] == "op"]
+    assert hosts == [(5000, 5000), (15000, 1000), (18000, 2000), (32000, 8000),
+                     (42000, 20000), (64000, 16000)]
+    # thread order covers the thread without gaps
+    thread = [e for e in edges(g, {"thread"})]
+    assert all(lag == 0 and b for _, _, lag, b, _, _ in thread)
+    assert len(thread) == 11  # 12 CPU tasks in a chain
+
+
+def test_nested_driver_call_and_kernel_without_launch(tmp_path):
+    # Hand-made: a runtime call with a driver call inside it (the kernel carries the driver
+    # call's correlation), and a kernel whose launch is not in the trace.
+    #
+    # thread 1: |cudaLaunchKernel 0-10 [cuLaunchKernel 2-8]|
+    # stream 7:                 |k1 12-14|      |orphan 20-21|
+    ev = [
+        X("cuda_runtime", "cudaLaunchKernel", 0, 10, correlation=1),
+        X("cuda_driver", "cuLaunchKernel", 2, 6, correlation=2),
+        X("kernel", "k1", 12, 2, pid=0, tid=7, stream=7, correlation=2, device=0),
+        X("kernel", "orphan", 20, 1, pid=0, tid=7, stream=7, correlation=99, device=0),
+    ]
+    g = build(read_trace(write(tmp_path, ev)).tables)
+    launch = edges(g, {"launch"})
+    assert launch == [("launch", "start_start", 12000, True, "cudaLaunchKernel", "k1")]
+    assert g.stats.get("nested_calls_merged") == 1
+    assert g.stats.get("gpu_without_launch") == 1
+    origin = edges(g, {"origin"})
+    # roots: the first CPU task and the first task on the stream; the orphan follows k1
+    assert ("origin", "end_start", 0, True, "<trace start>", "cudaLaunchKernel") in origin
+    assert ("stream", "end_start", 6000, True, "k1", "orphan") in edges(g, {"stream"})
+
+
+def test_event_sync_single_stream_real():
+    """HTA's CUDA event sync trace, one stream: exactly two blocking waits."""
+    g = build(read_trace(DATA / "kineto" / "event_sync_single_stream.json.gz").tables)
+    assert edges(g, {"sync", "wait"}) == sorted([
+        # cudaMemcpyAsync to pageable memory blocks until its copy is done (2.935-2.937 ms)
+        ("sync", "end_end", 9000, True, "Memcpy DtoH (Device -> Pageable)", "cudaMemcpyAsync"),
+        # cudaEventSynchronize waits for the spin kernel recorded before the event
+        ("sync", "end_end", 8000, True,
+         "at::cuda::(anonymous namespace)::spin_kernel(long)", "cudaEventSynchronize"),
+    ])
+    # cudaStreamSynchronize and cudaDeviceSynchronize found the stream already idle: no edge
+    assert g.stats.get("blocking_calls") == 4
+
+
+def test_event_sync_multi_stream_real():
+    """HTA's CUDA event sync trace on several streams: the recorded cudaStreamWaitEvent links
+    the sgemm recorded on stream 20 (corr 27, event recorded by corr 1385) to the first work
+    enqueued on stream 24 after the wait (memset corr 1411); the device sync waits for the last
+    sgemm on stream 24."""
+    g = build(read_trace(DATA / "kineto" / "event_sync_multi_stream.json.gz").tables)
+    got = edges(g, {"sync", "wait"})
+    assert got == sorted([
+        ("wait", "end_start", 1000, False, "ampere_sgemm_128x64_nn", "Memset (Device)"),
+        ("sync", "end_end", 13000, True, "ampere_sgemm_128x64_nn", "cudaDeviceSynchronize"),
+    ])
+    w = [i for i in range(len(g.src)) if EDGE_KIND_NAMES[g.ekind[i]] == "wait"][0]
+    assert g.correlation[g.src[w]] == 27 and g.correlation[g.dst[w]] == 1411
+    assert g.unit_name[g.unit[g.src[w]]] == "gpu 0 stream 20"
+    assert g.unit_name[g.unit[g.dst[w]]] == "gpu 0 stream 24"
+
+
+TRAINING = [p for p in kineto_files() if "small" not in str(p) and "ads_sampled" not in p.name
+            and p.name not in ("backward_thread.json", "triton_example.json.gz")]
+if SHARED.exists():
+    TRAINING.append(SHARED / "nsys" / "fsdp_t5_2xh100_1s.sqlite")
+else:
+    TRAINING.append(DATA / "nsys" / "fsdp_t5_2xh100_1s.sqlite")
+
+
+@pytest.mark.parametrize("path", TRAINING, ids=lambda p: p.name)
+def test_real_trace_invariants(path):
+    tables = read_trace(path).tables
+    g = build(tables)
+    check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name)
+    # every GPU task whose correlation id has a call in the trace has its launch edge
+    api_corr = set(tables["api"]["correlation"].drop_null().to_pylist())
+    expect = sum(1 for t in ("kernel", "memcpy", "memset")
+                 for c in tables[t]["correlation"].to_pylist() if c in api_corr)
+    launch = np.array([EDGE_KIND_NAMES[k] == "launch" for k in g.ekind])
+    assert launch.sum() == expect
+    assert len(np.unique(g.dst[launch])) == expect
+    # every task but the origin has a predecessor; every GPU row became a task
+    assert set(np.unique(g.dst)) == set(range(1, g.n_tasks))
+    gpu_rows = sum(tables[t].num_rows for t in ("kernel", "memcpy", "memset"))
+    assert sum(KIND_NAMES[k] in ("kernel", "memcpy", "memset", "comm") for k in g.kind) == \
+        gpu_rows
+    # every edge points forward in observed time from its anchor (the graph is causal)
+    s_time = np.where(g.anchor == 1, g.start_ns[g.src], g.start_ns[g.src] + g.obs_dur_ns[g.src])
+    d_time = np.where(g.anchor == 2, g.start_ns[g.dst] + g.obs_dur_ns[g.dst], g.start_ns[g.dst])
+    stream = np.array([EDGE_KIND_NAMES[k] == "stream" for k in g.ekind])
+    assert np.all((d_time >= s_time) | stream)
+
+
+def test_cycle_is_reported_as_a_path():
+    # Hand-made: 0 -> 1 -> 2 -> 1 (end_start edges), plus a start_start edge 2 -> 3.
+    src = np.array([0, 1, 2, 2])
+    dst = np.array([1, 2, 1, 3])
+    anchor = np.array([0, 0, 0, 1])
+    with pytest.raises(DaydreamError, match=r"cycle: (1:b -> 2:c -> 1:b|2:c -> 1:b -> 2:c)"):
+        check_acyclic(4, src, dst, anchor, ["a", "b", "c", "d"])
+    # the anchors matter: a call launching a copy and waiting for it is not a cycle
+    check_acyclic(2, np.array([0, 1]), np.array([1, 0]), np.array([1, 2]), ["call", "copy"])
