@@ -13,7 +13,7 @@ from ingest.batch import ingest as _ingest
 from ingest.errors import DaydreamError
 from ingest.store import DEFAULT_STORE, Store
 
-__all__ = ["DaydreamError", "expand", "ingest", "info", "resolve_trace", "open_store",
+__all__ = ["DaydreamError", "expand", "ingest", "info", "resolve_trace", "open_store", "sql",
            "DEFAULT_STORE"]
 
 
@@ -79,3 +79,10 @@ def info(trace: str, store: str | Path | None = None) -> dict:
         "tables": counts,
         "stats": row["stats"],
     }
+
+
+def sql(query: str, store: str | Path | None = None, *, fmt: str = "table",
+        out: str | Path | None = None) -> str:
+    """Run read-only SQL over the graph tables, views and activity tables of a store."""
+    from graphstore import db
+    return db.query(open_store(store).root, query, fmt, None if out is None else Path(out))

@@ -103,6 +103,27 @@ def info(
             typer.echo(f"  {s['severity']:7s} {s['name']}: {s['count']}{detail}")
 
 
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL (DuckDB dialect) over the graph tables, "
+                                         "views and activity tables; '-' reads it from stdin. "
+                                         "See docs/sql.md.")],
+    store: StoreOpt = api.DEFAULT_STORE,
+    fmt: Annotated[str, typer.Option("--format", "-f",
+                                     help="table, csv, json or parquet.")] = "table",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the result to FILE "
+                                             "(needed for parquet).")] = None,
+) -> None:
+    """Query the store with SQL (read-only): kernel_timeline, layer_time, iteration_time..."""
+    if query == "-":
+        query = sys.stdin.read()
+    text = api.sql(query, store, fmt=fmt, out=out)
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        typer.echo(text, err=True)
+
+
 def main() -> None:
     try:
         rc = app(standalone_mode=False)

@@ -169,12 +169,15 @@ def read_kineto(path: Path, data: np.ndarray | None = None) -> Converted:
                                          "flow", "meta", "window")}
     base = 0
     other_cats: dict[str, int] = {}
+    release = source.Releaser(data)
     while True:
         nev = batch.scan(data)
         err = int(batch.res[ks.R_ERR])
         if nev:
             _route(batch, nev, base, parts, stats, other_cats, fname)
             base += nev
+        if err == ks.E_OK:
+            release.upto(int(batch.res[ks.R_POS]))
         if err != ks.E_OK:
             field = int(batch.res[ks.R_ERRFIELD])
             pos = int(batch.res[ks.R_ERRPOS])
@@ -439,7 +442,7 @@ def _concat(tables: list[pa.Table]) -> pa.Table | None:
 
 def _finish(parts: dict, stats: Stats, meta: dict, events: int, fname: str) -> Converted:
     tables: dict[str, pa.Table] = {}
-    window = _concat(parts["window"])
+    window = _concat(parts.pop("window"))
     win = None
     if window is not None and window.num_rows:
         s = np.asarray(window["start_ns"])
@@ -447,7 +450,7 @@ def _finish(parts: dict, stats: Stats, meta: dict, events: int, fname: str) -> C
         win = (int(s.min()), int(e.max()))
 
     for tname in ("kernel", "memcpy", "memset"):
-        t = _concat(parts[tname])
+        t = _concat(parts.pop(tname))
         if t is None:
             tables[tname] = conform(tname, {})
             continue
@@ -456,7 +459,7 @@ def _finish(parts: dict, stats: Stats, meta: dict, events: int, fname: str) -> C
             t = _memcpy_kinds(t)
         tables[tname] = conform(tname, t)
 
-    api = _concat(parts["api"])
+    api = _concat(parts.pop("api"))
     if api is not None:
         api = api.sort_by([("start_ns", "ascending")])
         kind = _api_kind(api)
@@ -465,7 +468,7 @@ def _finish(parts: dict, stats: Stats, meta: dict, events: int, fname: str) -> C
     else:
         tables["api"] = conform("api", {})
 
-    sync = _concat(parts["sync"])
+    sync = _concat(parts.pop("sync"))
     if sync is not None:
         sync = sync.sort_by([("start_ns", "ascending")])
         raw = sync["sync_name"].to_pylist()
@@ -479,8 +482,8 @@ def _finish(parts: dict, stats: Stats, meta: dict, events: int, fname: str) -> C
     else:
         tables["sync"] = conform("sync", {})
 
-    tables["range"] = _ranges(_concat(parts["range"]))
-    tables["flow"] = _flows(_concat(parts["flow"]), stats)
+    tables["range"] = _ranges(_concat(parts.pop("range")))
+    tables["flow"] = _flows(_concat(parts.pop("flow")), stats)
 
     # kernels whose launch is not in the trace
     api_corr = tables["api"]["correlation"].drop_null().to_numpy()
@@ -509,7 +512,7 @@ def _finish(parts: dict, stats: Stats, meta: dict, events: int, fname: str) -> C
         stats.add("outside_window", outside, severity="info",
                   detail="activities that start before or end after the profiler's own span")
 
-    metas = _concat(parts["meta"])
+    metas = _concat(parts.pop("meta"))
     threads = {}
     processes = {}
     if metas is not None:

@@ -108,7 +108,7 @@ def _ws(buf, p, n):
     return p
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _skip_string(buf, p, n):
     # p at opening quote; returns index after closing quote, or -1 at end of input
     p += 1
@@ -167,7 +167,7 @@ def _skip_value(buf, p, n):
     return n, E_EOF
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _parse_number(buf, p, n):
     """Parse a JSON number. Returns (p, err, neg, ip, frac, fdigits, exp, has_exp)."""
     neg = False
@@ -217,7 +217,7 @@ def _parse_number(buf, p, n):
     return p, E_OK, neg, ip, frac, fd, exp, has_exp
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _pow10(k):
     r = 1
     for _ in range(k):
@@ -225,7 +225,7 @@ def _pow10(k):
     return r
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _to_ns(neg, ip, frac, fd, exp, has_exp):
     """Microseconds given as decimal digits -> integer nanoseconds, rounded half up."""
     if has_exp:
@@ -249,7 +249,7 @@ def _to_ns(neg, ip, frac, fd, exp, has_exp):
     return ns, E_OK
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _to_int(neg, ip, frac, fd, exp, has_exp):
     if has_exp:
         v = (ip + frac / _pow10(fd)) * (10.0 ** exp)
@@ -263,7 +263,7 @@ def _to_int(neg, ip, frac, fd, exp, has_exp):
     return r, E_OK
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _digits_in_string(buf, p, n):
     """For a string value at p (opening quote): if it holds a plain decimal integer, return
     (end p, True, value); else (end p, False, 0). End p is -1 at end of input."""
@@ -291,7 +291,7 @@ def _digits_in_string(buf, p, n):
     return q, True, v
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _put_utf8(out, o, cp):
     if cp < 0x80:
         out[o] = cp
@@ -312,7 +312,7 @@ def _put_utf8(out, o, cp):
     return o + 4
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _hex4(buf, p, n):
     if p + 4 > n:
         return -1
@@ -331,7 +331,7 @@ def _hex4(buf, p, n):
     return v
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _copy_string(buf, p, n, out, o, cap):
     """Decode the JSON string at p (opening quote) into out[o:]. Returns (p, o, err);
     err -1 means the output buffer is full."""
@@ -385,7 +385,7 @@ def _copy_string(buf, p, n, out, o, cap):
     return n, o, E_EOF
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _match(buf, ks, klen, tab, offs):
     nk = offs.shape[0] - 1
     for k in range(nk):
@@ -402,7 +402,7 @@ def _match(buf, ks, klen, tab, offs):
     return -1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _put_str(buf, p, n, col, ev, sdata, soffs, spres, cap):
     """Copy the string value at p into string column col for event ev."""
     o0 = soffs[col, ev]

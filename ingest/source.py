@@ -71,6 +71,27 @@ def _gunzip_head(path: Path) -> bytes:
         raise TraceFormatError(f"damaged gzip: {e}", file=str(path)) from None
 
 
+class Releaser:
+    """Drops pages of a memory-mapped trace once the scanner has passed them, so resident
+    memory holds the tables being built rather than the whole file. A no-op for in-memory
+    buffers. Pages are re-read from the file if anything looks back (top-level metadata)."""
+
+    def __init__(self, data: np.ndarray):
+        base = data.base
+        self.mm = base.obj if isinstance(base, memoryview) and \
+            isinstance(base.obj, mmap.mmap) else None
+        self.done = 0
+
+    def upto(self, pos: int) -> None:
+        if self.mm is None:
+            return
+        page = mmap.PAGESIZE
+        end = (pos // page) * page
+        if end - self.done >= (64 << 20):
+            self.mm.madvise(mmap.MADV_DONTNEED, self.done, end - self.done)
+            self.done = end
+
+
 def load_bytes(path: Path) -> np.ndarray:
     """The decompressed bytes of a file as a read-only uint8 array (mmap for large files)."""
     with open(path, "rb") as f:

@@ -1,0 +1,134 @@
+"""`make bench`: time Daydream and the peer tool side by side, write docs/benchmarks.md.
+
+Benchmarks, not tests: nothing here fails on a slow machine; the numbers and their ratios are
+written down with the machine they were measured on.
+
+    python bench/run.py [--quick] [--only ingest,graph,memory,simulate]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import peers  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "traces"
+TRANSFORMER = SHARED / "hta" / "transformer_ddp_v100_rank1.json.gz"
+OUT = ROOT / "docs" / "benchmarks.md"
+
+
+def best_of(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def bench_ingest(repeats: int) -> list[str]:
+    """Kineto JSON -> activity tables: Daydream's reader vs HTA's parser, same trace."""
+    from ingest.convert import read_trace
+
+    events = read_trace(TRANSFORMER).events  # also warms the compiled scanner
+    ours = best_of(lambda: read_trace(TRANSFORMER), repeats)
+    # the whole command as a user runs it: process start, conversion, Parquet, commit
+    with tempfile.TemporaryDirectory() as tmp:
+        def cli():
+            subprocess.run([sys.executable, "-m", "daydream", "ingest", str(TRANSFORMER),
+                            "--store", str(Path(tmp) / "s"), "--force", "-j", "1"],
+                           check=True, capture_output=True)
+        cli_s = best_of(cli, repeats)
+    rows = ["## Ingest (issue 2)", "",
+            f"Trace: `hta/transformer_ddp_v100_rank1.json.gz` ({events:,} events, 54 MB of "
+            "JSON, gzipped). Best of "
+            f"{repeats}; each HTA run in a fresh process of its own environment.", "",
+            "| tool | what is timed | seconds | events/s | ratio (HTA / Daydream) |",
+            "|---|---|---|---|---|"]
+    if peers.hta_available():
+        hta = peers.hta_parse(TRANSFORMER, repeats=repeats)
+        hs = hta["seconds"]
+        rows.append(f"| HTA 0.5.0 | `TraceAnalysis(trace_dir)` load (json parse + DataFrame) "
+                    f"| {hs:.3f} | {events / hs:,.0f} | 1.0 |")
+    else:
+        hs = None
+        rows.append("| HTA | not available (run `bash bench/hta_env.sh`) | | | |")
+    ratio = f"{hs / ours:.1f}" if hs else "n/a"
+    ratio_cli = f"{hs / cli_s:.1f}" if hs else "n/a"
+    rows.append(f"| Daydream | `read_trace` (inflate, scan, tables) | {ours:.3f} | "
+                f"{events / ours:,.0f} | {ratio} |")
+    rows.append(f"| Daydream | `daydream ingest` command, whole process incl. Parquet | "
+                f"{cli_s:.3f} | {events / cli_s:,.0f} | {ratio_cli} |")
+    return rows + [""]
+
+
+def bench_memory(target_mb: int) -> list[str]:
+    """Peak memory of `daydream ingest` on a ~1 GB trace made of copies of a real one."""
+    import bigtrace
+
+    with tempfile.TemporaryDirectory() as tmp:
+        big = Path(tmp) / "big.json"
+        info = bigtrace.build(TRANSFORMER, big, target_mb << 20)
+        t = time.perf_counter()
+        p = subprocess.run([sys.executable, "-c",
+                            "import resource, sys\n"
+                            "from daydream.cli import main\n"
+                            "sys.argv = ['daydream', 'ingest', sys.argv[1], '--store', "
+                            "sys.argv[2], '-j', '1']\n"
+                            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+                            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)",
+                            str(big), str(Path(tmp) / "s")],
+                           capture_output=True, text=True, check=True)
+        secs = time.perf_counter() - t
+        peak_mb = int(p.stdout.strip().splitlines()[-1]) / 1024
+    return ["## Memory on a 1 GB trace (issue 2)", "",
+            f"`bench/bigtrace.py` concatenates {info['copies']} time-shifted copies of the "
+            f"transformer trace: {info['bytes'] / 2**20:,.0f} MiB of JSON, "
+            f"{info['events']:,} events. `daydream ingest` of that file:", "",
+            "| seconds | events/s | peak RSS (MiB) | limit |", "|---|---|---|---|",
+            f"| {secs:.1f} | {info['events'] / secs:,.0f} | {peak_mb:,.0f} | 3072 |", ""]
+
+
+SECTIONS = {"ingest": bench_ingest, "memory": bench_memory}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer repeats, smaller big trace")
+    ap.add_argument("--only", default="", help="comma-separated sections")
+    a = ap.parse_args()
+    if not TRANSFORMER.exists():
+        sys.exit(f"bench: {TRANSFORMER} not found; the benchmarks need ../shared/traces")
+    repeats = 1 if a.quick else 3
+    only = [s for s in a.only.split(",") if s] or list(SECTIONS)
+    out = ["# Benchmarks", "",
+           f"Written by `make bench` on {dt.date.today()}: {platform.machine()}, "
+           f"{os.cpu_count()} cores, Python {platform.python_version()}. Wall-clock seconds; "
+           "the peer tool runs in the same `make bench` run, on the same machine.", ""]
+    for name in only:
+        fn = SECTIONS[name]
+        print(f"bench: {name} ...", file=sys.stderr)
+        if name == "memory":
+            out += fn(256 if a.quick else 1024)
+        elif name in ("ingest",):
+            out += fn(repeats)
+        else:
+            out += fn()
+    OUT.write_text("\n".join(out))
+    print(f"bench: wrote {OUT.relative_to(ROOT)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

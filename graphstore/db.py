@@ -1,0 +1,608 @@
+"""The DuckDB side of the graph store: ``DIR/graph.duckdb``.
+
+It holds the five graph tables declared in :mod:`graphstore.schema` (DDL generated from those
+declarations, with their docs as ``COMMENT``\\s), a ``meta`` table with the graph schema version,
+and views that make the common questions one SELECT away (see ``VIEWS`` and docs/sql.md).
+
+Concurrency. DuckDB allows one process to open a database file read-write, or any number of
+processes to open it read-only, never both at once (the file carries an OS lock). So:
+
+- writers (:func:`write_trace`, :func:`delete_trace`) first take the store's writer lock
+  (``ingest.store.Store.lock``, so two writers take turns), then open the file read-write only for
+  the one transaction that replaces a trace's rows, and close it at once;
+- readers (:func:`query`, :func:`connect`) open it read-only for one query and close it.
+
+A connection that finds the file locked by the other side waits and retries (up to
+``timeout_s``), so a query issued while an ingest is writing simply waits for the current
+trace's transaction to finish, and a writer waits for running queries. Each ``write_trace`` is
+one transaction: a reader sees a trace entirely before or entirely after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import decimal
+import io
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import duckdb
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from graphstore.schema import GRAPH_SCHEMA_VERSION, GRAPH_TABLES, GTable
+from ingest import schema as activity_schema
+from ingest.errors import DaydreamError
+from ingest.store import PART, Store
+
+DB_FILE = "graph.duckdb"
+META_KEY = "graph_schema_version"
+# The order write_trace fills the tables in (the order is only for error messages: it is one
+# transaction).
+WRITE_ORDER = ("task", "edge", "unit", "iteration", "layer")
+GPU_KINDS = ("kernel", "memcpy", "memset", "comm")
+CPU_KINDS = ("api", "host")
+FORMATS = ("table", "csv", "json", "parquet")
+DEFAULT_TIMEOUT_S = 60.0
+# The text table shows at most this many rows (the footer says how many there were).
+TABLE_MAX_ROWS = 1000
+
+_GPU = ", ".join(f"'{k}'" for k in GPU_KINDS)
+_CPU = ", ".join(f"'{k}'" for k in CPU_KINDS)
+
+
+def db_path(store_root: str | Path) -> Path:
+    return Path(store_root) / DB_FILE
+
+
+# --------------------------------------------------------------------------------------------
+# Views. Times are the observed ones (start_ns, start_ns + obs_dur_ns): the views describe the
+# trace as it ran; task.dur_ns is the simulator's input and differs only for blocking calls.
+
+VIEWS: dict[str, tuple[str, str]] = {
+    "kernel_timeline": ("GPU tasks (kernel, memcpy, memset, comm) with their unit, launch lag "
+                        "and the idle gap before them on their unit.", f"""
+WITH gpu AS (
+  SELECT t.trace_id, t.task_id, t.iteration, t.layer, t.phase, t.kind, t.unit_id,
+         u.name AS unit, u.device, u.stream, t.name,
+         t.start_ns, t.start_ns + t.obs_dur_ns AS end_ns, t.obs_dur_ns AS dur_ns,
+         t.bytes, t.correlation
+  FROM task t JOIN unit u ON u.trace_id = t.trace_id AND u.unit_id = t.unit_id
+  WHERE t.kind IN ({_GPU})
+),
+launch AS (
+  SELECT e.trace_id, e.dst AS task_id,
+         arg_max(e.src, a.start_ns + a.obs_dur_ns) AS launch_task_id,
+         max(a.start_ns + a.obs_dur_ns) AS launch_end_ns
+  FROM edge e JOIN task a ON a.trace_id = e.trace_id AND a.task_id = e.src
+  WHERE e.kind = 'launch'
+  GROUP BY e.trace_id, e.dst
+)
+SELECT g.trace_id, g.task_id, g.iteration, g.layer, g.phase, g.kind, g.unit_id, g.unit,
+       g.device, g.stream, g.name, g.start_ns, g.end_ns, g.dur_ns, g.bytes, g.correlation,
+       l.launch_task_id,
+       g.start_ns - l.launch_end_ns AS launch_lag_ns,
+       g.start_ns - lag(g.end_ns) OVER (PARTITION BY g.trace_id, g.unit_id
+                                        ORDER BY g.start_ns, g.task_id) AS idle_before_ns
+FROM gpu g LEFT JOIN launch l ON l.trace_id = g.trace_id AND l.task_id = g.task_id
+"""),
+    "layer_time": ("Per trace, iteration, layer and phase: GPU time, CPU time (api and host "
+                   "tasks) and task counts.", f"""
+SELECT trace_id, iteration, layer, phase,
+       coalesce(sum(obs_dur_ns) FILTER (WHERE kind IN ({_GPU})), 0)::BIGINT AS gpu_ns,
+       coalesce(sum(obs_dur_ns) FILTER (WHERE kind IN ({_CPU})), 0)::BIGINT AS cpu_ns,
+       count(*) AS tasks,
+       count(*) FILTER (WHERE kind IN ({_GPU})) AS gpu_tasks,
+       count(*) FILTER (WHERE kind IN ({_CPU})) AS cpu_tasks,
+       count(*) FILTER (WHERE kind = 'kernel') AS kernels
+FROM task
+GROUP BY trace_id, iteration, layer, phase
+"""),
+    # GPU busy time is the length of the union of the GPU task intervals on one device, clipped
+    # to the iteration (summing durations double-counts overlapping streams): sort the intervals,
+    # start a new island where an interval starts after everything before it has ended, and
+    # add up the islands' spans.
+    "iteration_device_time": ("Per trace, iteration and GPU: busy ns (union of the GPU task "
+                              "intervals on its streams, clipped to the iteration) and idle ns.",
+                              f"""
+WITH dev AS (
+  SELECT DISTINCT trace_id, device FROM unit WHERE kind = 'stream' AND device IS NOT NULL
+),
+clip AS (
+  SELECT i.trace_id, i.iteration, u.device, t.task_id,
+         greatest(t.start_ns, i.start_ns) AS s,
+         least(t.start_ns + t.obs_dur_ns, i.end_ns) AS e
+  FROM iteration i
+  JOIN task t ON t.trace_id = i.trace_id
+             AND t.start_ns < i.end_ns AND t.start_ns + t.obs_dur_ns > i.start_ns
+  JOIN unit u ON u.trace_id = t.trace_id AND u.unit_id = t.unit_id
+  WHERE t.kind IN ({_GPU}) AND u.kind = 'stream' AND u.device IS NOT NULL
+),
+reach AS (
+  SELECT *, max(e) OVER (PARTITION BY trace_id, iteration, device ORDER BY s, e, task_id
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach_ns
+  FROM clip
+),
+island AS (
+  SELECT *, sum(CASE WHEN reach_ns IS NULL OR s > reach_ns THEN 1 ELSE 0 END)
+              OVER (PARTITION BY trace_id, iteration, device ORDER BY s, e, task_id
+                    ROWS UNBOUNDED PRECEDING) AS island
+  FROM reach
+),
+busy AS (
+  SELECT trace_id, iteration, device, sum(span)::BIGINT AS busy_ns
+  FROM (SELECT trace_id, iteration, device, max(e) - min(s) AS span
+        FROM island GROUP BY trace_id, iteration, device, island) m
+  GROUP BY trace_id, iteration, device
+)
+SELECT i.trace_id, i.iteration, d.device,
+       i.end_ns - i.start_ns AS dur_ns,
+       coalesce(b.busy_ns, 0)::BIGINT AS busy_ns,
+       (i.end_ns - i.start_ns - coalesce(b.busy_ns, 0))::BIGINT AS idle_ns
+FROM iteration i
+JOIN dev d ON d.trace_id = i.trace_id
+LEFT JOIN busy b ON b.trace_id = i.trace_id AND b.iteration = i.iteration
+                AND b.device = d.device
+"""),
+    "iteration_time": ("Per trace and iteration: span, GPU busy and idle time summed over the "
+                       "trace's GPUs, and the kernels and GPU tasks labelled with it.", f"""
+WITH gpu AS (
+  SELECT trace_id, iteration, count(*) AS devices,
+         sum(busy_ns)::BIGINT AS gpu_busy_ns, sum(idle_ns)::BIGINT AS gpu_idle_ns
+  FROM iteration_device_time GROUP BY trace_id, iteration
+),
+n AS (
+  SELECT trace_id, iteration,
+         count(*) FILTER (WHERE kind = 'kernel') AS kernels,
+         count(*) AS gpu_tasks
+  FROM task WHERE kind IN ({_GPU}) AND iteration IS NOT NULL
+  GROUP BY trace_id, iteration
+)
+SELECT i.trace_id, i.iteration, i.label, i.start_ns, i.end_ns,
+       i.end_ns - i.start_ns AS dur_ns,
+       (i.end_ns - i.start_ns) / 1e6 AS dur_ms,
+       coalesce(g.devices, 0) AS devices,
+       coalesce(g.gpu_busy_ns, 0)::BIGINT AS gpu_busy_ns,
+       coalesce(g.gpu_idle_ns, 0)::BIGINT AS gpu_idle_ns,
+       g.gpu_busy_ns / nullif(g.devices * (i.end_ns - i.start_ns), 0) AS gpu_util,
+       coalesce(n.kernels, 0) AS kernels,
+       coalesce(n.gpu_tasks, 0) AS gpu_tasks
+FROM iteration i
+LEFT JOIN gpu g ON g.trace_id = i.trace_id AND g.iteration = i.iteration
+LEFT JOIN n ON n.trace_id = i.trace_id AND n.iteration = i.iteration
+"""),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Schema
+
+
+def _lit(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def create_schema(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> None:
+    """Create the graph tables, ``meta`` and the views on a read-write connection.
+
+    An existing database must carry this version (:func:`check_version`); tables are created
+    only where missing, views are always replaced (so a newer daydream's views take over).
+    """
+    tables = {r[0] for r in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main'").fetchall()}
+    if tables:
+        check_version(con, path)
+    con.execute("BEGIN")
+    try:
+        con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+        con.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)",
+                    [META_KEY, str(GRAPH_SCHEMA_VERSION)])
+        for t in GRAPH_TABLES.values():
+            con.execute(t.ddl())
+            if t.name not in tables:
+                _comment(con, t)
+        for name, (doc, sql) in VIEWS.items():
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+            con.execute(f"COMMENT ON VIEW {name} IS {_lit(doc)}")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _comment(con: duckdb.DuckDBPyConnection, t: GTable) -> None:
+    con.execute(f"COMMENT ON TABLE {t.name} IS {_lit(t.doc)}")
+    for c in t.columns:
+        con.execute(f"COMMENT ON COLUMN {t.name}.{c.name} IS {_lit(c.doc)}")
+
+
+def _rebuild_hint(path: Path | str) -> str:
+    return (f"rebuild the graph: delete {path} and run `daydream ingest --force` over the "
+            "traces (or `daydream rebuild`)")
+
+
+def check_version(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> None:
+    """Raise unless the database is a daydream graph of this version."""
+    where = str(path) if path is not None else "the graph database"
+    try:
+        found = con.execute("SELECT value FROM meta WHERE key = ?", [META_KEY]).fetchall()
+        row = found[0] if found else None
+    except duckdb.CatalogException:
+        row = None
+    if row is None:
+        raise DaydreamError(f"{where} is not a daydream graph (no meta table with "
+                            f"{META_KEY}); {_rebuild_hint(where)}")
+    if row[0] != str(GRAPH_SCHEMA_VERSION):
+        raise DaydreamError(f"{where} has graph schema version {row[0]}, this daydream reads "
+                            f"version {GRAPH_SCHEMA_VERSION}; {_rebuild_hint(where)}")
+
+
+# --------------------------------------------------------------------------------------------
+# Connections
+
+
+def _open(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
+    """Open ``path``, waiting while another process holds a conflicting lock on it."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.02
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as e:
+            msg = str(e)
+            if "lock" not in msg.lower():
+                raise DaydreamError(f"cannot open {path}: {_first_line(msg)}") from None
+            if time.monotonic() >= deadline:
+                side = "written" if read_only else "read or written"
+                raise DaydreamError(f"{path} is being {side} by another process (waited "
+                                    f"{timeout_s:g} s); try again when it has finished") from None
+        except duckdb.Error as e:
+            raise DaydreamError(f"cannot open {path}: {_first_line(str(e))}") from None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+@contextlib.contextmanager
+def connect(store_root: str | Path, read_only: bool = True,
+            timeout_s: float = DEFAULT_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A short-lived connection to ``DIR/graph.duckdb``, closed on exit.
+
+    Read-only (the default): the database must exist and carry this schema version. Read-write
+    (writers only, with the store lock held): created with its tables and views where missing.
+    Keep it open only as long as needed: while it is, other processes cannot write (or, for a
+    read-write one, open) the file.
+    """
+    path = db_path(store_root)
+    if read_only and not path.exists():
+        raise DaydreamError(f"no graph in {store_root}: ingest traces first "
+                            f"(`daydream ingest TRACE... --store {store_root}`)")
+    if not read_only:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    con = _open(path, read_only, timeout_s)
+    try:
+        if read_only:
+            check_version(con, path)
+        else:
+            create_schema(con, path)
+        yield con
+    finally:
+        con.close()
+
+
+def _first_line(msg: str) -> str:
+    return msg.strip().splitlines()[0] if msg.strip() else msg
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+
+
+def _prepare(name: str, t: pa.Table, trace_id: str) -> pa.Table:
+    """Check the columns of one incoming table; drop a trace_id column that agrees."""
+    decl = GRAPH_TABLES[name]
+    if "trace_id" in t.column_names:
+        ids = set(t.column("trace_id").unique().to_pylist())
+        if ids - {trace_id}:
+            raise DaydreamError(f"graph table {name} for trace {trace_id} holds rows of trace "
+                                f"{sorted(map(str, ids - {trace_id}))[0]}")
+        t = t.drop_columns(["trace_id"])
+    want = [c for c in decl.names if c != "trace_id"]
+    missing = [c for c in want if c not in t.column_names]
+    extra = [c for c in t.column_names if c not in want]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append("missing column(s) " + ", ".join(missing))
+        if extra:
+            parts.append("unknown column(s) " + ", ".join(extra))
+        raise DaydreamError(f"graph table {name} for trace {trace_id}: " + "; ".join(parts))
+    return t
+
+
+def write_trace(store_root: str | Path, trace_id: str, tables: Mapping[str, pa.Table],
+                timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, int]:
+    """Replace the rows of one trace in all five graph tables, in one transaction.
+
+    ``tables`` maps each of task, edge, unit, iteration, layer to an Arrow table with the
+    declared columns (a ``trace_id`` column is optional; when present it must equal
+    ``trace_id``). A table left out is written as empty. Rows are inserted straight from Arrow
+    (DuckDB scans the buffers, no copy through Python). Any failure rolls the whole trace back:
+    the database is left exactly as it was. Takes the store's writer lock. Returns rows written
+    per table.
+    """
+    unknown = sorted(set(tables) - set(GRAPH_TABLES))
+    if unknown:
+        raise DaydreamError(f"unknown graph table(s) {', '.join(unknown)}; the graph tables "
+                            f"are {', '.join(WRITE_ORDER)}")
+    prepared = {name: _prepare(name, tables[name], trace_id)
+                for name in WRITE_ORDER if name in tables}
+    counts: dict[str, int] = {}
+    with Store(Path(store_root)).lock(), connect(store_root, read_only=False,
+                                                 timeout_s=timeout_s) as con:
+        # Registered outside the transaction: unregistering inside an aborted one would fail
+        # and hide the error that aborted it.
+        for name, t in prepared.items():
+            con.register(f"_in_{name}", t)
+        name = None
+        try:
+            con.execute("BEGIN")
+            try:
+                for name in WRITE_ORDER:
+                    con.execute(f"DELETE FROM {name} WHERE trace_id = ?", [trace_id])
+                for name in WRITE_ORDER:
+                    t = prepared.get(name)
+                    counts[name] = 0 if t is None else t.num_rows
+                    if not counts[name]:
+                        continue
+                    cols = ", ".join(c for c in GRAPH_TABLES[name].names if c != "trace_id")
+                    con.execute(f"INSERT INTO {name} (trace_id, {cols}) "
+                                f"SELECT ?, {cols} FROM _in_{name}", [trace_id])
+                con.execute("COMMIT")
+            except duckdb.Error as e:
+                con.execute("ROLLBACK")
+                raise DaydreamError(f"writing graph table {name} of trace {trace_id} failed, "
+                                    f"nothing written: {_first_line(str(e))}") from None
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        finally:
+            for name in prepared:
+                con.unregister(f"_in_{name}")
+    return counts
+
+
+def delete_trace(store_root: str | Path, trace_id: str,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
+    """Delete one trace's rows from every graph table (one transaction). Returns task rows."""
+    if not db_path(store_root).exists():
+        return 0
+    with Store(Path(store_root)).lock(), connect(store_root, read_only=False,
+                                                 timeout_s=timeout_s) as con:
+        con.execute("BEGIN")
+        try:
+            n = con.execute("SELECT count(*) FROM task WHERE trace_id = ?",
+                            [trace_id]).fetchall()[0][0]
+            for name in WRITE_ORDER:
+                con.execute(f"DELETE FROM {name} WHERE trace_id = ?", [trace_id])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    return int(n)
+
+
+def remove_db(store_root: str | Path) -> bool:
+    """Delete ``graph.duckdb`` (and its WAL), e.g. before a rebuild after a schema change."""
+    path = db_path(store_root)
+    with Store(Path(store_root)).lock():
+        found = path.exists()
+        for p in (path, path.with_name(path.name + ".wal")):
+            p.unlink(missing_ok=True)
+    return found
+
+
+def trace_ids(store_root: str | Path) -> list[str]:
+    """Traces that have a graph (rows in ``iteration`` or ``task``), sorted."""
+    if not db_path(store_root).exists():
+        return []
+    with connect(store_root) as con:
+        rows = con.execute("SELECT trace_id FROM task UNION SELECT trace_id FROM iteration "
+                           "ORDER BY 1").fetchall()
+    return [r[0] for r in rows]
+
+
+# --------------------------------------------------------------------------------------------
+# Activity tables as views
+
+
+def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path) -> list[str]:
+    """Make the Parquet activity tables queryable on ``con`` as temporary views.
+
+    One view per activity table (kernel, memcpy, memset, api, sync, range, flow, trace), with
+    ``trace_id`` from the partition folder. Only committed traces are visible: those whose
+    ``trace`` partition exists (the store renames it into place last and removes it first).
+    Works on read-only connections (temporary views live in memory). Returns the view names.
+    """
+    activity = Store(Path(store_root)).activity.resolve()
+    names = []
+    # trace first: the other views filter on it.
+    for table in ("trace", *(t for t in activity_schema.COMMIT_ORDER if t != "trace")):
+        if next((activity / table).glob(f"trace_id=*/{PART}"), None) is not None:
+            # Every file is written with the declared schema, so DuckDB reads the schema of
+            # the first file only (no union_by_name, which would open every footer).
+            glob = _lit(str(activity / table / "trace_id=*" / "*.parquet"))
+            src = (f"read_parquet({glob}, hive_partitioning = true, "
+                   f"hive_types = {{'trace_id': 'VARCHAR'}})")
+            if table == "trace":
+                sql = f"SELECT * FROM {src}"
+            else:
+                sql = f"SELECT * FROM {src} WHERE trace_id IN (SELECT trace_id FROM trace)"
+            con.execute(f'CREATE OR REPLACE TEMP VIEW "{table}" AS {sql}')
+        else:
+            empty = activity_schema.empty(table)
+            empty = empty.append_column("trace_id", pa.array([], pa.string()))
+            con.register(table, empty)
+        names.append(table)
+    return names
+
+
+# --------------------------------------------------------------------------------------------
+# Queries
+
+
+def query(store_root: str | Path, sql: str, fmt: str = "table", out: str | Path | None = None,
+          *, activity: bool = True, max_rows: int | None = TABLE_MAX_ROWS,
+          timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
+    """Run ``sql`` on a read-only connection to the store and render the result.
+
+    ``fmt``: ``table`` (aligned text with a row-count footer, at most ``max_rows`` rows shown),
+    ``csv`` (with a header), ``json`` (a list of records) or ``parquet`` (needs ``out``). With
+    ``out`` the result is written there and a one-line summary is returned; otherwise the text.
+    With ``activity`` the raw activity tables are views too (:func:`register_activity`). A store
+    with activity tables but no graph yet is queried over the activity views alone.
+    """
+    if fmt not in FORMATS:
+        raise DaydreamError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    if fmt == "parquet" and out is None:
+        raise DaydreamError("--format parquet needs --out FILE")
+    result = run_sql(store_root, sql, activity=activity, timeout_s=timeout_s)
+    if out is not None:
+        out = Path(out)
+        if fmt == "parquet":
+            try:
+                pq.write_table(result, out)
+            except OSError as e:
+                raise DaydreamError(f"cannot write {out}: {e}") from None
+        else:
+            text = render(result, fmt, max_rows=None)
+            try:
+                out.write_text(text)
+            except OSError as e:
+                raise DaydreamError(f"cannot write {out}: {e}") from None
+        return f"{_rows(result.num_rows)} -> {out}"
+    return render(result, fmt, max_rows=max_rows)
+
+
+def run_sql(store_root: str | Path, sql: str, *, activity: bool = True,
+            timeout_s: float = DEFAULT_TIMEOUT_S) -> pa.Table:
+    """Run ``sql`` read-only and return the result of its last statement as an Arrow table."""
+    root = Path(store_root)
+    has_graph = db_path(root).exists()
+    has_activity = bool(Store(root).trace_ids())
+    if not has_graph and not has_activity:
+        raise DaydreamError(f"no traces in {root}: ingest some first "
+                            f"(`daydream ingest TRACE... --store {root}`)")
+    with contextlib.ExitStack() as stack:
+        if has_graph:
+            con = stack.enter_context(connect(root, read_only=True, timeout_s=timeout_s))
+        else:
+            con = duckdb.connect(":memory:")
+            stack.callback(con.close)
+        if activity or not has_graph:
+            register_activity(con, root)
+        try:
+            rel = con.sql(sql)
+            if rel is None:
+                return pa.table({})
+            return rel.to_arrow_table()
+        except duckdb.Error as e:
+            msg = _first_line(str(e))
+            if not has_graph and any(v in msg for v in (*GRAPH_TABLES, *VIEWS)):
+                msg += (f" (the graph of {root} is not built yet: only the activity tables "
+                        "can be queried)")
+            raise DaydreamError(f"sql: {msg}") from None
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
+def render(t: pa.Table, fmt: str, max_rows: int | None = TABLE_MAX_ROWS) -> str:
+    """Render an Arrow table as ``table``, ``csv`` or ``json`` text."""
+    if fmt == "table":
+        return _text_table(t, max_rows)
+    if fmt == "csv":
+        return _csv(t)
+    if fmt == "json":
+        return orjson.dumps(t.to_pylist(), default=_json_default).decode() + "\n"
+    raise DaydreamError(f"cannot render format {fmt!r} as text; use one of table, csv, json")
+
+
+def _columns(t: pa.Table, n: int | None = None) -> Iterator[list]:
+    """Rows of ``t`` as lists, batch by batch (no dict per row)."""
+    left = t.num_rows if n is None else min(n, t.num_rows)
+    for batch in t.to_batches():
+        if left <= 0:
+            return
+        batch = batch.slice(0, left)
+        left -= batch.num_rows
+        yield from (list(r) for r in zip(*(c.to_pylist() for c in batch.columns), strict=True))
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        s = f"{v:.6f}".rstrip("0").rstrip(".")
+        return s if s not in ("", "-0") else "0"
+    if isinstance(v, dict | list | tuple):
+        return orjson.dumps(v, default=_json_default).decode()
+    return str(v).replace("\n", "\\n")
+
+
+def _text_table(t: pa.Table, max_rows: int | None) -> str:
+    if t.num_columns == 0:
+        return "(0 rows)\n"
+    numeric = [pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
+               or pa.types.is_decimal(f.type) for f in t.schema]
+    header = t.column_names
+    rows = [[_cell(v) for v in r] for r in _columns(t, max_rows)]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if num else c.ljust(w)
+                         for c, w, num in zip(cells, widths, numeric, strict=True)).rstrip()
+
+    out = [line(header), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in rows]
+    foot = f"({_rows(t.num_rows)}"
+    if len(rows) < t.num_rows:
+        foot += f", first {len(rows)} shown; use --format csv or --out for all"
+    out.append(foot + ")")
+    return "\n".join(out) + "\n"
+
+
+def _csv_cell(v) -> object:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict | list | tuple):
+        return orjson.dumps(v, default=_json_default).decode()
+    return v
+
+
+def _csv(t: pa.Table) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(t.column_names)
+    for r in _columns(t):
+        w.writerow([_csv_cell(v) for v in r])
+    return buf.getvalue()
+
+
+def _json_default(v):
+    if isinstance(v, decimal.Decimal):
+        # DuckDB's sum() of BIGINT is a HUGEINT, which Arrow carries as decimal128(38, 0).
+        if v == v.to_integral_value() and -(2**63) <= v < 2**63:
+            return int(v)
+        return float(v)
+    if isinstance(v, bytes):
+        return v.hex()
+    return str(v)

@@ -1,0 +1,512 @@
+"""graph.duckdb: writing traces, the views, read-only queries and their output formats.
+
+The graph tables below are hand-made (not produced by the graph builder): two tiny traces whose
+every view row can be worked out on paper. Times are ns.
+
+Trace A (``aaaa1111``), one GPU, two streams, two iterations:
+
+    time      0    20   40   60   80   100  120  140  160  180  200
+              |    |    |    |    |    |    |    |    |    |    |
+    iteration [------------ 0 ------------)[------------ 1 ------------)
+    thread    a0h1a3a4        a7                  a9 a11 [h13 160-190)
+    stream 7    [k2 12-40)[k5 50-70)[k8 95----130)         [k12 155-180)
+    stream 13               [k6 60-90)                   [m10 150-160)
+
+    a = api call, h = host stretch, k = kernel, m = memcpy; launch edges a0->k2, a3->k5,
+    a4->k6, a7->k8, a9->m10, a11->k12. a9 is a blocking cudaMemcpy: observed 10 ns, dur_ns 4.
+
+    GPU busy in iteration 0 = |[12,40) u [50,70) u [60,90) u [95,100)| = 28 + 40 + 5 = 73
+      (a plain sum of the clipped durations would say 83: k5 and k6 overlap on [60,70)),
+    GPU busy in iteration 1 = |[100,130) u [150,160) u [155,180)| = 30 + 30 = 60.
+    k8 is labelled iteration 0 (launched there) but runs into iteration 1.
+
+Trace B (``bbbb2222``), two GPUs, one iteration [0, 50):
+
+    time      0    10   20   30   40   50
+    thread    [a0)
+    gpu0 s7        [k1 10----30)
+    gpu1 s3             [c2 20-------45)     c2 = comm task with no launch edge
+
+    busy: gpu0 20, gpu1 25 -> 45 of 2 x 50; idle 55.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from graphstore import db
+from graphstore.schema import GRAPH_TABLES
+from ingest import schema as act
+from ingest.errors import DaydreamError
+from ingest.store import PART, Store
+
+A = "aaaa1111"
+B = "bbbb2222"
+
+_SQL_TO_ARROW = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
+                 "BOOLEAN": pa.bool_()}
+
+
+def arrow(name: str, rows: list[dict], with_trace_id: str | None = None) -> pa.Table:
+    """An Arrow table of graph table ``name`` from partial rows (missing columns are null)."""
+    fields = [pa.field(c.name, _SQL_TO_ARROW[c.sql.split()[0]])
+              for c in GRAPH_TABLES[name].columns if c.name != "trace_id"]
+    full = [{f.name: r.get(f.name) for f in fields} for r in rows]
+    t = pa.Table.from_pylist(full, schema=pa.schema(fields))
+    if with_trace_id is not None:
+        t = t.append_column("trace_id", pa.array([with_trace_id] * t.num_rows, pa.string()))
+    return t
+
+
+def task(task_id, kind, unit_id, name, start, dur, iteration, layer, phase, *, obs=None,
+         blocking=False, nbytes=None):
+    return dict(task_id=task_id, kind=kind, unit_id=unit_id, name=name, start_ns=start,
+                dur_ns=dur, obs_dur_ns=dur if obs is None else obs, iteration=iteration,
+                layer=layer, phase=phase, blocking=blocking, bytes=nbytes)
+
+
+def edge(src, dst, kind, anchor="end_start", lag=0, binding=False):
+    return dict(src=src, dst=dst, kind=kind, anchor=anchor, lag_ns=lag, binding=binding)
+
+
+def trace_a(with_trace_id: bool = False) -> dict[str, pa.Table]:
+    tid = A if with_trace_id else None
+    F, Bw, W, D, Ot = "forward", "backward", "weight_update", "data_loading", "other"
+    tasks = [
+        task(0, "api", 0, "cudaLaunchKernel", 0, 10, 0, "fc1", F),
+        task(1, "host", 0, "aten::linear", 10, 10, 0, "fc1", F),
+        task(2, "kernel", 1, "gemm", 12, 28, 0, "fc1", F),
+        task(3, "api", 0, "cudaLaunchKernel", 20, 10, 0, "fc2", F),
+        task(4, "api", 0, "cudaLaunchKernel", 30, 10, 0, "fc2", Bw),
+        task(5, "kernel", 1, "relu", 50, 20, 0, "fc2", F),
+        task(6, "kernel", 2, "gemm_bwd", 60, 30, 0, "fc2", Bw),
+        task(7, "api", 0, "cudaLaunchKernel", 80, 10, 0, "optim", W),
+        task(8, "kernel", 1, "adam", 95, 35, 0, "optim", W),
+        task(9, "api", 0, "cudaMemcpy", 140, 4, 1, "data", D, obs=10, blocking=True),
+        task(10, "memcpy", 2, "Memcpy HtoD", 150, 10, 1, "data", D, nbytes=4096),
+        task(11, "api", 0, "cudaLaunchKernel", 151, 2, 1, "fc1", F),
+        task(12, "kernel", 1, "gemm", 155, 25, 1, "fc1", F),
+        task(13, "host", 0, "python", 160, 30, 1, None, Ot),
+    ]
+    edges = [edge(s, d, "thread") for s, d in
+             [(0, 1), (1, 3), (3, 4), (4, 7), (7, 9), (9, 11), (11, 13)]]
+    edges += [edge(s, d, "stream") for s, d in [(2, 5), (5, 8), (8, 12), (6, 10)]]
+    edges += [edge(s, d, "launch", "start_start", 5) for s, d in
+              [(0, 2), (3, 5), (4, 6), (7, 8), (9, 10), (11, 12)]]
+    units = [
+        dict(unit_id=0, kind="thread", pid=1, tid=10, name="thread 10", policy="fixed"),
+        dict(unit_id=1, kind="stream", device=0, stream=7, name="gpu 0 stream 7",
+             policy="fixed"),
+        dict(unit_id=2, kind="stream", device=0, stream=13, name="gpu 0 stream 13",
+             policy="fixed"),
+    ]
+    iterations = [
+        dict(iteration=0, label="ProfilerStep#0", source="ProfilerStep", start_ns=0, end_ns=100),
+        dict(iteration=1, label="ProfilerStep#1", source="ProfilerStep", start_ns=100,
+             end_ns=200),
+    ]
+    layers = [dict(layer=n, source="python_function", first_start_ns=s)
+              for n, s in [("fc1", 0), ("fc2", 20), ("optim", 80), ("data", 140)]]
+    return {"task": arrow("task", tasks, tid), "edge": arrow("edge", edges, tid),
+            "unit": arrow("unit", units, tid), "iteration": arrow("iteration", iterations, tid),
+            "layer": arrow("layer", layers, tid)}
+
+
+def trace_b() -> dict[str, pa.Table]:
+    # Comes with a trace_id column, as a builder may produce it.
+    tasks = [
+        task(0, "api", 0, "cudaLaunchKernel", 0, 5, 0, "conv", "forward"),
+        task(1, "kernel", 1, "conv_fwd", 10, 20, 0, "conv", "forward"),
+        task(2, "comm", 2, "ncclKernel_AllReduce", 20, 25, 0, None, "backward", nbytes=1024),
+    ]
+    units = [
+        dict(unit_id=0, kind="thread", pid=2, tid=20, name="thread 20", policy="fixed"),
+        dict(unit_id=1, kind="stream", device=0, stream=7, name="gpu 0 stream 7",
+             policy="fixed"),
+        dict(unit_id=2, kind="stream", device=1, stream=3, name="gpu 1 stream 3",
+             policy="fixed"),
+    ]
+    return {
+        "task": arrow("task", tasks, B),
+        "edge": arrow("edge", [edge(0, 1, "launch", "start_start", 5)], B),
+        "unit": arrow("unit", units, B),
+        "iteration": arrow("iteration", [dict(iteration=0, source="whole_trace", start_ns=0,
+                                              end_ns=50)], B),
+        "layer": arrow("layer", [dict(layer="conv", source="annotation")], B),
+    }
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    root = tmp_path / "store"
+    db.write_trace(root, A, trace_a())
+    db.write_trace(root, B, trace_b())
+    return root
+
+
+def rows(root: Path, sql: str) -> list[tuple]:
+    with db.connect(root) as con:
+        return con.execute(sql).fetchall()
+
+
+def snapshot(root: Path) -> dict[str, list[tuple]]:
+    with db.connect(root) as con:
+        return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
+                for t in (*GRAPH_TABLES, "meta")}
+
+
+# ---------------------------------------------------------------------------------- writing
+
+
+def test_write_counts_and_trace_id_column_optional(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    assert db.write_trace(root, A, trace_a()) == {
+        "task": 14, "edge": 17, "unit": 3, "iteration": 2, "layer": 4}
+    # The same tables with a trace_id column give the same rows.
+    other = tmp_path / "t"
+    db.write_trace(other, A, trace_a(with_trace_id=True))
+    assert snapshot(root) == snapshot(other)
+    assert db.trace_ids(root) == [A]
+    assert rows(root, "SELECT value FROM meta") == [("1",)]
+
+
+def test_rewrite_replaces_one_trace_and_leaves_the_other(store: Path) -> None:
+    before_b = {t: rows(store, f"SELECT * FROM {t} WHERE trace_id = '{B}' ORDER BY ALL")
+                for t in GRAPH_TABLES}
+    smaller = trace_a()
+    smaller["task"] = smaller["task"].slice(0, 3)
+    smaller["edge"] = smaller["edge"].slice(0, 1)
+    smaller["iteration"] = smaller["iteration"].slice(0, 1)
+    del smaller["layer"]  # a table left out is written empty
+    assert db.write_trace(store, A, smaller) == {
+        "task": 3, "edge": 1, "unit": 3, "iteration": 1, "layer": 0}
+    assert rows(store, f"SELECT count(*) FROM task WHERE trace_id = '{A}'") == [(3,)]
+    assert rows(store, f"SELECT count(*) FROM layer WHERE trace_id = '{A}'") == [(0,)]
+    assert {t: rows(store, f"SELECT * FROM {t} WHERE trace_id = '{B}' ORDER BY ALL")
+            for t in GRAPH_TABLES} == before_b
+    assert db.delete_trace(store, A) == 3
+    assert db.trace_ids(store) == [B]
+
+
+def test_failure_mid_write_leaves_the_db_exactly_as_before(store: Path) -> None:
+    before = snapshot(store)
+    bad = trace_a()
+    bad["task"] = bad["task"].slice(0, 2)  # would change trace A, if it were committed
+    # layer is written last: task, edge, unit and iteration are already replaced when it fails.
+    bad["layer"] = bad["layer"].set_column(
+        bad["layer"].schema.get_field_index("first_start_ns"), "first_start_ns",
+        pa.array(["abc"] * bad["layer"].num_rows))
+    with pytest.raises(DaydreamError, match=r"writing graph table layer of trace aaaa1111 "
+                       r"failed, nothing written: Conversion Error"):
+        db.write_trace(store, A, bad)
+    assert snapshot(store) == before
+    # A null in a NOT NULL column fails the same way.
+    bad = trace_a()
+    bad["iteration"] = bad["iteration"].set_column(
+        bad["iteration"].schema.get_field_index("start_ns"), "start_ns",
+        pa.array([None, 100], pa.int64()))
+    with pytest.raises(DaydreamError, match="iteration.*NOT NULL"):
+        db.write_trace(store, A, bad)
+    assert snapshot(store) == before
+
+
+def test_bad_input_is_refused_before_the_db_is_touched(store: Path) -> None:
+    t = trace_a()
+    t["unit"] = t["unit"].drop_columns(["policy"])
+    with pytest.raises(DaydreamError, match="graph table unit for trace aaaa1111: missing "
+                       "column.s. policy"):
+        db.write_trace(store, A, t)
+    with pytest.raises(DaydreamError, match="holds rows of trace bbbb2222"):
+        db.write_trace(store, A, trace_b())
+    with pytest.raises(DaydreamError, match="unknown graph table.s. tasks"):
+        db.write_trace(store, A, {"tasks": trace_a()["task"]})
+
+
+def test_writer_takes_the_store_lock(store: Path) -> None:
+    done = threading.Event()
+
+    def write() -> None:
+        db.write_trace(store, B, trace_b())
+        done.set()
+
+    with Store(store).lock():
+        th = threading.Thread(target=write)
+        th.start()
+        assert not done.wait(0.3)
+    th.join(10)
+    assert done.is_set()
+
+
+# ------------------------------------------------------------------------------------ views
+
+
+def test_kernel_timeline(store: Path) -> None:
+    got = rows(store, """
+        SELECT trace_id, task_id, iteration, layer, phase, kind, unit, device, stream, name,
+               start_ns, end_ns, dur_ns, launch_task_id, launch_lag_ns, idle_before_ns
+        FROM kernel_timeline ORDER BY trace_id, task_id""")
+    s7, s13 = "gpu 0 stream 7", "gpu 0 stream 13"
+    assert got == [
+        # launch_lag = start - end of the launching call; idle_before = start - end of the
+        # previous GPU task on the same stream.
+        (A, 2, 0, "fc1", "forward", "kernel", s7, 0, 7, "gemm", 12, 40, 28, 0, 2, None),
+        (A, 5, 0, "fc2", "forward", "kernel", s7, 0, 7, "relu", 50, 70, 20, 3, 20, 10),
+        (A, 6, 0, "fc2", "backward", "kernel", s13, 0, 13, "gemm_bwd", 60, 90, 30, 4, 20,
+         None),
+        (A, 8, 0, "optim", "weight_update", "kernel", s7, 0, 7, "adam", 95, 130, 35, 7, 5, 25),
+        # a9 observed 140-150 (dur_ns 4 is the simulator's): lag 0
+        (A, 10, 1, "data", "data_loading", "memcpy", s13, 0, 13, "Memcpy HtoD", 150, 160, 10,
+         9, 0, 60),
+        (A, 12, 1, "fc1", "forward", "kernel", s7, 0, 7, "gemm", 155, 180, 25, 11, 2, 25),
+        (B, 1, 0, "conv", "forward", "kernel", s7, 0, 7, "conv_fwd", 10, 30, 20, 0, 5, None),
+        (B, 2, 0, None, "backward", "comm", "gpu 1 stream 3", 1, 3, "ncclKernel_AllReduce",
+         20, 45, 25, None, None, None),
+    ]
+
+
+def test_layer_time(store: Path) -> None:
+    got = rows(store, "SELECT * FROM layer_time ORDER BY trace_id, iteration, layer, phase")
+    assert [d[0] for d in _describe(store, "layer_time")] == [
+        "trace_id", "iteration", "layer", "phase", "gpu_ns", "cpu_ns", "tasks", "gpu_tasks",
+        "cpu_tasks", "kernels"]
+    assert got == [
+        (A, 0, "fc1", "forward", 28, 20, 3, 1, 2, 1),
+        (A, 0, "fc2", "backward", 30, 10, 2, 1, 1, 1),
+        (A, 0, "fc2", "forward", 20, 10, 2, 1, 1, 1),
+        (A, 0, "optim", "weight_update", 35, 10, 2, 1, 1, 1),
+        (A, 1, "data", "data_loading", 10, 10, 2, 1, 1, 0),  # cpu: a9's observed 10, not 4
+        (A, 1, "fc1", "forward", 25, 2, 2, 1, 1, 1),
+        (A, 1, None, "other", 0, 30, 1, 0, 1, 0),
+        (B, 0, "conv", "forward", 20, 5, 2, 1, 1, 1),
+        (B, 0, None, "backward", 25, 0, 1, 1, 0, 0),
+    ]
+
+
+def test_iteration_time_unions_overlapping_streams(store: Path) -> None:
+    got = rows(store, """
+        SELECT trace_id, iteration, label, start_ns, end_ns, dur_ns, dur_ms, devices,
+               gpu_busy_ns, gpu_idle_ns, gpu_util, kernels, gpu_tasks
+        FROM iteration_time ORDER BY trace_id, iteration""")
+    assert got == [
+        (A, 0, "ProfilerStep#0", 0, 100, 100, 0.0001, 1, 73, 27, 0.73, 4, 4),
+        (A, 1, "ProfilerStep#1", 100, 200, 100, 0.0001, 1, 60, 40, 0.6, 1, 2),
+        (B, 0, None, 0, 50, 50, 0.00005, 2, 45, 55, 0.45, 1, 2),
+    ]
+    assert rows(store, "SELECT * FROM iteration_device_time ORDER BY ALL") == [
+        (A, 0, 0, 100, 73, 27), (A, 1, 0, 100, 60, 40),
+        (B, 0, 0, 50, 20, 30), (B, 0, 1, 50, 25, 25)]
+
+
+def test_views_and_tables_carry_their_docs(store: Path) -> None:
+    assert rows(store, "SELECT comment FROM duckdb_views() WHERE view_name = 'layer_time'") \
+        == [(db.VIEWS["layer_time"][0],)]
+    assert rows(store, "SELECT comment FROM duckdb_columns() WHERE table_name = 'task' "
+                       "AND column_name = 'obs_dur_ns'") == [("Observed duration, ns.",)]
+
+
+def _describe(root: Path, view: str) -> list[tuple]:
+    return rows(root, f"DESCRIBE {view}")
+
+
+# ---------------------------------------------------------------------------------- queries
+
+Q = (f"SELECT task_id, name, launch_lag_ns, idle_before_ns FROM kernel_timeline "
+     f"WHERE trace_id = '{A}' AND task_id <= 5 ORDER BY task_id")
+
+
+def test_query_table(store: Path) -> None:
+    assert db.query(store, Q) == (
+        "task_id  name  launch_lag_ns  idle_before_ns\n"
+        "-------  ----  -------------  --------------\n"
+        "      2  gemm              2            NULL\n"
+        "      5  relu             20              10\n"
+        "(2 rows)\n")
+    assert db.query(store, Q, max_rows=1).endswith(
+        "      2  gemm              2            NULL\n"
+        "(2 rows, first 1 shown; use --format csv or --out for all)\n")
+    assert db.query(store, "SELECT 0.73::DOUBLE AS x, true AS b, 'z' AS s") == (
+        "   x  b     s\n"
+        "----  ----  -\n"
+        "0.73  true  z\n"
+        "(1 row)\n")
+
+
+def test_query_csv_json(store: Path) -> None:
+    assert db.query(store, Q, "csv") == (
+        "task_id,name,launch_lag_ns,idle_before_ns\n2,gemm,2,\n5,relu,20,10\n")
+    assert json.loads(db.query(store, Q, "json")) == [
+        {"task_id": 2, "name": "gemm", "launch_lag_ns": 2, "idle_before_ns": None},
+        {"task_id": 5, "name": "relu", "launch_lag_ns": 20, "idle_before_ns": 10}]
+    # sum() of BIGINT is a HUGEINT (decimal in Arrow): still a JSON number.
+    assert json.loads(db.query(store, "SELECT sum(dur_ns) AS s FROM task", "json")) == [
+        {"s": 284}]
+    assert db.query(store, "SELECT 'a,b' AS s, [1, 2] AS l", "csv") == 's,l\n"a,b","[1,2]"\n'
+
+
+def test_query_parquet_and_out(store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.parquet"
+    assert db.query(store, Q, "parquet", out) == f"2 rows -> {out}"
+    assert pq.read_table(out).to_pylist() == [
+        {"task_id": 2, "name": "gemm", "launch_lag_ns": 2, "idle_before_ns": None},
+        {"task_id": 5, "name": "relu", "launch_lag_ns": 20, "idle_before_ns": 10}]
+    with pytest.raises(DaydreamError, match="--format parquet needs --out FILE"):
+        db.query(store, Q, "parquet")
+    out_csv = tmp_path / "r.csv"
+    assert db.query(store, Q, "csv", out_csv) == f"2 rows -> {out_csv}"
+    assert out_csv.read_text().startswith("task_id,name")
+    with pytest.raises(DaydreamError, match="unknown format 'xml'; use one of table, csv, "
+                       "json, parquet"):
+        db.query(store, Q, "xml")
+
+
+def test_query_errors(store: Path, tmp_path: Path) -> None:
+    with pytest.raises(DaydreamError) as e:
+        db.query(store, "SELEC 1")
+    assert str(e.value) == 'sql: Parser Error: syntax error at or near "SELEC"'
+    with pytest.raises(DaydreamError, match="^sql: Catalog Error: Table with name nope does "
+                       "not exist!$"):
+        db.query(store, "SELECT * FROM nope")
+    # The connection is read-only.
+    with pytest.raises(DaydreamError, match="^sql: .*read-only"):
+        db.query(store, "DELETE FROM task")
+    assert rows(store, "SELECT count(*) FROM task") == [(17,)]
+    for empty in (tmp_path / "missing", tmp_path):
+        with pytest.raises(DaydreamError, match="no traces in .*: ingest some first"):
+            db.query(empty, "SELECT 1")
+
+
+def test_version_mismatch(store: Path) -> None:
+    con = duckdb.connect(str(db.db_path(store)))
+    con.execute("UPDATE meta SET value = '0'")
+    con.close()
+    msg = r"has graph schema version 0, this daydream reads version 1; rebuild .*ingest --force"
+    with pytest.raises(DaydreamError, match=msg) as e:
+        db.query(store, "SELECT 1")
+    assert str(e.value).startswith(f"{db.db_path(store)} has graph schema version 0")
+    with pytest.raises(DaydreamError, match=msg):
+        db.write_trace(store, A, trace_a())
+    assert db.remove_db(store)
+    assert not db.db_path(store).exists()
+    # A DuckDB file that is not a daydream graph.
+    con = duckdb.connect(str(db.db_path(store)))
+    con.execute("CREATE TABLE task (x INTEGER)")
+    con.close()
+    for f in (lambda: db.query(store, "SELECT 1"), lambda: db.write_trace(store, B, trace_b())):
+        with pytest.raises(DaydreamError, match="is not a daydream graph .no meta table"):
+            f()
+
+
+def test_query_waits_for_a_writer_in_another_process(store: Path) -> None:
+    # Another process holds the file read-write (as write_trace does for one transaction).
+    code = ("import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('open', "
+            "flush=True); time.sleep(float(sys.argv[2])); c.close()")
+    p = subprocess.Popen([sys.executable, "-c", code, str(db.db_path(store)), "3"],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "open"
+        with pytest.raises(DaydreamError, match="being written by another process"):
+            db.query(store, "SELECT 1", timeout_s=0.2)
+        t0 = time.monotonic()
+        assert db.query(store, "SELECT count(*) AS n FROM task", "csv") == "n\n17\n"
+        assert time.monotonic() - t0 > 0.5
+    finally:
+        p.wait(30)
+
+
+# --------------------------------------------------------------------------- activity views
+
+
+def _write_activity(root: Path, trace_id: str, committed: bool) -> None:
+    st = Store(root)
+    k = pa.Table.from_pylist([dict(device=0, stream=7, correlation=1, name="gemm",
+                                   start_ns=12, dur_ns=28)], schema=act.KERNEL.schema)
+    p = st.partition("kernel", trace_id)
+    p.mkdir(parents=True)
+    pq.write_table(k, p / PART)
+    if committed:
+        tr = pa.Table.from_pylist([dict(file=f"{trace_id}.json", source_format="kineto_json",
+                                        file_bytes=1, events=1, stats=[],
+                                        ingested_at=0)], schema=act.TRACE.schema)
+        p = st.partition("trace", trace_id)
+        p.mkdir(parents=True)
+        pq.write_table(tr, p / PART)
+
+
+def test_activity_views(store: Path) -> None:
+    _write_activity(store, "1234", committed=True)  # a numeric-looking id stays a string
+    _write_activity(store, "ffff", committed=False)  # a killed ingest: no trace row
+    assert db.query(store, "SELECT trace_id, name, start_ns FROM kernel", "csv") == (
+        "trace_id,name,start_ns\n1234,gemm,12\n")
+    assert db.query(store, "SELECT trace_id, file FROM trace", "csv") == (
+        "trace_id,file\n1234,1234.json\n")
+    # Tables with no partition at all are empty views with the declared columns.
+    assert db.query(store, 'SELECT count(*) AS n, count(pid) AS p FROM "range"', "csv") == (
+        "n,p\n0,0\n")
+    # Activity and graph tables in one query.
+    assert db.query(store, "SELECT count(*) AS n FROM kernel k JOIN kernel_timeline g "
+                           "ON g.name = k.name", "csv") == "n\n2\n"
+
+
+def test_activity_without_graph(tmp_path: Path) -> None:
+    _write_activity(tmp_path, "1234", committed=True)
+    assert db.query(tmp_path, "SELECT count(*) AS n FROM kernel", "csv") == "n\n1\n"
+    with pytest.raises(DaydreamError, match="graph of .* is not built yet"):
+        db.query(tmp_path, "SELECT * FROM kernel_timeline")
+
+
+def test_gpu_busy_is_the_union_of_intervals(tmp_path: Path) -> None:
+    # Random intervals on 3 streams of 2 GPUs, many nested, identical or touching, checked
+    # against a plain merge of the clipped intervals.
+    rnd = random.Random(7)
+    units = [dict(unit_id=0, kind="thread", policy="fixed")]
+    units += [dict(unit_id=u, kind="stream", device=d, stream=u, policy="fixed")
+              for u, d in [(1, 0), (2, 0), (3, 1)]]
+    spans = [(rnd.randrange(0, 300, 5), rnd.randrange(0, 60, 5), rnd.randrange(1, 4))
+             for _ in range(300)]
+    spans.sort()
+    tasks = [task(i, rnd.choice(["kernel", "memcpy", "comm"]), u, "k", s, d, 0, None, None)
+             for i, (s, d, u) in enumerate(spans)]
+    its = [(0, 0, 97), (1, 97, 230), (2, 230, 400)]
+    db.write_trace(tmp_path, A, {
+        "task": arrow("task", tasks), "unit": arrow("unit", units),
+        "iteration": arrow("iteration", [dict(iteration=i, source="ProfilerStep", start_ns=s,
+                                              end_ns=e) for i, s, e in its])})
+    want = []
+    for i, lo, hi in its:
+        for dev, us in [(0, {1, 2}), (1, {3})]:
+            iv = sorted((max(s, lo), min(s + d, hi)) for s, d, u in spans
+                        if u in us and s < hi and s + d > lo)
+            busy, end = 0, None
+            for s, e in iv:
+                if end is None or s > end:
+                    busy += e - s
+                    end = e
+                elif e > end:
+                    busy += e - end
+                    end = e
+            want.append((i, dev, busy, hi - lo - busy))
+    assert rows(tmp_path, "SELECT iteration, device, busy_ns, idle_ns "
+                          "FROM iteration_device_time ORDER BY ALL") == want
+
+
+def test_every_query_in_docs_sql_md_runs_and_shows_its_output(store: Path) -> None:
+    _write_activity(store, "1234", committed=True)
+    text = (Path(__file__).resolve().parents[2] / "docs" / "sql.md").read_text()
+    blocks = re.findall(r"```sql\n(.*?)```\n(?:\n```text\n(.*?)```\n)?", text, re.S)
+    assert len(blocks) >= 9
+    for sql, shown in blocks:
+        got = db.query(store, sql)
+        if shown:
+            assert got == shown, sql
