@@ -25,9 +25,41 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
            jobs: int | None = None, force: bool = False, strict: bool = False,
            job: str | None = None,
            on_progress: Callable[[FileResult], None] | None = None) -> IngestReport:
-    """Convert trace files into the store's activity tables (see ``ingest.batch.ingest``)."""
-    return _ingest(paths, open_store(store), jobs=jobs, force=force, strict=strict, job=job,
-                   on_progress=on_progress)
+    """Convert trace files into the store's activity tables (``ingest.batch.ingest``), then
+    build the dependency graph of every stored trace that lacks one (``graphstore.load``)."""
+    st = open_store(store)
+    rep = _ingest(paths, st, jobs=jobs, force=force, strict=strict, job=job,
+                  on_progress=on_progress)
+    build_graphs(st, rep, strict=strict)
+    return rep
+
+
+def build_graphs(st: Store, rep: IngestReport | None = None, *, strict: bool = False) -> list[str]:
+    """Build graphs for stored traces that have none (or were just re-ingested). A trace whose
+    graph fails its checks is reported as failed in ``rep``; its activity tables stay."""
+    from graphstore import load as gload
+
+    todo = set(gload.missing(st.root))
+    by_id = {}
+    if rep is not None:
+        for r in rep.results:
+            if r.trace_id:
+                by_id.setdefault(r.trace_id, r)
+                if r.status == "ingested":
+                    todo.add(r.trace_id)
+    built = []
+    for tid in sorted(todo):
+        try:
+            gload.load(st.root, tid)
+            built.append(tid)
+        except DaydreamError as e:
+            r = by_id.get(tid)
+            msg = f"{r.path if r else tid}: graph: {e}"
+            if r is not None:
+                r.status, r.error = "failed", msg
+            if strict or r is None:
+                raise DaydreamError(msg) from None
+    return built
 
 
 def resolve_trace(trace: str, store: Store, *, ingest_missing: bool = False) -> str:

@@ -1,0 +1,141 @@
+"""Activity tables of stored traces -> graph tables in DIR/graph.duckdb.
+
+``load`` is graphstore's entry point: it reads a trace's activity tables from the store, builds
+and checks its graph, maps tasks to iterations, layers and phases, and writes the five graph
+tables in one transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from graphstore import db, labels
+from graphstore.build import ANCHOR_NAMES, EDGE_KIND_NAMES, KIND_NAMES, Graph, build
+from graphstore.check import check_acyclic, check_launch_edges
+from ingest import schema as activity_schema
+from ingest.store import Store
+
+ACTIVITY = [t for t in activity_schema.COMMIT_ORDER if t != "trace"]
+
+
+@dataclass
+class Loaded:
+    trace_id: str
+    graph: Graph
+    tables: dict[str, pa.Table]
+
+
+def activity_tables(store: Store, trace_id: str) -> dict[str, pa.Table]:
+    return {t: store.read(t, trace_id) for t in ACTIVITY}
+
+
+def graph_tables(tables: dict[str, pa.Table]) -> tuple[Graph, dict[str, pa.Table]]:
+    """Build and check the graph of one trace and return it with its graph tables."""
+    g = build(tables)
+    check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name)
+    launch = g.ekind == EDGE_KIND_NAMES.index("launch")
+    gpu = g.kind >= KIND_NAMES.index("kernel")
+    api_corr = tables["api"]["correlation"].drop_null().to_numpy()
+    with_call = np.flatnonzero(gpu & np.isin(g.correlation, api_corr) & (g.correlation >= 0))
+    check_launch_edges(with_call, g.dst[launch])
+
+    its = labels.find_iterations(tables)
+    rl = labels.label_ranges(tables)
+    layer, phase = _task_labels(g, rl, launch)
+    iteration = _task_iterations(g, its, launch)
+
+    task = pa.table({
+        "task_id": pa.array(np.arange(g.n_tasks, dtype=np.int64)),
+        "kind": pa.array(np.asarray(KIND_NAMES, object)[g.kind]),
+        "unit_id": pa.array(g.unit.astype(np.int32)),
+        "name": pa.array(g.name, pa.string()),
+        "layer": layer,
+        "phase": phase,
+        "iteration": pa.array(iteration, pa.int32(), mask=iteration < 0),
+        "start_ns": pa.array(g.start_ns),
+        "dur_ns": pa.array(g.dur_ns),
+        "obs_dur_ns": pa.array(g.obs_dur_ns),
+        "bytes": pa.array(g.bytes_, mask=g.bytes_ < 0),
+        "correlation": pa.array(g.correlation, mask=g.correlation < 0),
+        "range_id": pa.array(g.range_id, mask=g.range_id < 0),
+        "blocking": pa.array(g.blocking),
+        "priority": pa.nulls(g.n_tasks, pa.int64()),
+    })
+    edge = pa.table({
+        "src": pa.array(g.src), "dst": pa.array(g.dst),
+        "kind": pa.array(np.asarray(EDGE_KIND_NAMES, object)[g.ekind]),
+        "anchor": pa.array(np.asarray(ANCHOR_NAMES, object)[g.anchor]),
+        "lag_ns": pa.array(g.lag_ns), "binding": pa.array(g.binding),
+    })
+    unit = pa.table({
+        "unit_id": pa.array(np.arange(len(g.unit_kind), dtype=np.int32)),
+        "kind": pa.array(g.unit_kind, pa.string()),
+        "pid": pa.array(g.unit_pid, pa.int64()), "tid": pa.array(g.unit_tid, pa.int64()),
+        "device": pa.array(g.unit_device, pa.int32()),
+        "stream": pa.array(g.unit_stream, pa.int64()),
+        "name": pa.array(g.unit_name, pa.string()),
+        "policy": pa.array(["fixed"] * len(g.unit_kind), pa.string()),
+    })
+    layer_t = labels.find_layers(tables, rl)
+    return g, {"task": task, "edge": edge, "unit": unit, "iteration": its, "layer": layer_t}
+
+
+def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray) -> tuple[pa.Array, pa.Array]:
+    """CPU tasks take the labels of their innermost range; GPU tasks those of their call."""
+    n = g.n_tasks
+    lay = np.full(n, None, object)
+    pha = np.full(n, "other", object)
+    if rl.num_rows:
+        rid = rl["range_id"].to_numpy()
+        size = int(max(rid.max(), g.range_id.max()) + 1)
+        l_by = np.full(size, None, object)
+        p_by = np.full(size, "other", object)
+        l_by[rid] = np.asarray(rl["layer"].to_pylist(), object)
+        p_by[rid] = np.asarray(rl["phase"].to_pylist(), object)
+        has = g.range_id >= 0
+        lay[has] = l_by[g.range_id[has]]
+        pha[has] = p_by[g.range_id[has]]
+    src, dst = g.src[launch], g.dst[launch]
+    lay[dst] = lay[src]
+    pha[dst] = pha[src]
+    return pa.array(lay, pa.string()), pa.array(pha, pa.string())
+
+
+def _task_iterations(g: Graph, its: pa.Table, launch: np.ndarray) -> np.ndarray:
+    """Iteration of each task by its start (CPU) or its launching call's start (GPU)."""
+    it = np.full(g.n_tasks, -1, np.int64)
+    if not its.num_rows:
+        return it
+    starts = its["start_ns"].to_numpy()
+    ends = its["end_ns"].to_numpy()
+    idx = its["iteration"].to_numpy()
+    o = np.argsort(starts)
+    starts, ends, idx = starts[o], ends[o], idx[o]
+    t = g.start_ns.copy()
+    t[g.dst[launch]] = g.start_ns[g.src[launch]]
+    pos = np.searchsorted(starts, t, side="right") - 1
+    ok = pos >= 0
+    ok[ok] &= t[ok] < ends[pos[ok]]
+    it[ok] = idx[pos[ok]]
+    it[0] = -1  # the origin task belongs to no iteration
+    return it
+
+
+def load(store_root: Path | str, trace_id: str) -> Loaded:
+    """Build the graph of one stored trace and write it to DIR/graph.duckdb."""
+    st = Store(Path(store_root))
+    tables = activity_tables(st, trace_id)
+    g, gt = graph_tables(tables)
+    db.write_trace(st.root, trace_id, gt)
+    return Loaded(trace_id, g, gt)
+
+
+def missing(store_root: Path | str) -> list[str]:
+    """Stored traces whose graph is not in the graph db yet."""
+    st = Store(Path(store_root))
+    have = set(db.trace_ids(st.root)) if db.db_path(st.root).exists() else set()
+    return [t for t in st.trace_ids() if t not in have]
