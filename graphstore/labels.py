@@ -1,0 +1,752 @@
+"""Which training iteration, DNN layer and phase each activity range belongs to.
+
+Set-based over the activity tables (numpy columns, polars as-of joins, one vectorized step per
+nesting level), never Python per event.
+
+``find_iterations(tables)``  the training iterations of a trace (ITERATION's columns);
+``label_ranges(tables)``     layer and phase of every range (range_id, layer, phase): what applies
+                             to anything that runs inside that range;
+``find_layers(tables, labels)``  the layers found (LAYER's columns);
+``mapped_share(task)``       how much GPU time of a task table the labels cover.
+
+Iterations (first rule that applies)
+------------------------------------
+1. ``ProfilerStep#N`` ranges (user_annotation; cpu_op in 2021 traces) on the thread holding most
+   of them, one per name. Iteration i spans [start of step i, start of step i+1): boundaries in
+   CPU time, where the profiler drew them. The last one ends at the later of its CPU end and the
+   end of the last GPU activity (kernel, memcpy, memset) launched from within it. GPU work
+   belongs to the iteration that launched it even when it runs after the CPU has moved on; a
+   launch is the api row with the GPU activity's correlation id, in the step's process, whose
+   start lies inside the step.
+2. No ProfilerStep: outermost ``Optimizer.step#...`` ranges on the thread holding most of them
+   (of one optimizer class, the one with most steps: a job stepping two optimizers per iteration
+   is not two iterations). Iteration i ends where optimizer step i ends on the CPU and the next
+   begins there. The part before the first step counts as iteration 0 and is taken to be a full
+   one (a profile of a loop starts at the loop's top; param's resnet18 trace has 30 steps and
+   30 iterations, mlp 40 and 40). It begins at the first ``enumerate(DataLoader)`` range before
+   the first step when there is one, the batch fetch that every later iteration begins with
+   (what precedes it is the loader's set-up), else at the thread's first range or call. What
+   follows the last step belongs to no iteration; the last iteration ends as in rule 1.
+3. Otherwise the whole trace is one iteration (label null).
+
+Phases and layers
+-----------------
+Each range gets an *own* phase and layer from the first rule below that gives one; a range
+without its own inherits its parent's (the innermost enclosing range on its thread). Phase
+'other' and a null layer are what is left.
+
+Phase, in order of precedence:
+  a. names (``NAME_PHASE_RULES``): ``Optimizer.step#``/``Optimizer.zero_grad#`` and
+     ``## optimizer ##`` -> weight_update; ``enumerate(DataLoader)#`` and ``## data_load ##``-like
+     -> data_loading; ``## forward ##`` (also ``## forward:part ##``), ``*DataParallel.forward``
+     and ``FSDP::*forward`` -> forward; ``## backward ##``, ``FSDP::*backward`` and the Python
+     frame ``torch/_tensor.py(N): backward`` -> backward. These hold for user_annotation, nvtx,
+     python_function and cpu_op ranges alike.
+  b. backward ops -> backward: ranges with a forward thread id (``Fwd thread id`` > 0; Kineto
+     writes 0 on forward ops) or named ``autograd::engine::evaluate_function: ...``.
+  c. outermost ranges on an autograd thread -> backward: a thread with backward ops that is
+     not its process's main thread (the thread of the iteration markers, else the one with most
+     forward ops). It runs nothing but the backward pass (and the hooks it calls: DDP's
+     all-reduces, checkpoint recomputation).
+  d. ``nn.Module: X`` python_function ranges off autograd threads that start before the first
+     backward op of their iteration -> forward.
+  e. FSDP unit intervals -> the unit's phase (see layers, c).
+  f. last, where a (thread, iteration) has no forward range at all (no annotations, no modules:
+     2021 and param traces): ranges still 'other' that lie within the span from the first to
+     the last forward op that autograd later ran a backward op for (taking each such op's
+     outermost enclosing op, e.g. aten::conv2d around aten::cudnn_convolution) -> forward.
+  g. gpu_user_annotation ranges, the GPU-side spans of CPU annotations, take the phase and
+     layer of the CPU range with the same external id and name (a DDP ``nccl:all_reduce`` on
+     the NCCL stream is backward because its CPU twin runs on the autograd thread); without a
+     twin they go by the rules above on their own stream.
+
+Layer (a, c and d give ranges their own layer, in that order; b reaches the backward ops that
+none of them did):
+  a. ``nn.Module: X`` python_function ranges: the module path, the ``nn.Module`` names of the
+     enclosing modules joined by '.' (``DistributedDataParallel_0.ResNet_0.Conv2d_0``). Kineto's
+     names carry a per-instance number, so one instance is one layer wherever it runs: a
+     recomputation on the autograd thread (activation checkpointing) sees a shorter chain and
+     takes the path of the instance's first appearance on a forward thread.
+  b. backward ops: the layer of their forward op. The link is the fwdbwd flow where the trace
+     has one (src = forward op start on its thread, dst = backward op start, matched on (pid,
+     tid, ts)), else the sequence number: the latest forward op with the backward op's
+     sequence number that started before it, in the same process (nested forward ops share the
+     number; the latest is the one that made the autograd node). An
+     ``autograd::engine::evaluate_function`` wrapper takes its linked node's layer; an
+     ``AccumulateGrad`` node with no link takes the layer of the backward op before it on its
+     thread (the engine runs it right after the node that produced the gradient).
+  c. FSDP NVTX/annotation markers ``FSDP::pre_forward (encoder.block.3)`` ...
+     ``FSDP::post_forward (encoder.block.3)`` (and pre/post_backward) are short hooks, not
+     ranges around the module: the unit's interval runs from the start of its pre marker to the
+     end of its post marker, on that thread; a post marker with no pre (the trace cut it off)
+     opens at the thread's first range, a pre with no post closes at its last. Every range
+     starting inside an interval takes the innermost one's module path and phase.
+  d. only where a trace has none of a-c (no modules, no FSDP markers): each outermost cpu_op
+     that holds a forward op linked to a backward op is a layer, named after the op and its
+     ordinal among ops of that name in the iteration (``conv2d#3``): one layer per
+     differentiable top-level op, the same name in every iteration.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from graphstore.schema import ITERATION, LAYER, PHASES, GTable
+
+FORWARD, BACKWARD, WEIGHT_UPDATE, DATA_LOADING, OTHER = (PHASES.index(p) for p in (
+    "forward", "backward", "weight_update", "data_loading", "other"))
+NONE = -1
+MARKED = -2  # a name rule matched but gives no phase (ProfilerStep)
+
+GPU_TABLES = ("kernel", "memcpy", "memset")
+GPU_TASK_KINDS = ("kernel", "memcpy", "memset", "comm")
+
+# Range names that carry a phase, first match wins (regular expressions, matched from the start).
+NAME_PHASE_RULES: tuple[tuple[str, str], ...] = (
+    (r"^ProfilerStep#", ""),  # an iteration, no phase
+    (r"^Optimizer\.(step|zero_grad)#", "weight_update"),
+    (r"^enumerate\(DataLoader\)", "data_loading"),
+    (r"^##\s*(forward|fwd)\b", "forward"),
+    (r"^##\s*(backward|bwd)\b", "backward"),
+    (r"^##\s*(optimizer|zero_grad)\b", "weight_update"),
+    (r"^##\s*(data_load|load_batch|wait_for_batch|copy_batch_to_gpu)\b", "data_loading"),
+    # loss.backward() on the calling thread (Python tracing): it waits for the autograd engine
+    (r"^torch/_tensor\.py\(\d+\): backward$", "backward"),
+    (r"^\w*DataParallel\.forward$", "forward"),
+    (r"^FSDP::\w*forward", "forward"),
+    (r"^FSDP::\w*backward", "backward"),
+)
+MODULE_PREFIX = "nn.Module: "
+BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function:"
+FSDP_MARKER = r"^FSDP::(?<when>pre|post)_(?<phase>forward|backward)\s*\((?<fqn>[^)]*)\)"
+STEP_RE = r"^ProfilerStep#\d+$"
+OPTIMIZER_STEP = "Optimizer.step#"
+DATALOADER = "enumerate(DataLoader)"
+# label_ranges writes {layer: source} here, in the result's schema metadata, for find_layers.
+LAYER_SOURCES_KEY = b"daydream.layer_sources"
+
+_SQL_ARROW = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32()}
+
+
+def _arrow_schema(table: GTable, drop: tuple[str, ...] = ("trace_id",)) -> pa.Schema:
+    fields = []
+    for c in table.columns:
+        if c.name in drop:
+            continue
+        sql = c.sql.split()[0]
+        fields.append(pa.field(c.name, _SQL_ARROW[sql], "NOT NULL" not in c.sql))
+    return pa.schema(fields)
+
+
+ITERATION_SCHEMA = _arrow_schema(ITERATION)
+LAYER_SCHEMA = _arrow_schema(LAYER)
+LABEL_SCHEMA = pa.schema([pa.field("range_id", pa.int64(), False),
+                          pa.field("layer", pa.string()),
+                          pa.field("phase", pa.string(), False)])
+
+_RANGE_COLS = ("range_id", "pid", "tid", "kind", "name", "start_ns", "dur_ns", "depth", "parent",
+               "external_id", "sequence_number", "fwd_thread_id")
+
+
+# --------------------------------------------------------------------------------------------
+# ranges as one frame, and the nesting tree over it
+
+
+def _ranges(tables: dict[str, pa.Table]) -> pl.DataFrame:
+    """The range table as polars with string kind/name, end_ns and row position ``pos``."""
+    t = tables.get("range")
+    if t is None or t.num_rows == 0:
+        return pl.DataFrame(schema={
+            "range_id": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "kind": pl.String,
+            "name": pl.String, "start_ns": pl.Int64, "dur_ns": pl.Int64, "depth": pl.Int32,
+            "parent": pl.Int64, "external_id": pl.Int64, "sequence_number": pl.Int64,
+            "fwd_thread_id": pl.Int64,
+            "end_ns": pl.Int64, "pos": pl.Int64})
+    df = pl.from_arrow(t.select(list(_RANGE_COLS)))
+    return df.with_columns(pl.col("kind").cast(pl.String), pl.col("name").cast(pl.String),
+                           (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+                           pl.int_range(pl.len(), dtype=pl.Int64).alias("pos"))
+
+
+class _Tree:
+    """Parent positions and rows grouped by depth, for top-down propagation."""
+
+    def __init__(self, r: pl.DataFrame):
+        ids = r["range_id"].to_numpy()
+        parent = r["parent"].fill_null(-1).to_numpy().astype(np.int64)
+        if np.array_equal(ids, np.arange(len(ids))):
+            self.parent = parent
+        else:  # range_id is not the row number: map ids to positions
+            order = np.argsort(ids, kind="stable")
+            known = ids[order]
+            at = np.clip(np.searchsorted(known, parent), 0, len(ids) - 1)
+            self.parent = np.where((parent >= 0) & (known[at] == parent), order[at], -1)
+        # ingest gives every range its parent's depth + 1, so a level's parents are done
+        depth = r["depth"].to_numpy()
+        order = np.argsort(depth, kind="stable")
+        _, first = np.unique(depth[order], return_index=True)
+        self.levels = np.split(order, first[1:]) if len(order) else []
+
+    def inherit(self, own: np.ndarray, parent_first: bool = False) -> np.ndarray:
+        """own where set (>= 0), else the parent's result; ``parent_first``: the outermost."""
+        out = own.copy()
+        for idx in self.levels:
+            p = self.parent[idx]
+            keep = p >= 0
+            idx, p = idx[keep], p[keep]
+            if not len(idx):
+                continue
+            up = out[p]
+            if parent_first:
+                out[idx] = np.where(up >= 0, up, own[idx])
+            else:
+                out[idx] = np.where(own[idx] >= 0, own[idx], up)
+        return out
+
+
+def _busiest_thread(df: pl.DataFrame) -> tuple[int, int]:
+    top = df.group_by("pid", "tid").len().sort(["len", "pid", "tid"],
+                                               descending=[True, False, False])
+    return int(top["pid"][0]), int(top["tid"][0])
+
+
+def _outermost(df: pl.DataFrame) -> pl.DataFrame:
+    """Rows not nested in an earlier row of ``df`` on the same thread."""
+    df = df.sort(["pid", "tid", "start_ns", "end_ns"], descending=[False, False, False, True])
+    prev_end = pl.col("end_ns").cum_max().shift(1).over("pid", "tid")
+    return df.filter(prev_end.is_null() | (pl.col("start_ns") >= prev_end))
+
+
+def _asof(left: pl.DataFrame, right: pl.DataFrame, **kw) -> pl.DataFrame:
+    """Backward as-of join; callers sort both sides on the key (polars cannot check that
+    within ``by`` groups)."""
+    return left.join_asof(right, strategy="backward", check_sortedness=False, **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# iterations
+
+
+def _gpu_end_launched(tables: dict[str, pa.Table], pid: int, lo: int, hi: int) -> int | None:
+    """End of the last GPU activity launched by ``pid`` from a call starting in [lo, hi]."""
+    api = tables.get("api")
+    if api is None or api.num_rows == 0:
+        return None
+    calls = pl.from_arrow(api.select(["pid", "correlation", "start_ns"])).filter(
+        (pl.col("pid") == pid) & pl.col("start_ns").is_between(lo, hi)
+        & pl.col("correlation").is_not_null())
+    if not calls.height:
+        return None
+    corr = calls["correlation"].unique()
+    ends = []
+    for name in GPU_TABLES:
+        t = tables.get(name)
+        if t is None or t.num_rows == 0:
+            continue
+        g = pl.from_arrow(t.select(["correlation", "start_ns", "dur_ns"])).filter(
+            pl.col("correlation").is_in(corr.implode()))
+        if g.height:
+            ends.append(int((g["start_ns"] + g["dur_ns"]).max()))
+    return max(ends) if ends else None
+
+
+def _trace_span(tables: dict[str, pa.Table]) -> tuple[int, int] | None:
+    lo, hi = [], []
+    for name in ("range", "api", *GPU_TABLES):
+        t = tables.get(name)
+        if t is None or t.num_rows == 0:
+            continue
+        s = t["start_ns"].to_numpy()
+        e = s + t["dur_ns"].to_numpy()
+        lo.append(int(s.min()))
+        hi.append(int(e.max()))
+    return (min(lo), max(hi)) if lo else None
+
+
+def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame
+                ) -> tuple[pa.Table, tuple[int, int] | None]:
+    """The iteration table and the (pid, tid) of the markers it came from (None: whole trace)."""
+    cpu = r.filter(pl.col("kind") != "gpu_user_annotation")
+    steps = cpu.filter(pl.col("name").str.contains(STEP_RE))
+    main: tuple[int, int] | None = None
+    if steps.height:
+        main = _busiest_thread(steps)
+        steps = (steps.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
+                 .sort("start_ns", "depth").unique("name", keep="first", maintain_order=True))
+        starts = steps["start_ns"].to_numpy().astype(np.int64)
+        labels = steps["name"].to_list()
+        ends = np.append(starts[1:], steps["end_ns"][-1]).astype(np.int64)
+        window = (int(starts[-1]), int(steps["end_ns"][-1]))
+        source = "ProfilerStep"
+    else:
+        opt = _outermost(cpu.filter(pl.col("name").str.starts_with(OPTIMIZER_STEP)))
+        if opt.height:
+            cls = (opt.group_by("name").agg(pl.len(), pl.col("end_ns").mean().alias("e"))
+                   .sort(["len", "e"], descending=True)["name"][0])
+            opt = opt.filter(pl.col("name") == cls)
+            main = _busiest_thread(opt)
+            opt = opt.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1])
+                             ).sort("start_ns")
+            step_end = opt["end_ns"].to_numpy().astype(np.int64)
+            on_main = cpu.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
+            fetch = on_main.filter(pl.col("name").str.starts_with(DATALOADER)
+                                   & (pl.col("start_ns") < opt["start_ns"][0]))
+            if fetch.height:
+                first = int(fetch["start_ns"].min())
+            else:
+                first = int(on_main["start_ns"].min())
+                api = tables.get("api")
+                if api is not None and api.num_rows:
+                    a = pl.from_arrow(api.select(["pid", "tid", "start_ns"])).filter(
+                        (pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
+                    if a.height:
+                        first = min(first, int(a["start_ns"].min()))
+            starts = np.append(first, step_end[:-1]).astype(np.int64)
+            ends = step_end.copy()
+            labels = opt["name"].to_list()
+            window = (int(starts[-1]), int(step_end[-1]))
+            source = "Optimizer.step"
+        else:
+            span = _trace_span(tables)
+            if span is None:
+                return ITERATION_SCHEMA.empty_table(), None
+            return pa.table({"iteration": pa.array([0], pa.int32()),
+                             "label": pa.array([None], pa.string()),
+                             "source": ["whole_trace"], "start_ns": [span[0]],
+                             "end_ns": [span[1]]}, schema=ITERATION_SCHEMA), None
+    gpu_end = _gpu_end_launched(tables, main[0], *window)
+    if gpu_end is not None and gpu_end > ends[-1]:
+        ends[-1] = gpu_end
+    n = len(starts)
+    table = pa.table({"iteration": pa.array(np.arange(n, dtype=np.int32)),
+                      "label": pa.array(labels, pa.string()),
+                      "source": pa.array([source] * n, pa.string()),
+                      "start_ns": pa.array(starts, pa.int64()),
+                      "end_ns": pa.array(ends, pa.int64())}, schema=ITERATION_SCHEMA)
+    return table, main
+
+
+def find_iterations(tables: dict[str, pa.Table]) -> pa.Table:
+    """Training iterations of one trace: ITERATION's columns without trace_id (module doc)."""
+    return _iterations(tables, _ranges(tables))[0]
+
+
+def _iteration_of(t: np.ndarray, its: pa.Table) -> np.ndarray:
+    """Index of the iteration whose [start, end) holds each time, else -1."""
+    if its.num_rows == 0:
+        return np.full(len(t), -1, np.int64)
+    starts = its["start_ns"].to_numpy()
+    ends = its["end_ns"].to_numpy()
+    i = np.searchsorted(starts, t, side="right") - 1
+    ok = (i >= 0) & (t < ends[np.clip(i, 0, None)])
+    return np.where(ok, i, -1)
+
+
+# --------------------------------------------------------------------------------------------
+# intervals that are not ranges (FSDP unit hooks)
+
+
+def _fsdp_intervals(r: pl.DataFrame) -> pl.DataFrame:
+    """FSDP unit intervals per thread: pid, tid, start_ns, end_ns, fqn, phase (module doc c)."""
+    m = (r.select("pid", "tid", "start_ns", "end_ns",
+                  pl.col("name").str.extract_groups(FSDP_MARKER).alias("g"))
+         .unnest("g").filter(pl.col("fqn").is_not_null()))
+    empty = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64,
+                                 "end_ns": pl.Int64, "fqn": pl.String, "phase": pl.String})
+    if not m.height:
+        return empty
+    m = m.with_columns(pl.col("fqn").str.strip_chars())
+    bounds = r.group_by("pid", "tid").agg(pl.col("start_ns").min().alias("first"),
+                                          pl.col("end_ns").max().alias("last"))
+    key = ["pid", "tid", "phase", "fqn"]
+    m = (m.sort([*key, "start_ns"])
+         .with_columns(pl.col("when").shift(-1).over(key).alias("next_when"),
+                       pl.col("end_ns").shift(-1).over(key).alias("next_end"),
+                       pl.col("when").shift(1).over(key).alias("prev_when"))
+         .join(bounds, on=["pid", "tid"]))
+    pre = m.filter(pl.col("when") == "pre").select(
+        "pid", "tid", "start_ns",
+        pl.when(pl.col("next_when") == "post").then(pl.col("next_end"))
+        .otherwise(pl.col("last") + 1).alias("end_ns"), "fqn", "phase")
+    lead = m.filter((pl.col("when") == "post")
+                    & (pl.col("prev_when").is_null() | (pl.col("prev_when") != "pre"))).select(
+        "pid", "tid", pl.col("first").alias("start_ns"), "end_ns", "fqn", "phase")
+    return pl.concat([pre, lead]).select(empty.columns)
+
+
+def _innermost(points: pl.DataFrame, iv: pl.DataFrame) -> pl.DataFrame:
+    """For points (pos, pid, tid, t): the innermost interval of ``iv`` (pid, tid, start_ns,
+    end_ns, payload...) with start_ns <= t < end_ns on the same thread. Exact for properly nested
+    intervals: the nesting level at t is (starts <= t) - (ends <= t), and the innermost interval
+    is the latest one started at that level minus one."""
+    by = ["pid", "tid"]
+    iv = (iv.filter(pl.col("end_ns") > pl.col("start_ns"))
+          .sort([*by, "start_ns", "end_ns"], descending=[False, False, False, True])
+          .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over(by).alias("rank")))
+    n_start = (iv.select(*by, pl.col("start_ns").alias("s"))
+               .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(by)
+                             .alias("n_start")).sort("s"))
+    n_end = (iv.select(*by, pl.col("end_ns").alias("e")).sort([*by, "e"])
+             .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(by)
+                           .alias("n_end")).sort("e"))
+    # depth of each interval: intervals started before it minus those ended by its start
+    iv = (_asof(iv.sort("start_ns"), n_end, left_on="start_ns", right_on="e", by=by)
+          .with_columns((pl.col("rank") - pl.col("n_end").fill_null(0)).alias("level"))
+          .drop("e", "n_end", "rank"))
+    pts = _asof(points.sort("t"), n_start, left_on="t", right_on="s", by=by)
+    pts = (_asof(pts, n_end, left_on="t", right_on="e", by=by)
+           .with_columns((pl.col("n_start").fill_null(0) - pl.col("n_end").fill_null(0) - 1)
+                         .alias("level"))
+           .filter(pl.col("level") >= 0).drop("s", "e", "n_start", "n_end"))
+    hit = _asof(pts, iv.rename({"start_ns": "iv_start"}).sort("iv_start"), left_on="t",
+                right_on="iv_start", by=[*by, "level"])
+    return hit.filter(pl.col("end_ns").is_not_null() & (pl.col("t") < pl.col("end_ns")))
+
+
+# --------------------------------------------------------------------------------------------
+# forward <-> backward links
+
+
+def _backward_links(r: pl.DataFrame, flow: pa.Table | None, is_bwd: np.ndarray) -> pl.DataFrame:
+    """(bwd_pos, fwd_pos): each backward op and the forward op it is the gradient of."""
+    out = [pl.DataFrame(schema={"bwd_pos": pl.Int64, "fwd_pos": pl.Int64})]
+    r = r.with_columns(pl.Series("is_bwd", is_bwd))
+    if flow is not None and flow.num_rows:
+        f = pl.from_arrow(flow).with_columns(pl.col("kind").cast(pl.String)).filter(
+            pl.col("kind") == "fwdbwd")
+        if f.height:
+            # several ranges may start at the same ts: prefer the one with a sequence number,
+            # then the innermost
+            at = (r.select("pid", "tid", "start_ns", "pos",
+                           pl.col("sequence_number").is_not_null().alias("has_seq"), "depth")
+                  .sort(["has_seq", "depth"], descending=True)
+                  .unique(["pid", "tid", "start_ns"], keep="first").drop("has_seq", "depth"))
+            lk = (f.join(at.rename({"pos": "fwd_pos"}), left_on=["src_pid", "src_tid",
+                                                                 "src_ts_ns"],
+                         right_on=["pid", "tid", "start_ns"])
+                  .join(at.rename({"pos": "bwd_pos"}), left_on=["dst_pid", "dst_tid",
+                                                                "dst_ts_ns"],
+                        right_on=["pid", "tid", "start_ns"]))
+            out.append(lk.select("bwd_pos", "fwd_pos").unique("bwd_pos", keep="first"))
+    linked = pl.concat(out)["bwd_pos"]
+    bwd = r.filter(pl.col("is_bwd") & pl.col("sequence_number").is_not_null()
+                   & ~pl.col("pos").is_in(linked.implode()))
+    fwd = r.filter(~pl.col("is_bwd") & pl.col("sequence_number").is_not_null())
+    if bwd.height and fwd.height:
+        lk = _asof(bwd.select("pid", "sequence_number", "start_ns", pl.col("pos").alias("bwd_pos"))
+                   .sort("start_ns"),
+                   fwd.select("pid", "sequence_number", "start_ns", "depth",
+                              pl.col("pos").alias("fwd_pos")).sort(["start_ns", "depth"]),
+                   on="start_ns", by=["pid", "sequence_number"])
+        out.append(lk.filter(pl.col("fwd_pos").is_not_null()).select("bwd_pos", "fwd_pos"))
+    return pl.concat(out)
+
+
+# --------------------------------------------------------------------------------------------
+# the labels
+
+
+def _name_phases(names: pl.Series) -> np.ndarray:
+    """Own phase from NAME_PHASE_RULES; -1 where no rule matches, MARKED where the rule gives
+    no phase (iteration markers)."""
+    expr = pl.lit(NONE, pl.Int8)
+    for pattern, phase in reversed(NAME_PHASE_RULES):
+        code = PHASES.index(phase) if phase else MARKED
+        expr = pl.when(pl.col("n").str.contains(pattern)).then(pl.lit(code, pl.Int8)).otherwise(
+            expr)
+    return pl.DataFrame({"n": names}).select(expr.alias("p"))["p"].to_numpy().astype(np.int8)
+
+
+class _Layers:
+    """Layer names as int codes, with the source of each."""
+
+    def __init__(self):
+        self.names: list[str] = []
+        self.sources: list[str] = []
+        self._code: dict[str, int] = {}
+
+    def codes(self, names: pl.Series | list[str], source: str) -> np.ndarray:
+        """Codes of ``names``, registering new ones (a loop over distinct names only)."""
+        s = pl.Series(names, dtype=pl.String)
+        for n in s.unique(maintain_order=True).to_list():
+            if n not in self._code:
+                self._code[n] = len(self.names)
+                self.names.append(n)
+                self.sources.append(source)
+        return s.replace_strict(self._code, return_dtype=pl.Int64).to_numpy()
+
+
+def _module_layers(r: pl.DataFrame, tree: _Tree, autograd: np.ndarray,
+                   layers: _Layers) -> np.ndarray:
+    """Own layer codes of ``nn.Module: X`` ranges (module doc, layers a); -1 elsewhere."""
+    own = np.full(r.height, NONE, np.int64)
+    names = r["name"]
+    is_mod = names.str.starts_with(MODULE_PREFIX).fill_null(False).to_numpy() & (
+        r["kind"] == "python_function").to_numpy()
+    if not is_mod.any():
+        return own
+    pos = np.arange(r.height)
+    # innermost module at or above each range; the enclosing module of a module is its parent's
+    inner = tree.inherit(np.where(is_mod, pos, NONE))
+    mods = np.flatnonzero(is_mod)
+    up = np.where(tree.parent[mods] >= 0, inner[np.maximum(tree.parent[mods], 0)], NONE)
+    short = names.gather(mods).str.slice(len(MODULE_PREFIX))
+    # index of each module's enclosing module among mods, -1 for outermost ones
+    where = np.full(r.height, NONE, np.int64)
+    where[mods] = np.arange(len(mods))
+    up = np.where(up >= 0, where[np.maximum(up, 0)], NONE)
+    # module paths, one vectorized step per module nesting level
+    path = pl.Series("path", [None] * len(mods), pl.String)
+    done = np.zeros(len(mods), bool)
+    while not done.all():
+        ready = ~done & ((up < 0) | done[np.maximum(up, 0)])
+        if not ready.any():  # inconsistent nesting: the rest go by their own names
+            ready = ~done
+            up = np.where(ready, NONE, up)
+        i = np.flatnonzero(ready)
+        u = up[i]
+        step = pl.DataFrame({"base": path.gather(np.maximum(u, 0)), "own": short.gather(i),
+                             "has": u >= 0})
+        new = step.select(pl.when("has").then(pl.concat_str("base", pl.lit("."), "own"))
+                          .otherwise("own").alias("p"))["p"]
+        path = path.scatter(i, new)
+        done[i] = True
+    # one instance, one path: that of its first appearance, off the autograd threads if any
+    m = pl.DataFrame({"pos": mods, "inst": short, "path": path,
+                      "bg": autograd[mods], "start": r["start_ns"].to_numpy()[mods]})
+    canon = m.sort(["bg", "start"]).unique("inst", keep="first").select("inst", "path")
+    m = m.join(canon, on="inst", suffix="_canon")
+    own[m["pos"].to_numpy()] = layers.codes(m["path_canon"], "python_function")
+    return own
+
+
+def _label(tables: dict[str, pa.Table]) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, _Layers]:
+    """Ranges frame, phase codes, layer codes and the layer dictionary."""
+    r = _ranges(tables)
+    n = r.height
+    layers = _Layers()
+    if n == 0:
+        return r, np.zeros(0, np.int8), np.zeros(0, np.int64), layers
+    tree = _Tree(r)
+    its, main = _iterations(tables, r)
+    it = _iteration_of(r["start_ns"].to_numpy(), its)
+    start = r["start_ns"].to_numpy()
+    end = r["end_ns"].to_numpy()
+    pid = r["pid"].to_numpy()
+    tid = r["tid"].to_numpy()
+    names = r["name"]
+
+    is_bwd = ((r["fwd_thread_id"].fill_null(0) > 0)
+              | names.str.starts_with(BACKWARD_OP_PREFIX).fill_null(False)).to_numpy()
+    is_fwd_op = (~is_bwd) & r["sequence_number"].is_not_null().to_numpy()
+
+    # main thread per process: the marker thread, else the one with most forward ops
+    th = pl.DataFrame({"pid": pid, "tid": tid, "fwd": is_fwd_op, "bwd": is_bwd})
+    per = th.group_by("pid", "tid").agg(pl.col("fwd").sum(), pl.col("bwd").sum())
+    mains = per.sort(["fwd", "tid"], descending=[True, False]).unique("pid", keep="first")
+    mains = mains.filter(pl.col("fwd") > 0).select("pid", pl.col("tid").alias("main"))
+    if main is not None:
+        mains = pl.concat([pl.DataFrame({"pid": [main[0]], "main": [main[1]]}),
+                           mains.filter(pl.col("pid") != main[0])])
+    per = per.join(mains, on="pid", how="left")
+    bg_threads = per.filter((pl.col("bwd") > 0) & (pl.col("main").is_null()
+                                                   | (pl.col("tid") != pl.col("main"))))
+    autograd = th.join(bg_threads.select("pid", "tid", pl.lit(True).alias("bg")),
+                       on=["pid", "tid"], how="left", maintain_order="left"
+                       )["bg"].fill_null(False).to_numpy()
+
+    # ---- own phase, in order of precedence
+    own_phase = _name_phases(names)
+    named = own_phase != NONE  # markers and annotations: never layers of rule d
+    own_phase[own_phase == MARKED] = NONE
+    own_phase[(own_phase < 0) & is_bwd] = BACKWARD
+    root = tree.parent < 0
+    own_phase[(own_phase < 0) & autograd & root] = BACKWARD
+    is_mod = (names.str.starts_with(MODULE_PREFIX).fill_null(False).to_numpy()
+              & (r["kind"] == "python_function").to_numpy())
+    if is_mod.any():
+        first_bwd = pl.DataFrame({"it": it[is_bwd], "s": start[is_bwd]}).group_by("it").agg(
+            pl.col("s").min())
+        fb = pl.DataFrame({"it": it}).join(first_bwd, on="it", how="left",
+                                           maintain_order="left")["s"]
+        before = (fb.is_null() | (pl.Series(start) < fb)).to_numpy()
+        own_phase[(own_phase < 0) & is_mod & ~autograd & before] = FORWARD
+
+    # ---- own layer
+    own_layer = _module_layers(r, tree, autograd, layers)
+    iv = _fsdp_intervals(r)
+    if iv.height:
+        hit = _innermost(r.select("pos", "pid", "tid", pl.col("start_ns").alias("t")), iv)
+        at = hit["pos"].to_numpy()
+        codes = layers.codes(hit["fqn"], "nvtx" if (
+            r["kind"].gather(at) == "nvtx").all() else "annotation")
+        free = own_layer[at] < 0
+        own_layer[at[free]] = codes[free]
+        ph = hit["phase"].replace_strict({p: i for i, p in enumerate(PHASES)},
+                                         return_dtype=pl.Int8).to_numpy()
+        free = own_phase[at] < 0
+        own_phase[at[free]] = ph[free]
+
+    links = _backward_links(r, tables.get("flow"), is_bwd)
+    bpos = links["bwd_pos"].to_numpy()
+    fpos = links["fwd_pos"].to_numpy()
+
+    # the outermost op (cpu_op, not a marker or annotation) around each linked forward op
+    is_op = (r["kind"] == "cpu_op").to_numpy() & ~named
+    outer = tree.inherit(np.where(is_op, np.arange(n), NONE), parent_first=True)
+    fouter = np.where(outer[fpos] >= 0, outer[fpos], fpos) if len(fpos) else fpos
+    if not layers.names and len(fpos):
+        # layers d: outermost cpu_op holding a linked forward op
+        lay = np.unique(outer[fpos])
+        lay = lay[lay >= 0]
+        lay = lay[~is_bwd[lay] & ~autograd[lay]]
+        if len(lay):
+            d = (pl.DataFrame({"pos": lay, "it": it[lay], "s": start[lay],
+                               "op": names.gather(lay)})
+                 .with_columns(pl.col("op").str.replace(r"^aten::", ""))
+                 .sort("s")
+                 .with_columns(pl.int_range(pl.len()).over("it", "op").alias("k"))
+                 .with_columns(pl.format("{}#{}", "op", "k").alias("layer")))
+            own_layer[d["pos"].to_numpy()] = layers.codes(d["layer"], "cpu_op")
+
+    layer = tree.inherit(own_layer)
+    # layers b: backward ops take their forward op's layer; evaluate_function wrappers too
+    if len(bpos):
+        got = layer[fpos]
+        ok = (got >= 0) & (own_layer[bpos] < 0)
+        own_layer[bpos[ok]] = got[ok]
+        par = tree.parent[bpos[ok]]
+        wrap = par >= 0
+        par, val = par[wrap], got[ok][wrap]
+        is_wrap = names.gather(par).str.starts_with(BACKWARD_OP_PREFIX).to_numpy()
+        par, val = par[is_wrap], val[is_wrap]
+        free = own_layer[par] < 0
+        own_layer[par[free]] = val[free]
+        layer = tree.inherit(own_layer)
+    # AccumulateGrad nodes with no layer: the backward op just before them on the thread
+    acc = autograd & root & (layer < 0) & names.str.contains("AccumulateGrad").fill_null(
+        False).to_numpy()
+    if acc.any():
+        prev = autograd & root & (layer >= 0)
+        lhs = pl.DataFrame({"pid": pid[acc], "tid": tid[acc], "s": start[acc],
+                            "pos": np.flatnonzero(acc)}).sort("s")
+        rhs = pl.DataFrame({"pid": pid[prev], "tid": tid[prev], "s": start[prev],
+                            "lay": layer[prev]}).sort("s")
+        j = _asof(lhs, rhs, on="s", by=["pid", "tid"]).filter(
+            pl.col("lay").is_not_null())
+        own_layer[j["pos"].to_numpy()] = j["lay"].to_numpy()
+        layer = tree.inherit(own_layer)
+
+    phase = tree.inherit(own_phase.astype(np.int64))
+    phase[phase < 0] = OTHER
+
+    # phases f: forward span of threads/iterations that have no forward range at all
+    if len(fpos):
+        f = pl.DataFrame({"pid": pid[fouter], "tid": tid[fouter], "it": it[fouter],
+                          "s": start[fouter], "e": end[fouter]}).filter(
+            ~pl.Series(autograd[fouter]))
+        span = f.group_by("pid", "tid", "it").agg(pl.col("s").min(), pl.col("e").max())
+        a = pl.DataFrame({"pos": np.arange(n), "pid": pid, "tid": tid, "it": it,
+                          "start": start, "end": end, "phase": phase})
+        has_fwd = a.group_by("pid", "tid", "it").agg((pl.col("phase") == FORWARD).any()
+                                                     .alias("has"))
+        span = span.join(has_fwd, on=["pid", "tid", "it"], how="left").filter(~pl.col("has"))
+        fill = a.join(span, on=["pid", "tid", "it"]).filter(
+            (pl.col("phase") == OTHER) & (pl.col("start") >= pl.col("s"))
+            & (pl.col("end") <= pl.col("e")))
+        phase[fill["pos"].to_numpy()] = FORWARD
+
+    # GPU annotations: the labels of their CPU twin (same external id and name)
+    gpu = r.filter((pl.col("kind") == "gpu_user_annotation") & pl.col("external_id").is_not_null())
+    if gpu.height:
+        cpu = (r.filter((pl.col("kind") != "gpu_user_annotation")
+                        & pl.col("external_id").is_not_null())
+               .select("external_id", "name", pl.col("pos").alias("twin"))
+               .unique(["external_id", "name"]))
+        j = gpu.select("pos", "external_id", "name").join(cpu, on=["external_id", "name"])
+        at, tw = j["pos"].to_numpy(), j["twin"].to_numpy()
+        phase[at] = phase[tw]
+        layer[at] = layer[tw]
+    return r, phase.astype(np.int8), layer, layers
+
+
+def label_ranges(tables: dict[str, pa.Table]) -> pa.Table:
+    """Layer and phase of every range: range_id, layer (null where unmapped), phase (one of
+    PHASES). The rules are in the module doc. The schema metadata holds {layer: source} under
+    ``LAYER_SOURCES_KEY`` for find_layers."""
+    r, phase, layer, layers = _label(tables)
+    lay = pa.DictionaryArray.from_arrays(
+        pa.array(layer, pa.int64(), mask=layer < 0), pa.array(layers.names, pa.string()))
+    ph = pa.DictionaryArray.from_arrays(pa.array(phase, pa.int8()), pa.array(PHASES))
+    meta = {LAYER_SOURCES_KEY: json.dumps(dict(zip(layers.names, layers.sources,
+                                                   strict=True))).encode()}
+    return pa.table({"range_id": pa.array(r["range_id"].to_numpy(), pa.int64()),
+                     "layer": lay.dictionary_decode(), "phase": ph.dictionary_decode()},
+                    schema=LABEL_SCHEMA.with_metadata(meta))
+
+
+# --------------------------------------------------------------------------------------------
+# layers and coverage
+
+
+_KIND_SOURCE = {"python_function": "python_function", "nvtx": "nvtx", "cpu_op": "cpu_op",
+                "user_annotation": "annotation", "gpu_user_annotation": "annotation"}
+
+
+def find_layers(tables: dict[str, pa.Table], labels: pa.Table) -> pa.Table:
+    """Layers of one trace: LAYER's columns without trace_id, in order of first entry. A layer
+    is entered by a range whose layer differs from its parent's; first_start_ns is the earliest
+    such start; source is the rule that made the layer (label_ranges' metadata, else the kind
+    of the range that first entered it). param_bytes stays null: not derived yet (the weight
+    shapes in input_dims of conv/linear/norm ops would give it where shapes were recorded)."""
+    r = _ranges(tables)
+    lab = pl.from_arrow(labels.select(["range_id", "layer"]))
+    if not r.height or not lab.height:
+        return LAYER_SCHEMA.empty_table()
+    r = r.join(lab, on="range_id", how="left")
+    up = r.select(pl.col("range_id").alias("parent"), pl.col("layer").alias("up"))
+    r = r.join(up, on="parent", how="left")
+    enter = r.filter(pl.col("layer").is_not_null()
+                     & (pl.col("up").is_null() | (pl.col("up") != pl.col("layer"))))
+    if not enter.height:
+        return LAYER_SCHEMA.empty_table()
+    meta = (labels.schema.metadata or {}).get(LAYER_SOURCES_KEY)
+    sources = json.loads(meta) if meta else {}
+    first = enter.sort("start_ns").unique("layer", keep="first").sort("start_ns")
+    src = [sources.get(lay) or _KIND_SOURCE.get(k, "annotation")
+           for lay, k in zip(first["layer"].to_list(), first["kind"].to_list(), strict=True)]
+    first = first.with_columns(pl.Series("source", src, pl.String))
+    module_type = (
+        pl.when(pl.col("source") == "python_function")
+        .then(pl.col("layer").str.extract(r"([^.]+)$").str.replace(r"_\d+$", ""))
+        .when(pl.col("source") == "cpu_op").then(pl.col("name"))
+        .otherwise(pl.lit(None, pl.String)))
+    out = first.select("layer", "source", module_type.alias("module_type"),
+                       pl.col("start_ns").alias("first_start_ns"),
+                       pl.lit(None, pl.Int64).alias("param_bytes"))
+    return out.to_arrow().cast(LAYER_SCHEMA)
+
+
+def mapped_share(task: pa.Table) -> dict:
+    """GPU time of a task table (kinds kernel, memcpy, memset, comm) and the share of it that
+    has a layer and a phase other than 'other': {'gpu_ns', 'layer_share', 'phase_share',
+    'by_phase': {phase: ns}}. Shares are 0.0 when there is no GPU time."""
+    t = pl.from_arrow(task.select(["kind", "dur_ns", "layer", "phase"])).with_columns(
+        pl.col("kind").cast(pl.String), pl.col("phase").cast(pl.String),
+        pl.col("layer").cast(pl.String))
+    g = t.filter(pl.col("kind").is_in(list(GPU_TASK_KINDS)))
+    total = int(g["dur_ns"].sum() or 0)
+    with_layer = int(g.filter(pl.col("layer").is_not_null())["dur_ns"].sum() or 0)
+    ph = g.with_columns(pl.col("phase").fill_null("other"))
+    with_phase = int(ph.filter(pl.col("phase") != "other")["dur_ns"].sum() or 0)
+    by = dict.fromkeys(PHASES, 0)
+    for p, ns in ph.group_by("phase").agg(pl.col("dur_ns").sum()).iter_rows():
+        by[p] = by.get(p, 0) + int(ns)
+    return {"gpu_ns": total,
+            "layer_share": with_layer / total if total else 0.0,
+            "phase_share": with_phase / total if total else 0.0,
+            "by_phase": by}
