@@ -24,6 +24,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from ingest.nesting import thread_key
 from ingest.stats import Stats
 
 CPU_RANGE_KINDS = ("cpu_op", "user_annotation", "python_function", "nvtx")
@@ -92,11 +93,26 @@ def _col(t: pa.Table, name: str, fill: int = -1) -> np.ndarray:
     return t[name].fill_null(fill).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
+def _dict(t: pa.Table, name: str = "name") -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values as an object array) of a string column; null -> ''."""
+    col = t[name].combine_chunks() if t.num_rows else pa.array([], pa.string())
+    if not pa.types.is_dictionary(col.type):
+        col = col.cast(pa.string()).dictionary_encode()
+    values = np.asarray(col.dictionary.to_pylist() + [""], dtype=object)
+    codes = col.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False)
+    return codes.astype(np.int64), values
+
+
 def _names(t: pa.Table, name: str = "name") -> np.ndarray:
-    col = t[name]
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(pa.string())
-    return np.asarray(col.fill_null("").to_pylist(), dtype=object)
+    codes, values = _dict(t, name)
+    return values[codes]
+
+
+def _flag(t: pa.Table, name: str, pred) -> np.ndarray:
+    """pred(value) evaluated once per distinct value of a string column, per row."""
+    codes, values = _dict(t, name)
+    flags = np.array([bool(pred(v)) for v in values], bool)
+    return flags[codes]
 
 
 # ---- CPU side: one compiled sweep per thread ----------------------------------------------------
@@ -234,8 +250,10 @@ def _cpu_tasks(api: pa.Table, rng: pa.Table, stats: Stats):
         a_thr = np.zeros(0, np.int64)
         r_thr = np.zeros(0, np.int64)
     else:
-        threads, inv = np.unique(pairs, axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
+        inv = thread_key(pairs[:, 0], pairs[:, 1])
+        first = np.zeros(int(inv.max()) + 1, np.int64)
+        first[inv] = np.arange(len(inv))
+        threads = pairs[first]
         a_thr, r_thr = inv[: len(a_pid)], inv[len(a_pid):]
     nthr = len(threads)
     ao = np.lexsort((a_start, a_thr))
@@ -264,12 +282,6 @@ def _cpu_tasks(api: pa.Table, rng: pa.Table, stats: Stats):
         api_task
 
 
-def _blocking_mask(names: np.ndarray) -> np.ndarray:
-    uniq, inv = np.unique(names, return_inverse=True)
-    flags = np.array([bool(BLOCKING_RE.search(u)) for u in uniq] or [False])
-    return flags[inv.reshape(-1)] if len(names) else np.zeros(0, bool)
-
-
 def _median(x: np.ndarray, default: int) -> int:
     return int(np.median(x)) if len(x) else default
 
@@ -293,8 +305,7 @@ def build(tables: dict[str, pa.Table]) -> Graph:
         kind = np.full(t.num_rows, kcode, np.int64)
         if tname == "kernel":
             coll = t["collective"].is_valid().to_numpy(zero_copy_only=False)
-            uniq, inv = np.unique(names, return_inverse=True)
-            is_comm = np.array([bool(COMM_RE.search(u)) for u in uniq])[inv.reshape(-1)]
+            is_comm = _flag(t, "name", COMM_RE.search)
             kind[coll | is_comm] = KIND_COMM
         nbytes = _col(t, "bytes") if "bytes" in t.column_names else np.full(t.num_rows, -1)
         if tname == "kernel":
@@ -310,10 +321,13 @@ def build(tables: dict[str, pa.Table]) -> Graph:
                                                  "corr", "bytes")}
         g["name"] = np.zeros(0, object)
     ng = len(g["start"])
-    streams, g_unit = (np.unique(np.stack([g["device"], g["stream"]], 1), axis=0,
-                                 return_inverse=True) if ng else (np.zeros((0, 2), np.int64),
-                                                                   np.zeros(0, np.int64)))
-    g_unit = np.asarray(g_unit).reshape(-1)
+    if ng:
+        g_unit = thread_key(g["device"], g["stream"])
+        first = np.zeros(int(g_unit.max()) + 1, np.int64)
+        first[g_unit] = np.arange(ng)
+        streams = np.stack([g["device"][first], g["stream"][first]], 1)
+    else:
+        streams, g_unit = np.zeros((0, 2), np.int64), np.zeros(0, np.int64)
 
     # ---- assemble tasks: origin, CPU, GPU; then renumber in start order
     nthr = len(threads)
@@ -338,10 +352,11 @@ def build(tables: dict[str, pa.Table]) -> Graph:
     names = np.concatenate([np.array(["<trace start>"], object), cpu_names, g["name"]])
     blocking = np.zeros(len(kind), bool)
     if api.num_rows:
-        blocking[1:1 + nc][is_api] = _blocking_mask(api_names[c_api[is_api]])
+        api_blocking = _flag(api, "name", BLOCKING_RE.search)
+        blocking[1:1 + nc][is_api] = api_blocking[c_api[is_api]]
 
     # order: by start, origin first; ties keep unit order so fixed units stay in trace order
-    order = np.lexsort((np.arange(len(start)), start))
+    order = np.argsort(start, kind="stable")
     order = np.concatenate([[0], order[order != 0]])
     newid = np.empty(len(order), np.int64)
     newid[order] = np.arange(len(order))
@@ -363,7 +378,7 @@ def build(tables: dict[str, pa.Table]) -> Graph:
         bind.append(np.asarray(b, bool))
 
     # ---- thread order (CPU tasks are contiguous by construction)
-    tasks_by_unit = np.lexsort((np.arange(len(unit)), unit))
+    tasks_by_unit = np.argsort(unit, kind="stable")
     u_sorted = unit[tasks_by_unit]
     same = u_sorted[1:] == u_sorted[:-1]
     prev_t, next_t = tasks_by_unit[:-1][same], tasks_by_unit[1:][same]
@@ -578,9 +593,13 @@ def _stream_units(tables, unit, start, gpu_mask) -> dict:
             strs.append(_col(t, "stream", 0))
     if not devs:
         return out
-    pairs = np.unique(np.stack([np.concatenate(devs), np.concatenate(strs)], 1), axis=0)
+    dv, sv = np.concatenate(devs), np.concatenate(strs)
+    key = thread_key(dv, sv)
+    first = np.zeros(int(key.max()) + 1, np.int64)
+    first[key] = np.arange(len(key))
     g_units = np.unique(unit[gpu_mask])
-    for (d, s), u in zip(pairs, g_units, strict=True):
+    # thread_key numbers pairs in sorted order, as build() numbered the stream units
+    for (d, s), u in zip(np.stack([dv[first], sv[first]], 1), g_units, strict=True):
         out[(int(d), int(s))] = int(u)
         out.setdefault((-1, int(s)), int(u))
     return out

@@ -86,23 +86,27 @@ def graph_tables(tables: dict[str, pa.Table]) -> tuple[Graph, dict[str, pa.Table
 
 def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray) -> tuple[pa.Array, pa.Array]:
     """CPU tasks take the labels of their innermost range; GPU tasks those of their call."""
+    # work on row numbers into the label table (-1 = none), then take once
     n = g.n_tasks
-    lay = np.full(n, None, object)
-    pha = np.full(n, "other", object)
+    row = np.full(n, -1, np.int64)
     if rl.num_rows:
         rid = rl["range_id"].to_numpy()
         size = int(max(rid.max(), g.range_id.max()) + 1)
-        l_by = np.full(size, None, object)
-        p_by = np.full(size, "other", object)
-        l_by[rid] = np.asarray(rl["layer"].to_pylist(), object)
-        p_by[rid] = np.asarray(rl["phase"].to_pylist(), object)
+        by_id = np.full(size, -1, np.int64)
+        by_id[rid] = np.arange(len(rid))
         has = g.range_id >= 0
-        lay[has] = l_by[g.range_id[has]]
-        pha[has] = p_by[g.range_id[has]]
+        row[has] = by_id[g.range_id[has]]
     src, dst = g.src[launch], g.dst[launch]
-    lay[dst] = lay[src]
-    pha[dst] = pha[src]
-    return pa.array(lay, pa.string()), pa.array(pha, pa.string())
+    row[dst] = row[src]
+    idx = pa.array(row, mask=row < 0)
+    if rl.num_rows:
+        lay = rl["layer"].take(idx)
+        pha = rl["phase"].take(idx).fill_null("other")
+    else:
+        lay = pa.nulls(n, pa.string())
+        pha = pa.array(np.full(n, "other", object), pa.string())
+    return lay.combine_chunks() if hasattr(lay, "combine_chunks") else lay, \
+        pha.combine_chunks() if hasattr(pha, "combine_chunks") else pha
 
 
 def _task_iterations(g: Graph, its: pa.Table, launch: np.ndarray) -> np.ndarray:
