@@ -118,3 +118,53 @@ def sql(query: str, store: str | Path | None = None, *, fmt: str = "table",
     """Run read-only SQL over the graph tables, views and activity tables of a store."""
     from graphstore import db
     return db.query(open_store(store).root, query, fmt, None if out is None else Path(out))
+
+
+def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | None = None,
+            timeline: str | Path | None = None) -> dict:
+    """Baseline replay (and, with ``opts``, a what-if prediction) of one trace.
+
+    TRACE is a trace file (ingested on the fly if the store lacks it) or a stored trace id."""
+    from graphstore.read import read_graph
+    from simulate.replay import replay
+    from simulate.timeline import write_timeline
+
+    st = open_store(store)
+    tid = resolve_trace(trace, st, ingest_missing=True)
+    if not (st.root / "graph.duckdb").exists() or tid not in _graph_ids(st):
+        build_graphs(st, strict=True)
+    g = read_graph(st.root, tid)
+    base = replay(g)
+    t0 = int(g["task"]["start_ns"][0].as_py())
+    out = {
+        "trace_id": tid,
+        "file": st.trace_row(tid)["file"],
+        "measured_ms": base.mean("measured_ns") / 1e6,
+        "baseline_ms": base.mean("simulated_ns") / 1e6,
+        "iterations": [{"index": i.index, "label": i.label,
+                        "measured_ms": i.measured_ns / 1e6,
+                        "baseline_ms": i.simulated_ns / 1e6,
+                        "error_pct": _err(i.simulated_ns, i.measured_ns),
+                        "used": i.used, **({"note": i.note} if i.note else {})}
+                       for i in base.iterations],
+        "critical_path": base.critical_path,
+        "units": base.unit_busy,
+    }
+    out["baseline_error_pct"] = _err(out["baseline_ms"], out["measured_ms"])
+    if timeline is not None:
+        obs_s = g["task"]["start_ns"].to_numpy() - t0
+        obs_e = obs_s + g["task"]["obs_dur_ns"].to_numpy()
+        write_timeline(timeline, g, [("measured", obs_s, obs_e),
+                                     ("simulated (baseline)", base.schedule.start_ns,
+                                      base.schedule.end_ns)])
+        out["timeline"] = str(timeline)
+    return out
+
+
+def _err(pred: float, meas: float) -> float | None:
+    return None if not meas else 100.0 * (pred - meas) / meas
+
+
+def _graph_ids(st: Store) -> set[str]:
+    from graphstore import db
+    return set(db.trace_ids(st.root))

@@ -124,6 +124,25 @@ def sql(
         typer.echo(text, err=True)
 
 
+@app.command()
+def predict(
+    trace: Annotated[str, typer.Argument(help="Trace file (ingested if new) or stored trace "
+                                         "id.")],
+    store: StoreOpt = api.DEFAULT_STORE,
+    json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    timeline: Annotated[Path | None, typer.Option(help="Write the measured and simulated "
+                                                  "schedules as a Chrome trace (Perfetto).")]
+    = None,
+) -> None:
+    """Replay a trace: measured and simulated time per iteration, critical path, unit load."""
+    d = api.predict(trace, store, timeline=timeline)
+    if json:
+        typer.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode())
+        return
+    from daydream.report import print_prediction
+    print_prediction(d)
+
+
 def main() -> None:
     try:
         rc = app(standalone_mode=False)

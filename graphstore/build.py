@@ -465,11 +465,11 @@ def build(tables: dict[str, pa.Table]) -> Graph:
         obs_lag = start[d] - anchor_time
         b = cand_kind[d] == k
         lg = np.where(b, obs_lag, np.minimum(base, obs_lag))
-        return np.maximum(lg, 0) if k != EK_STREAM else lg, b
+        return np.maximum(lg, 0), b
 
     lg, b = lagged(sp, sq, typ_stream, EK_STREAM, end[sp])
-    # stream order: overlapping tasks get a negative lag so the replay keeps their start
-    add(sp, sq, EK_STREAM, A_END_START, np.maximum(lg, -obs[sp]), b)
+    # stream order; a task that overlapped its predecessor (counted above) waits for it
+    add(sp, sq, EK_STREAM, A_END_START, np.maximum(lg, 0), b)
     lg, b = lagged(launch_of[ln], ln, typ_launch, EK_LAUNCH, start[launch_of[ln]])
     add(launch_of[ln], ln, EK_LAUNCH, A_START_START, lg, b)
     if len(w_src):

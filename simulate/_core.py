@@ -1,0 +1,675 @@
+"""The compiled core of the simulator: Daydream's Algorithm 1 over CSR arrays.
+
+How it runs, in O(tasks + edges) (plus a log factor only for tasks on FCFS/PRIORITY units):
+
+- A FIXED unit is a chain: each task waits for the one before it in (order_key, index) order,
+  like a START edge with zero lag. ``prepare`` links the chain (``nxt``) in one pass when
+  order_key is already sorted within every unit, the usual case; ``relink`` does it from a sort
+  otherwise. ``count_in`` counts each task's START and START_START predecessors (plus the
+  FIXED link) and its END predecessors.
+- A task is runnable when its START predecessors have ended and its START_START predecessors
+  started: it starts, and its START_START edges fire. It is runnable again when its END
+  predecessors have ended: it finishes, and its START and END edges fire. Every time is final
+  when it is computed (a max over predecessors), so no event queue is needed: a sweep takes
+  runnable tasks in index order, which in a trace is observed start order, so the arrays are
+  read nearly sequentially; a task made runnable behind the sweep goes on a stack.
+- Tasks on FCFS/PRIORITY units go, when their START predecessors are done, into their unit's
+  queue instead. Only when nothing is runnable is a queued task dispatched: the one whose start
+  would be earliest over all such units (a heap of units keyed by that time). Everything that
+  could run without a dispatch has run by then, so every task not yet queued will be ready no
+  earlier than that time: the choice is the one a time-ordered simulation makes (up to ties at
+  exactly that time through chains of zero-duration tasks). After the first dispatch the sweep
+  has passed every index, and runnable tasks go into a hierarchical bitmap popped lowest index
+  first, which keeps access near index order.
+
+The result does not depend on the order runnable tasks are processed in: every time is a max
+over predecessors, and ties in ``bound_by`` go to the smallest task index.
+
+Task state (``start_cnt`` after the run): >= 0 not started (count of missing predecessors),
+-3 queued on its FCFS/PRIORITY unit, -1 started but waiting on END predecessors, -2 finished.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+_FIXED = 0
+_FCFS = 1
+_PRIORITY = 2
+_START = 0
+_END = 1
+_START_START = 2
+_QUEUED = -3  # state of a task waiting in its FCFS/PRIORITY unit's queue
+
+
+# --- heaps over task indices, keys read through arrays --------------------------------------
+
+
+@nb.njit(cache=True)
+def _pend_less(a, b, ready):
+    # FCFS / pending order: (ready time, task index)
+    return ready[a] < ready[b] or (ready[a] == ready[b] and a < b)
+
+
+@nb.njit(cache=True)
+def _prio_less(a, b, ready, priority):
+    # PRIORITY order among ready tasks: (priority, ready time, task index)
+    if priority[a] != priority[b]:
+        return priority[a] < priority[b]
+    return _pend_less(a, b, ready)
+
+
+@nb.njit(cache=True)
+def _pend_push(h, base, size, t, ready):
+    i = size
+    while i > 0:
+        p = (i - 1) >> 1
+        if _pend_less(t, h[base + p], ready):
+            h[base + i] = h[base + p]
+            i = p
+        else:
+            break
+    h[base + i] = t
+
+
+@nb.njit(cache=True)
+def _pend_pop(h, base, size, ready):
+    top = h[base]
+    size -= 1
+    if size > 0:
+        t = h[base + size]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= size:
+                break
+            if c + 1 < size and _pend_less(h[base + c + 1], h[base + c], ready):
+                c += 1
+            if _pend_less(h[base + c], t, ready):
+                h[base + i] = h[base + c]
+                i = c
+            else:
+                break
+        h[base + i] = t
+    return top
+
+
+@nb.njit(cache=True)
+def _prio_push(h, base, size, t, ready, priority):
+    i = size
+    while i > 0:
+        p = (i - 1) >> 1
+        if _prio_less(t, h[base + p], ready, priority):
+            h[base + i] = h[base + p]
+            i = p
+        else:
+            break
+    h[base + i] = t
+
+
+@nb.njit(cache=True)
+def _prio_pop(h, base, size, ready, priority):
+    top = h[base]
+    size -= 1
+    if size > 0:
+        t = h[base + size]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= size:
+                break
+            if c + 1 < size and _prio_less(h[base + c + 1], h[base + c], ready, priority):
+                c += 1
+            if _prio_less(h[base + c], t, ready, priority):
+                h[base + i] = h[base + c]
+                i = c
+            else:
+                break
+        h[base + i] = t
+    return top
+
+
+@nb.njit(cache=True)
+def _unit_push(hk, hu, size, key, u):
+    # heap of (candidate start time, unit id)
+    i = size
+    while i > 0:
+        p = (i - 1) >> 1
+        if key < hk[p] or (key == hk[p] and u < hu[p]):
+            hk[i] = hk[p]
+            hu[i] = hu[p]
+            i = p
+        else:
+            break
+    hk[i] = key
+    hu[i] = u
+
+
+@nb.njit(cache=True)
+def _unit_pop(hk, hu, size):
+    size -= 1
+    if size > 0:
+        key = hk[size]
+        u = hu[size]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= size:
+                break
+            if c + 1 < size and (hk[c + 1] < hk[c] or (hk[c + 1] == hk[c] and hu[c + 1] < hu[c])):
+                c += 1
+            if hk[c] < key or (hk[c] == key and hu[c] < u):
+                hk[i] = hk[c]
+                hu[i] = hu[c]
+                i = c
+            else:
+                break
+        hk[i] = key
+        hu[i] = u
+
+
+@nb.njit(cache=True)
+def _candidate(u, free, pend, psize, prio, qsize, qbase, ready):
+    """Earliest start of the next task on non-FIXED unit u (which is idle and has a queue)."""
+    if qsize[u] > 0:
+        return free[u]
+    r = ready[pend[qbase[u]]]
+    return r if r > free[u] else free[u]
+
+
+# --- a hierarchical bitmap of runnable tasks, popped lowest index first --------------------
+#
+# Level 0 has one bit per task, each higher level one bit per word of the level below, up to a
+# single word: insert and pop-lowest cost a few word operations each.
+
+
+@intrinsic
+def _cttz(typingctx, x):
+    sig = types.int64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return sig, codegen
+
+
+def bitmap_offsets(n: int) -> np.ndarray:
+    """Word offsets of each level in the flat bitmap, plus the total (int64[levels+1])."""
+    offs = [0]
+    words = max(1, (n + 63) >> 6)
+    while True:
+        offs.append(offs[-1] + words)
+        if words == 1:
+            break
+        words = (words + 63) >> 6
+    return np.array(offs, np.int64)
+
+
+@nb.njit(cache=True)
+def _bm_insert(bits, loff, x):
+    i = x
+    for lv in range(loff.shape[0] - 1):
+        at = loff[lv] + (i >> 6)
+        old = bits[at]
+        bits[at] = old | (np.int64(1) << (i & 63))
+        if old != 0:
+            break
+        i >>= 6
+
+
+@nb.njit(cache=True)
+def _bm_pop(bits, loff, minw):
+    """Remove and return the lowest set index; ``minw`` is a level-0 word index below which
+    every word is zero. Returns (index, new minw), or (-1, minw) when empty."""
+    top = loff.shape[0] - 2
+    w = bits[minw]
+    if w == 0:
+        if bits[loff[top]] == 0:
+            return -1, minw
+        i = 0
+        for lv in range(top, 0, -1):
+            i = (i << 6) + _cttz(bits[loff[lv] + i])
+        minw = i
+        w = bits[minw]
+    x = (minw << 6) + _cttz(w)
+    w &= w - 1
+    bits[minw] = w
+    if w == 0:
+        i = minw
+        for lv in range(1, top + 1):
+            at = loff[lv] + (i >> 6)
+            word = bits[at] & ~(np.int64(1) << (i & 63))
+            bits[at] = word
+            if word != 0:
+                break
+            i >>= 6
+    return x, minw
+
+
+# --- the simulation -------------------------------------------------------------------------
+
+
+@nb.njit(cache=True)
+def prepare(unit, unit_policy, order_key, nxt, start_cnt):
+    """Link FIXED units in index order, into zeroed arrays: ``nxt[p] = i + 1`` when task i
+    follows task p on its unit, and ``start_cnt[i] = 1`` for the link. Returns False, having
+    stopped, when order_key decreases within some FIXED unit; ``relink`` must then redo it."""
+    n = unit.shape[0]
+    n_units = unit_policy.shape[0]
+    last = np.full(n_units, -1, np.int64)
+    sorted_ = True
+    for i in range(n):
+        u = unit[i]
+        if unit_policy[u] == _FIXED:
+            p = last[u]
+            if p >= 0:
+                if order_key[i] < order_key[p]:
+                    sorted_ = False
+                    break
+                nxt[p] = i + 1
+                start_cnt[i] = 1
+            last[u] = i
+    return sorted_
+
+
+@nb.njit(cache=True)
+def count_in(dst, kind, start_cnt, end_cnt):
+    """Count START and START_START predecessors into ``start_cnt``, END ones into ``end_cnt``;
+    returns whether there is any START_START edge. (A loop of its own: fused into a loop over
+    tasks and their edges it ran half as fast.)"""
+    has_ss = False
+    for k in range(dst.shape[0]):
+        kd = kind[k]
+        if kd != _END:
+            start_cnt[dst[k]] += 1
+            has_ss |= kd == _START_START
+        else:
+            end_cnt[dst[k]] += 1
+    return has_ss
+
+
+@nb.njit(cache=True)
+def relink(unit, unit_policy, perm, nxt, start_cnt):
+    """Undo the links ``prepare`` made, then link FIXED units visiting tasks in ``perm`` order
+    (by (order_key, index))."""
+    for i in range(nxt.shape[0]):
+        j = nxt[i] - 1
+        if j >= 0:
+            start_cnt[j] -= 1
+            nxt[i] = 0
+    n_units = unit_policy.shape[0]
+    last = np.full(n_units, -1, np.int64)
+    for k in range(perm.shape[0]):
+        i = perm[k]
+        u = unit[i]
+        if unit_policy[u] != _FIXED:
+            continue
+        p = last[u]
+        if p >= 0:
+            nxt[p] = i + 1
+            start_cnt[i] += 1
+        last[u] = i
+
+
+# Indices into the small int64 state array shared by ``run`` and the drain functions (which
+# already take 30 arguments, as many as numba inlines).
+_CUR, _MINW, _BEHIND, _DONE, _HSIZE, _ALL_FIXED, _HAS_SS = 0, 1, 2, 3, 4, 5, 6
+
+
+@nb.njit(cache=True)
+def _release(d, unit, start, pend, qbase, psize, qsize, prio, free, busy, hk, hu, st):
+    """Task ``d`` on a FCFS/PRIORITY unit has its START predecessors done: queue it."""
+    u = unit[d]
+    _pend_push(pend, qbase[u], psize[u], d, start)
+    psize[u] += 1
+    if not busy[u]:
+        _unit_push(hk, hu, st[_HSIZE], _candidate(u, free, pend, psize, prio, qsize, qbase,
+                                                  start), u)
+        st[_HSIZE] += 1
+
+
+@nb.njit(cache=True)
+def _unit_freed(t, e, u, start, pend, qbase, psize, qsize, prio, free, busy, last, hk, hu, st):
+    """Task ``t`` on FCFS/PRIORITY unit ``u`` ended at ``e``: the unit can take its next."""
+    busy[u] = False
+    free[u] = e
+    last[u] = t
+    if psize[u] + qsize[u] > 0:
+        _unit_push(hk, hu, st[_HSIZE], _candidate(u, free, pend, psize, prio, qsize, qbase,
+                                                  start), u)
+        st[_HSIZE] += 1
+
+
+@nb.njit(cache=True, inline="always")
+def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, end_cnt, start,
+                end, bound, via, end_bound, stack, bits, loff, pend, qbase, psize, qsize, prio,
+                free, busy, last, hk, hu, st, use_bitmap):
+    """Run every task that can run without a FCFS/PRIORITY dispatch (the hot loop).
+
+    Runnable tasks at or above the sweep cursor are found by the sweep, in index order, so the
+    arrays are read nearly sequentially. A task made runnable behind the cursor (an edge
+    pointing backwards in index order) goes on ``stack`` while the sweep runs (``use_bitmap``
+    False); once the sweep has passed every index, FCFS/PRIORITY dispatches drive the rest and
+    every runnable task goes into the bitmap (``use_bitmap`` True), popped lowest index first
+    so that access stays near index order. Compiled as two functions, so that neither carries
+    the other's code in its loop.
+
+    A task's first pop starts it: its start binder is decoded and its START_START edges (only
+    looked at when the graph has any, ``has_ss``) release their destinations. It finishes on
+    that pop, or on a second one once its END predecessors are done."""
+    n = dur.shape[0]
+    all_fixed = st[_ALL_FIXED] != 0
+    has_ss = st[_HAS_SS] != 0
+    cur = st[_CUR]
+    minw = st[_MINW]
+    behind = st[_BEHIND]
+    done = st[_DONE]
+    while True:
+        if behind > 0:
+            behind -= 1
+            if use_bitmap:
+                t, minw = _bm_pop(bits, loff, minw)
+            else:
+                t = stack[behind]
+        else:
+            while cur < n:
+                c = start_cnt[cur]
+                if c == 0 or (c == -1 and end_cnt[cur] == 0):
+                    break
+                cur += 1
+            if cur == n:
+                break
+            t = cur
+            cur += 1
+        if start_cnt[t] == 0:
+            # start t
+            start_cnt[t] = -1
+            b = bound[t]
+            if b != 0:
+                bound[t] = n - (b >> 1)
+                via[t] = b & 1
+            else:
+                bound[t] = -1
+            if has_ss:
+                kss = ((n - t) << 1) | 1  # t's binder key through its start
+                for k in range(indptr[t], indptr[t + 1]):
+                    if kind[k] != _START_START:
+                        continue
+                    d = dst[k]
+                    v = start[t] + lag[k]
+                    cv = start[d]
+                    if v > cv or (v == cv and kss > bound[d]):
+                        start[d] = v
+                        bound[d] = kss
+                    c = start_cnt[d] - 1
+                    start_cnt[d] = c
+                    if c == 0:
+                        if all_fixed or unit_policy[unit[d]] == _FIXED:
+                            if d < cur:
+                                if use_bitmap:
+                                    _bm_insert(bits, loff, d)
+                                    if (d >> 6) < minw:
+                                        minw = d >> 6
+                                else:
+                                    stack[behind] = d
+                                behind += 1
+                        else:
+                            start_cnt[d] = _QUEUED
+                            _release(d, unit, start, pend, qbase, psize, qsize, prio, free,
+                                     busy, hk, hu, st)
+            if end_cnt[t] > 0:
+                continue  # started; finishes when its END predecessors are done
+        # finish t
+        e = start[t] + dur[t]
+        if end[t] > e:
+            e = end[t]
+            end_bound[t] = n - end_bound[t]
+        else:
+            end_bound[t] = -1
+        end[t] = e
+        start_cnt[t] = -2
+        done += 1
+        kt = (n - t) << 1  # t's binder key through its end: larger for smaller indices
+        if all_fixed or unit_policy[unit[t]] == _FIXED:
+            j = nxt[t] - 1
+            if j >= 0:
+                cv = start[j]
+                if e > cv or (e == cv and kt > bound[j]):
+                    start[j] = e
+                    bound[j] = kt
+                c = start_cnt[j] - 1
+                start_cnt[j] = c
+                if c == 0 and j < cur:
+                    if use_bitmap:
+                        _bm_insert(bits, loff, j)
+                        if (j >> 6) < minw:
+                            minw = j >> 6
+                    else:
+                        stack[behind] = j
+                    behind += 1
+        else:
+            _unit_freed(t, e, unit[t], start, pend, qbase, psize, qsize, prio, free, busy, last,
+                        hk, hu, st)
+        for k in range(indptr[t], indptr[t + 1]):
+            kd = kind[k]
+            if kd == _START:
+                d = dst[k]
+                v = e + lag[k]
+                cv = start[d]
+                if v > cv or (v == cv and kt > bound[d]):
+                    start[d] = v
+                    bound[d] = kt
+                c = start_cnt[d] - 1
+                start_cnt[d] = c
+                if c == 0:
+                    if all_fixed or unit_policy[unit[d]] == _FIXED:
+                        if d < cur:
+                            if use_bitmap:
+                                _bm_insert(bits, loff, d)
+                                if (d >> 6) < minw:
+                                    minw = d >> 6
+                            else:
+                                stack[behind] = d
+                            behind += 1
+                    else:
+                        start_cnt[d] = _QUEUED
+                        _release(d, unit, start, pend, qbase, psize, qsize, prio, free, busy,
+                                 hk, hu, st)
+            elif kd == _END:
+                d = dst[k]
+                v = e + lag[k]
+                ke = kt >> 1
+                cv = end[d]
+                if v > cv or (v == cv and ke > end_bound[d]):
+                    end[d] = v
+                    end_bound[d] = ke
+                c = end_cnt[d] - 1
+                end_cnt[d] = c
+                if c == 0 and start_cnt[d] == -1 and d < cur:
+                    if use_bitmap:
+                        _bm_insert(bits, loff, d)
+                        if (d >> 6) < minw:
+                            minw = d >> 6
+                    else:
+                        stack[behind] = d
+                    behind += 1
+            # START_START edges were followed when t started
+    st[_CUR] = cur
+    st[_MINW] = minw
+    st[_BEHIND] = behind
+    st[_DONE] = done
+
+
+@nb.njit(cache=True)
+def _drain_sweep(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, end_cnt, start,
+                 end, bound, via, end_bound, stack, bits, loff, pend, qbase, psize, qsize, prio,
+                 free, busy, last, hk, hu, st):
+    _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, end_cnt, start,
+                end, bound, via, end_bound, stack, bits, loff, pend, qbase, psize, qsize, prio,
+                free, busy, last, hk, hu, st, False)
+
+
+@nb.njit(cache=True)
+def _drain_bitmap(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, end_cnt, start,
+                  end, bound, via, end_bound, stack, bits, loff, pend, qbase, psize, qsize, prio,
+                  free, busy, last, hk, hu, st):
+    _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, end_cnt, start,
+                end, bound, via, end_bound, stack, bits, loff, pend, qbase, psize, qsize, prio,
+                free, busy, last, hk, hu, st, True)
+
+
+@nb.njit(cache=True)
+def run(dur, unit, unit_policy, priority, has_ss, indptr, dst, lag, kind, nxt, start_cnt,
+        end_cnt, start, end, bound, via, end_bound, bits, loff):
+    """Simulate. On entry (see ``prepare``/``count_in``) ``start_cnt``/``end_cnt`` hold
+    predecessor counts and ``nxt`` the FIXED links; ``start``, ``end``, ``bound``, ``via``,
+    ``end_bound`` and ``bits`` are zero. Returns the number of finished tasks; on exit
+    ``start_cnt`` holds the task states and, for finished tasks:
+
+    - ``start``/``end``: the schedule;
+    - ``bound``: the predecessor that decided the start (-1: none), ``via``: 1 when through
+      that predecessor's start (a START_START edge), 0 through its end;
+    - ``end_bound``: the END predecessor that pushed the end past start + dur, else -1.
+
+    Every array starts zeroed, so that allocation (calloc) is the only initialization. While a
+    task waits, ``start``/``end`` accumulate the latest bound from its START(-like)/END
+    predecessors, and ``bound``/``end_bound`` which predecessor set it, as a key that grows as
+    the index shrinks (``(n - index) << 1 | via`` and ``n - index``; 0: none), so that on equal
+    times the smallest index wins.
+
+    Alternates a drain (everything runnable without a dispatch) with one dispatch on the
+    FCFS/PRIORITY unit whose next task would start earliest, until neither has work."""
+    n = dur.shape[0]
+    n_units = unit_policy.shape[0]
+
+    # Queues of non-FIXED units: one segment per unit in ``pend`` and ``prio``.
+    all_fixed = True
+    for u in range(n_units):
+        if unit_policy[u] != _FIXED:
+            all_fixed = False
+    qcount = np.zeros(n_units, np.int64)
+    if not all_fixed:
+        for i in range(n):
+            if unit_policy[unit[i]] != _FIXED:
+                qcount[unit[i]] += 1
+    qbase = np.zeros(n_units, np.int64)
+    total_q = 0
+    for u in range(n_units):
+        qbase[u] = total_q
+        total_q += qcount[u]
+    pend = np.empty(total_q, np.int64)
+    prio = np.empty(total_q, np.int64)
+    psize = np.zeros(n_units, np.int64)   # queued, by ready time
+    qsize = np.zeros(n_units, np.int64)   # PRIORITY only: ready by the last dispatch, by priority
+    free = np.zeros(n_units, np.int64)    # when the unit frees
+    busy = np.zeros(n_units, np.bool_)
+    last = np.full(n_units, -1, np.int64)  # task that last ran on the unit
+    hk = np.empty(2 * total_q + 1, np.int64)  # heap of (candidate start, unit)
+    hu = np.empty(2 * total_q + 1, np.int64)
+    st = np.zeros(7, np.int64)
+    st[_ALL_FIXED] = all_fixed
+    st[_HAS_SS] = has_ss
+
+    # Seed the queues of non-FIXED units; runnable FIXED tasks are found by the sweep.
+    if not all_fixed:
+        for i in range(n):
+            if start_cnt[i] == 0 and unit_policy[unit[i]] != _FIXED:
+                start_cnt[i] = _QUEUED
+                _release(i, unit, start, pend, qbase, psize, qsize, prio, free, busy, hk, hu, st)
+
+    stack = np.empty(n, np.int32)
+    _drain_sweep(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, end_cnt, start,
+                 end, bound, via, end_bound, stack, bits, loff, pend, qbase, psize, qsize, prio,
+                 free, busy, last, hk, hu, st)
+    while True:
+        # Nothing runnable: dispatch the queued task that starts earliest over all units.
+        dispatched = False
+        while st[_HSIZE] > 0:
+            key = hk[0]
+            u = hu[0]
+            _unit_pop(hk, hu, st[_HSIZE])
+            st[_HSIZE] -= 1
+            if busy[u] or psize[u] + qsize[u] == 0:
+                continue
+            tnow = _candidate(u, free, pend, psize, prio, qsize, qbase, start)
+            if tnow != key:
+                continue  # stale entry; the current one is in the heap too
+            base = qbase[u]
+            if unit_policy[u] == _FCFS:
+                t = _pend_pop(pend, base, psize[u], start)
+                psize[u] -= 1
+            else:
+                while psize[u] > 0 and start[pend[base]] <= tnow:
+                    x = _pend_pop(pend, base, psize[u], start)
+                    psize[u] -= 1
+                    _prio_push(prio, base, qsize[u], x, start, priority)
+                    qsize[u] += 1
+                t = _prio_pop(prio, base, qsize[u], start, priority)
+                qsize[u] -= 1
+            # start = max(unit free, ready); the unit's previous task binds when it frees later
+            # (or at the same time with a smaller index).
+            p = last[u]
+            kp = (n - p) << 1
+            if p >= 0 and (free[u] > start[t] or (free[u] == start[t] and kp > bound[t])):
+                bound[t] = kp
+            start[t] = tnow
+            busy[u] = True
+            start_cnt[t] = 0
+            # The sweep has passed every index by now: from here on the bitmap holds the
+            # runnable tasks.
+            _bm_insert(bits, loff, t)
+            st[_BEHIND] += 1
+            if (t >> 6) < st[_MINW]:
+                st[_MINW] = t >> 6
+            dispatched = True
+            break
+        if not dispatched:
+            break
+        _drain_bitmap(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, end_cnt,
+                      start, end, bound, via, end_bound, stack, bits, loff, pend, qbase, psize,
+                      qsize, prio, free, busy, last, hk, hu, st)
+    return st[_DONE]
+
+
+@nb.njit(cache=True)
+def _walk(bound, via, end_bound, t, out):
+    """Follow binders back from the end of task ``t``: a task's end is bound by its END
+    predecessor when one extended it, else by its start; a start is bound by ``bound`` through
+    that task's end, or through its start when ``via`` (a START_START edge). Writes the tasks
+    met into ``out`` last first (when ``out`` is long enough) and returns their number."""
+    k = 0
+    x = t
+    at_end = True
+    while True:
+        if k < out.shape[0]:
+            out[out.shape[0] - 1 - k] = x
+        k += 1
+        if at_end and end_bound[x] >= 0:
+            x = end_bound[x]
+            continue
+        b = bound[x]
+        if b < 0:
+            return k
+        at_end = via[x] == 0
+        x = b
+
+
+@nb.njit(cache=True)
+def critical_path(end, bound, via, end_bound):
+    """Task indices in time order, from a task with nothing binding it to the last-ending task
+    (the lowest index among ties), following the binders as in ``_walk``."""
+    n = end.shape[0]
+    if n == 0:
+        return np.empty(0, np.int64)
+    t = 0
+    for i in range(1, n):
+        if end[i] > end[t]:
+            t = i
+    length = _walk(bound, via, end_bound, t, np.empty(0, np.int64))
+    path = np.empty(length, np.int64)
+    _walk(bound, via, end_bound, t, path)
+    return path

@@ -1,0 +1,210 @@
+"""Checks of the simulator's input, and the cycle finder for graphs that cannot be scheduled.
+
+The input checks are vectorized: on valid input each is one numpy reduction (min or max) over
+an array, with no temporary (signed ids are viewed unsigned so that one max() checks both
+bounds); only when a check fails is the first offending index located.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ingest.errors import DaydreamError
+from simulate.graph import END, FIXED, PRIORITY, START, START_START
+
+if TYPE_CHECKING:
+    from simulate.graph import SimGraph
+
+
+class SimulationDeadlock(DaydreamError):
+    """Some tasks can never run: a dependency cycle, possibly through unit order.
+
+    ``cycle`` is an int64 array of task indices ``[t0, t1, ..., tk]`` with ``tk == t0`` where each
+    task must finish (or, for a unit link, free its unit) before the next can proceed;
+    ``links`` names each step: "start" (START edge), "end" (END edge), "start_start"
+    (START_START edge: the later task waits for the earlier one to start) or "unit" (the
+    earlier task holds or precedes the later one on its unit).
+    """
+
+    def __init__(self, message: str, *, cycle: np.ndarray, links: list[str], stuck: int):
+        self.cycle = cycle
+        self.links = links
+        self.stuck = stuck
+        super().__init__(message)
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.argmax(mask))
+
+
+def _check_1d(name: str, a: np.ndarray, length: int | None, what: str) -> None:
+    if a.ndim != 1:
+        raise DaydreamError(f"{name} must be 1-dimensional, got shape {a.shape}")
+    if length is not None and a.shape[0] != length:
+        raise DaydreamError(f"{name} has {a.shape[0]} entries, expected {length} (one per {what})")
+
+
+def check_tasks(dur_ns, unit, unit_policy, order_key, priority) -> None:
+    """Per-task and per-unit arrays: shapes, durations >= 0, unit ids and policies known."""
+    _check_1d("dur_ns", dur_ns, None, "task")
+    n = dur_ns.shape[0]
+    _check_1d("unit", unit, n, "task")
+    _check_1d("order_key", order_key, n, "task")
+    _check_1d("priority", priority, n, "task")
+    _check_1d("unit_policy", unit_policy, None, "unit")
+    n_units = unit_policy.shape[0]
+    if n and dur_ns.min() < 0:
+        i = _first(dur_ns < 0)
+        raise DaydreamError(f"task {i} has negative dur_ns {int(dur_ns[i])}; "
+                            "durations must be >= 0")
+    # Viewed unsigned, a negative id is huge: one max() checks both bounds.
+    if n and unit.view(np.uint32).max() >= n_units:
+        i = _first((unit < 0) | (unit >= n_units))
+        raise DaydreamError(f"task {i} runs on unknown unit {int(unit[i])}; "
+                            f"unit ids must be in 0..{n_units - 1} (len(unit_policy) = {n_units})")
+    if n_units and unit_policy.view(np.uint8).max() > PRIORITY:
+        u = _first((unit_policy < FIXED) | (unit_policy > PRIORITY))
+        raise DaydreamError(f"unit {u} has unknown policy {int(unit_policy[u])}; "
+                            "known: 0 = FIXED, 1 = FCFS, 2 = PRIORITY")
+
+
+def _check_edges(n: int, dst, lag_ns, edge_kind, src=None, where: str = "edge") -> None:
+    m = dst.shape[0]
+    _check_1d("dst", dst, None, "edge")
+    _check_1d("lag_ns", lag_ns, m, "edge")
+    _check_1d("edge_kind", edge_kind, m, "edge")
+    if src is not None:
+        _check_1d("src", src, m, "edge")
+    if not m:
+        return
+    if src is not None and src.view(np.uint64).max() >= n:
+        e = _first((src < 0) | (src >= n))
+        raise DaydreamError(f"{where} {e} has source task {int(src[e])} out of range 0..{n - 1}")
+    if dst.view(np.uint64).max() >= n:
+        e = _first((dst < 0) | (dst >= n))
+        raise DaydreamError(f"{where} {e} has destination task {int(dst[e])} "
+                            f"out of range 0..{n - 1}")
+    if lag_ns.min() < 0:
+        e = _first(lag_ns < 0)
+        raise DaydreamError(f"{where} {e} has negative lag_ns {int(lag_ns[e])}; lags must be >= 0")
+    if edge_kind.view(np.uint8).max() > START_START:
+        e = _first((edge_kind < START) | (edge_kind > START_START))
+        raise DaydreamError(f"{where} {e} has unknown edge_kind {int(edge_kind[e])}; "
+                            "known: 0 = START, 1 = END, 2 = START_START")
+
+
+def check_edge_list(n: int, src, dst, lag_ns, edge_kind) -> None:
+    """An edge list as given to ``SimGraph.from_edges``; indices refer to that list."""
+    _check_edges(n, dst, lag_ns, edge_kind, src=src, where="edge")
+
+
+def check_graph(g: SimGraph) -> None:
+    """Everything ``simulate`` relies on; raises ``DaydreamError`` naming the first problem."""
+    check_tasks(g.dur_ns, g.unit, g.unit_policy, g.order_key, g.priority)
+    n = g.n_tasks
+    _check_1d("indptr", g.indptr, n + 1, "task, plus one")
+    m = g.dst.shape[0]
+    if g.indptr[0] != 0 or g.indptr[n] != m:
+        raise DaydreamError(f"indptr must run from 0 to the edge count {m}, "
+                            f"got {int(g.indptr[0])}..{int(g.indptr[n])}")
+    if n and bool(np.any(g.indptr[1:] < g.indptr[:-1])):
+        i = _first(g.indptr[1:] < g.indptr[:-1])
+        raise DaydreamError(f"indptr decreases at task {i}: indptr[{i}] = {int(g.indptr[i])} > "
+                            f"indptr[{i + 1}] = {int(g.indptr[i + 1])}")
+    _check_edges(n, g.dst, g.lag_ns, g.edge_kind, where="edge (CSR position)")
+
+
+# --- cycles --------------------------------------------------------------------------------
+
+
+def find_cycle(g: SimGraph, state: np.ndarray | None = None
+               ) -> tuple[np.ndarray, list[str]] | None:
+    """One cycle of tasks that can never run, or None when the whole graph can be scheduled.
+
+    ``state`` (int32[n]: >= 0 not started, -3 queued on its FCFS/PRIORITY unit, -1 started and
+    waiting on END predecessors, -2 finished) is where a simulation got stuck; without it the
+    simulator is run to find out (after ``check_graph``).
+    Returns ``(cycle, links)`` as described on ``SimulationDeadlock``.
+
+    Every stuck task waits on at least one other stuck task: a START predecessor or the task
+    before it on a FIXED unit (not started), the task holding its FCFS/PRIORITY unit (queued), or
+    an END predecessor (started). Following one such wait from any stuck task must revisit a
+    task, and the revisited stretch is the cycle.
+    """
+    if state is None:
+        from simulate.engine import _run_core
+
+        check_graph(g)
+        state = _run_core(g)[0]
+    stuck = np.flatnonzero(state != -2)
+    if stuck.size == 0:
+        return None
+    n = g.n_tasks
+    from simulate.engine import _fixed_next
+
+    # Reverse adjacency (in-edges), built only on this error path.
+    src = g.edge_src()
+    order = np.argsort(g.dst, kind="stable")
+    in_src = src[order]
+    in_kind = g.edge_kind[order]
+    in_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(g.dst, minlength=n), out=in_ptr[1:])
+    prev_fixed = np.full(n, -1, dtype=np.int64)
+    nxt = _fixed_next(g)
+    has_next = np.flatnonzero(nxt >= 0)
+    prev_fixed[nxt[has_next]] = has_next
+    # Which started-unfinished task holds each non-FIXED unit.
+    holder = np.full(g.n_units, -1, dtype=np.int64)
+    started = np.flatnonzero(state == -1)
+    holder[g.unit[started]] = started
+
+    def blocker(t: int) -> tuple[int, str]:
+        lo, hi = in_ptr[t], in_ptr[t + 1]
+        if state[t] == -1:
+            for k in range(lo, hi):
+                if in_kind[k] == END and state[in_src[k]] != -2:
+                    return int(in_src[k]), "end"
+        else:
+            p = prev_fixed[t]
+            if p >= 0 and state[p] != -2:
+                return int(p), "unit"
+            for k in range(lo, hi):
+                if in_kind[k] == START and state[in_src[k]] != -2:
+                    return int(in_src[k]), "start"
+                # a START_START predecessor holds t until it starts (state -1 or -2)
+                if in_kind[k] == START_START and state[in_src[k]] not in (-1, -2):
+                    return int(in_src[k]), "start_start"
+            h = holder[g.unit[t]]
+            if g.unit_policy[g.unit[t]] != FIXED and h >= 0:
+                return int(h), "unit"
+        raise AssertionError(f"task {t} is stuck but waits on nothing")  # pragma: no cover
+
+    seen = {}
+    walk: list[int] = []
+    kinds: list[str] = []
+    t = int(stuck[0])
+    while t not in seen:
+        seen[t] = len(walk)
+        walk.append(t)
+        t, kind = blocker(t)
+        kinds.append(kind)
+    # walk[i] waits on walk[i+1] via kinds[i]; the cycle is walk[seen[t]:] back to t.
+    loop = walk[seen[t]:] + [t]
+    loop_kinds = kinds[seen[t]:]
+    # Report in dependency direction: each task precedes the next.
+    return np.array(loop[::-1], dtype=np.int64), loop_kinds[::-1]
+
+
+def deadlock_error(g: SimGraph, state: np.ndarray) -> SimulationDeadlock:
+    found = find_cycle(g, state)
+    assert found is not None
+    cycle, links = found
+    n_stuck = int(np.count_nonzero(state != -2))
+    path = str(int(cycle[0])) + "".join(
+        f" -{kind}-> {int(t)}" for kind, t in zip(links, cycle[1:], strict=True))
+    return SimulationDeadlock(
+        f"deadlock: {n_stuck} of {g.n_tasks} tasks can never run; cycle of task indices: {path} "
+        "(start/end/start_start: a START/END/START_START edge; unit: the earlier task holds or "
+        "precedes the later on its unit)", cycle=cycle, links=links, stuck=n_stuck)

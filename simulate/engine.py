@@ -1,0 +1,123 @@
+"""``simulate(graph) -> Schedule``: the simulator's entry point."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ingest.errors import DaydreamError
+from simulate import _core
+from simulate.check import check_graph, deadlock_error
+from simulate.graph import SimGraph
+
+# Task indices are int32 inside the core (less memory traffic); the outputs are int64.
+_MAX_TASKS = 2**31 - 1
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """The predicted schedule: times in ns from the start of the simulation (time 0).
+
+    - ``start_ns``/``end_ns`` int64[n]: when each task starts and ends. A task holds its unit
+      from start to end (for a blocking call, that includes the wait for its END predecessors).
+    - ``bound_by`` int64[n]: the predecessor that decided the task's start: a START edge's
+      source or the previous task on the unit (through its end), or a START_START edge's source
+      (through its start, ``bound_via_start``); -1 when the task has none of these (it starts
+      at 0). Ties go to the smallest task index.
+    - ``bound_via_start`` int8[n]: 1 where ``bound_by`` bound through its start (START_START).
+    - ``end_bound_by`` int64[n]: the END predecessor that pushed the task's end past
+      start + dur (a blocking call waiting for GPU work), else -1.
+    - ``unit`` int32[n]: the graph's unit of each task (shared, not copied).
+    """
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    bound_by: np.ndarray
+    bound_via_start: np.ndarray
+    end_bound_by: np.ndarray
+    unit: np.ndarray
+
+    @property
+    def n_tasks(self) -> int:
+        return int(self.start_ns.shape[0])
+
+    @property
+    def makespan_ns(self) -> int:
+        """Time from 0 (when the first tasks start) to the last end; 0 for an empty graph."""
+        return int(self.end_ns.max()) if self.end_ns.size else 0
+
+    def unit_busy_ns(self, n_units: int) -> np.ndarray:
+        """int64[n_units]: total time each unit is held by its tasks (end - start, summed;
+        summed in float64, so exact up to 2**53 ns, about 104 days, per unit)."""
+        held = self.end_ns - self.start_ns
+        busy = np.bincount(self.unit, weights=held, minlength=n_units)
+        if busy.shape[0] > n_units:
+            raise DaydreamError(f"unit_busy_ns({n_units}): tasks run on unit "
+                                f"{busy.shape[0] - 1}; pass the graph's n_units")
+        return busy.round().astype(np.int64)
+
+    def critical_path(self) -> np.ndarray:
+        """int64 task indices, in time order, from a task that nothing held back to the
+        last-ending task (the lowest index among ties). Walking back from that task's end: an
+        end is decided by ``end_bound_by`` when set, else by the task's start; a start by
+        ``bound_by``, through its end, or through its start when ``bound_via_start``. A task
+        can appear twice, when the path enters it at its start and leaves at its end (a
+        blocking copy call that launched the copy it waits for)."""
+        return _core.critical_path(self.end_ns, self.bound_by, self.bound_via_start,
+                                   self.end_bound_by)
+
+
+def _fixed_next(g: SimGraph) -> np.ndarray:
+    """int64[n]: the next task on the same FIXED unit, or -1 (off the hot path)."""
+    nxt = np.zeros(g.n_tasks, np.int32)
+    _core.relink(g.unit, g.unit_policy, np.argsort(g.order_key, kind="stable"), nxt,
+                 np.zeros(g.n_tasks, np.int32))
+    return nxt.astype(np.int64) - 1
+
+
+def _run_core(g: SimGraph):
+    """Run the compiled core on a checked graph: (state, output arrays, n_done)."""
+    n = g.n_tasks
+    if n >= _MAX_TASKS:
+        raise DaydreamError(f"{n} tasks is more than the simulator supports ({_MAX_TASKS - 1})")
+    # Everything starts zeroed (see _core.run): calloc'd pages, no initialization pass.
+    start_cnt = np.zeros(n, np.int32)
+    end_cnt = np.zeros(n, np.int32)
+    nxt = np.zeros(n, np.int32)
+    start = np.zeros(n, np.int64)
+    end = np.zeros(n, np.int64)
+    bound = np.zeros(n, np.int64)
+    via = np.zeros(n, np.int8)
+    end_bound = np.zeros(n, np.int64)
+    if not _core.prepare(g.unit, g.unit_policy, g.order_key, nxt, start_cnt):
+        # order_key is not sorted within some FIXED unit: link by (order_key, index).
+        _core.relink(g.unit, g.unit_policy, np.argsort(g.order_key, kind="stable"), nxt,
+                     start_cnt)
+    has_ss = _core.count_in(g.dst, g.edge_kind, start_cnt, end_cnt)
+    loff = _core.bitmap_offsets(n)
+    bits = np.zeros(int(loff[-1]), np.int64)
+    done = _core.run(g.dur_ns, g.unit, g.unit_policy, g.priority, has_ss, g.indptr, g.dst,
+                     g.lag_ns, g.edge_kind, nxt, start_cnt, end_cnt, start, end, bound, via,
+                     end_bound, bits, loff)
+    return start_cnt, (start, end, bound, via, end_bound), done
+
+
+def simulate(graph: SimGraph) -> Schedule:
+    """Simulate ``graph`` (Daydream's Algorithm 1) and return every task's start and end.
+
+    A task starts at the latest of: its unit becoming free for it, every START predecessor's
+    end + lag and every START_START predecessor's start + lag. It ends at the latest of
+    start + dur and every END predecessor's end + lag. A
+    FIXED unit runs its tasks in (order_key, index) order, waiting for the next one even when
+    others are ready; FCFS and PRIORITY units pick among ready tasks when they free.
+
+    Raises ``DaydreamError`` on malformed input and ``SimulationDeadlock`` (a ``DaydreamError``)
+    with a cycle of task indices when some tasks can never run.
+    """
+    check_graph(graph)
+    state, (start, end, bound, via, end_bound), done = _run_core(graph)
+    if done != graph.n_tasks:
+        raise deadlock_error(graph, state)
+    return Schedule(start_ns=start, end_ns=end, bound_by=bound, bound_via_start=via,
+                    end_bound_by=end_bound, unit=graph.unit)

@@ -1,0 +1,195 @@
+"""Graph tables -> simulator input, and a simulated schedule -> iteration times and reports.
+
+Iteration times are measured and simulated by one rule, so a baseline replay compares like with
+like: iteration i starts when its first CPU task starts (the one at or after the iteration's
+marker) and ends when iteration i+1 starts; the last one ends when its last task (GPU work it
+launched included) ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from simulate import _core
+from simulate.engine import Schedule, simulate
+from simulate.graph import END, FCFS, FIXED, PRIORITY, START, START_START, SimGraph
+
+ANCHOR_KIND = {"end_start": START, "end_end": END, "start_start": START_START}
+POLICY = {"fixed": FIXED, "fcfs": FCFS, "priority": PRIORITY}
+CPU_KINDS = ("api", "host")
+GPU_KINDS = ("kernel", "memcpy", "memset", "comm")
+WARMUP_TOLERANCE = 0.10  # a first iteration this far from the others' median is a warm-up
+
+
+def _codes(col: pa.ChunkedArray | pa.Array, mapping: dict[str, int], what: str) -> np.ndarray:
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    d = arr.dictionary_encode()
+    values = d.dictionary.to_pylist()
+    unknown = [v for v in values if v not in mapping]
+    if unknown:
+        from ingest.errors import DaydreamError
+        raise DaydreamError(f"unknown {what} {unknown[0]!r}; known: {', '.join(mapping)}")
+    lut = np.array([mapping[v] for v in values] or [0], np.int64)
+    return lut[d.indices.to_numpy(zero_copy_only=False)]
+
+
+def to_simgraph(g: dict[str, pa.Table]) -> SimGraph:
+    """The simulator's columnar input from the graph tables of one trace."""
+    task, edge, unit = g["task"], g["edge"], g["unit"]
+    policy = _codes(unit["policy"], POLICY, "unit policy")
+    kind = _codes(edge["anchor"], ANCHOR_KIND, "edge anchor")
+    return SimGraph.from_edges(
+        dur_ns=task["dur_ns"].to_numpy(),
+        unit=task["unit_id"].to_numpy(),
+        unit_policy=policy,
+        src=edge["src"].to_numpy(), dst=edge["dst"].to_numpy(),
+        lag_ns=edge["lag_ns"].to_numpy(), edge_kind=kind,
+        order_key=task["start_ns"].to_numpy(),
+        priority=task["priority"].fill_null(0).to_numpy(),
+    )
+
+
+@dataclass
+class Iteration:
+    index: int
+    label: str | None
+    measured_ns: int
+    simulated_ns: int
+    used: bool = True
+    note: str = ""
+
+
+@dataclass
+class Replay:
+    """A simulated schedule and what it says about iterations, units and the critical path."""
+
+    schedule: Schedule
+    iterations: list[Iteration]
+    unit_busy: list[dict] = field(default_factory=list)
+    critical_path: dict = field(default_factory=dict)
+
+    def mean(self, attr: str) -> float:
+        used = [getattr(i, attr) for i in self.iterations if i.used]
+        return float(np.mean(used)) if used else float("nan")
+
+
+def _first_at_or_after(start: np.ndarray, cpu: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each time in t, the CPU task with the smallest observed start >= t."""
+    ids = np.flatnonzero(cpu)
+    o = np.argsort(start[ids], kind="stable")
+    ids, s = ids[o], start[ids][o]
+    pos = np.minimum(np.searchsorted(s, t, side="left"), len(ids) - 1)
+    return ids[pos]
+
+
+def iteration_times(g: dict[str, pa.Table], sim_start: np.ndarray,
+                    sim_end: np.ndarray) -> list[Iteration]:
+    """Measured and simulated time of every iteration (see the module doc for the rule)."""
+    task, its = g["task"], g["iteration"]
+    obs_start = task["start_ns"].to_numpy()
+    obs_end = obs_start + task["obs_dur_ns"].to_numpy()
+    kind_codes = _codes(task["kind"], {k: i for i, k in
+                                       enumerate(CPU_KINDS + GPU_KINDS)}, "task kind")
+    cpu = kind_codes < len(CPU_KINDS)
+    cpu[0] = False  # the origin marker
+    it_of = task["iteration"].fill_null(-1).to_numpy()
+    if not its.num_rows:
+        return []
+    idx = its["iteration"].to_numpy()
+    labels = its["label"].to_pylist()
+    anchors = _first_at_or_after(obs_start, cpu, its["start_ns"].to_numpy())
+    out = []
+    for k in range(len(idx)):
+        a = anchors[k]
+        if k + 1 < len(idx):
+            b = anchors[k + 1]
+            meas = obs_start[b] - obs_start[a]
+            simt = sim_start[b] - sim_start[a]
+        else:
+            # the last iteration ends at its marker's end (CPU step or the GPU work it
+            # launched): map that time through the task of the iteration that ended there
+            end_ns = int(its["end_ns"][k].as_py())
+            mine = np.flatnonzero((it_of == idx[k]) & (obs_end <= end_ns))
+            if len(mine):
+                last = mine[np.argmax(obs_end[mine])]
+                meas = end_ns - obs_start[a]
+                simt = sim_end[last] + (end_ns - obs_end[last]) - sim_start[a]
+            else:
+                meas = simt = 0
+        out.append(Iteration(int(idx[k]), labels[k], int(meas), int(simt)))
+    _mark_warmup(out)
+    return out
+
+
+def _mark_warmup(its: list[Iteration]) -> None:
+    if len(its) < 3:
+        return
+    rest = np.median([i.measured_ns for i in its[1:]])
+    first = its[0].measured_ns
+    if rest > 0 and abs(first - rest) / rest > WARMUP_TOLERANCE:
+        its[0].used = False
+        its[0].note = (f"warm-up: {first / 1e6:.1f} ms against a median of {rest / 1e6:.1f} ms "
+                       "for the others; left out of the means")
+
+
+def _iteration_path(sched: Schedule, last: int, it_of: np.ndarray, it: int) -> np.ndarray:
+    """The critical path back from task ``last``, cut where it leaves iteration ``it``."""
+    n = _core._walk(sched.bound_by, sched.bound_via_start, sched.end_bound_by, last,
+                    np.empty(0, np.int64))
+    path = np.empty(n, np.int64)
+    _core._walk(sched.bound_by, sched.bound_via_start, sched.end_bound_by, last, path)
+    outside = np.flatnonzero(it_of[path] != it)
+    return path[outside[-1] + 1:] if len(outside) else path
+
+
+def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, iteration: int,
+                          top: int = 8) -> dict:
+    """The chain of tasks that decided when the iteration ended, summarized by phase, layer
+    and kind of work (time on the path, ns)."""
+    task = g["task"]
+    it_of = task["iteration"].fill_null(-1).to_numpy()
+    mine = np.flatnonzero(it_of == iteration)
+    if not len(mine):
+        return {}
+    last = mine[np.argmax(sched.end_ns[mine])]
+    path = _iteration_path(sched, int(last), it_of, iteration)
+    path = path[np.r_[True, path[1:] != path[:-1]]]  # a task entered and left: count once
+    held = sched.end_ns[path] - sched.start_ns[path]
+    sub = task.take(pa.array(path)).select(["kind", "layer", "phase"]).append_column(
+        "ns", pa.array(held))
+    out = {"iteration": int(iteration), "tasks": int(len(path)),
+           "span_ns": int(sched.end_ns[last] - sched.start_ns[path[0]]) if len(path) else 0}
+    for col in ("phase", "kind", "layer"):
+        grouped = sub.group_by(col).aggregate([("ns", "sum")]).sort_by([("ns_sum",
+                                                                         "descending")])
+        out[f"by_{col}"] = [{col: r[col], "ns": int(r["ns_sum"])} for r in
+                            grouped.slice(0, top).to_pylist()]
+    return out
+
+
+def unit_busy(g: dict[str, pa.Table], sched: Schedule) -> list[dict]:
+    """Share of the simulated span each unit is busy."""
+    unit = g["unit"]
+    n_units = unit.num_rows
+    busy = sched.unit_busy_ns(n_units)
+    span = max(sched.makespan_ns, 1)
+    names = unit["name"].to_pylist()
+    kinds = unit["kind"].to_pylist()
+    return [{"unit": names[u], "kind": kinds[u], "busy_ns": int(busy[u]),
+             "busy_share": float(busy[u] / span)} for u in range(n_units)
+            if names[u] != "origin"]
+
+
+def replay(g: dict[str, pa.Table]) -> Replay:
+    """Simulate a graph and measure it like the trace was measured."""
+    sched = simulate(to_simgraph(g))
+    its = iteration_times(g, sched.start_ns, sched.end_ns)
+    used = [i for i in its if i.used]
+    cp = {}
+    if used:
+        med = sorted(used, key=lambda i: i.measured_ns)[len(used) // 2]
+        cp = critical_path_summary(g, sched, med.index)
+    return Replay(sched, its, unit_busy(g, sched), cp)

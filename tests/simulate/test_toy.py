@@ -1,0 +1,236 @@
+"""Small graphs whose schedules were worked out by hand; each test draws the expected timeline
+(one column per ns, see ``timeline.draw``) and checks the binding predecessors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulate import FCFS, FIXED, PRIORITY, simulate
+from tests.simulate.timeline import build, draw, expect
+
+
+def path(sched, names):
+    return "".join(names[t] for t in sched.critical_path())
+
+
+def test_thread_launches_three_kernels_onto_a_stream():
+    # Launch calls a, b, c (2 ns each) put kernels A (5 ns), B (1 ns), C (3 ns) on one stream,
+    # each launch edge with 1 ns of launch latency. A is launch-bound (2 + 1 = 3); B and C are
+    # stream-bound: they were launched long before the stream got to them.
+    g, names = build(
+        tasks=[("a", 0, 2), ("b", 0, 2), ("c", 0, 2), ("A", 1, 5), ("B", 1, 1), ("C", 1, 3)],
+        edges=[("a", "A", 1, "start"), ("b", "B", 1, "start"), ("c", "C", 1, "start")],
+        policies=[FIXED, FIXED])
+    s = simulate(g)
+    assert draw(s, g, names, ["thread", "stream"]) == expect("""
+        #      0123456789012
+        thread |aabbcc
+        stream |...AAAAABCCC
+    """)
+    assert s.makespan_ns == 12
+    assert path(s, names) == "aABC"
+    assert s.unit_busy_ns(2).tolist() == [6, 9]
+
+
+def test_blocking_sync_ends_when_the_gpu_work_it_waits_for_ends():
+    # a launches K; s is cudaStreamSynchronize with 1 ns of its own (the residual after the
+    # wait): it starts when the thread is free (2) and ends when K ends (9), holding the thread;
+    # the host work h after it starts only then.
+    g, names = build(
+        tasks=[("a", 0, 2), ("s", 0, 1), ("h", 0, 2), ("K", 1, 6)],
+        edges=[("a", "K", 1, "start"), ("K", "s", 0, "end")],
+        policies=[FIXED, FIXED])
+    s = simulate(g)
+    assert draw(s, g, names, ["thread", "stream"]) == expect("""
+        #      01234567890
+        thread |aassssssshh
+        stream |...KKKKKK
+    """)
+    # a decided when s started, K (its END predecessor) when it ended.
+    assert names[s.bound_by[names.index("s")]] == "a"
+    assert names[s.end_bound_by[names.index("s")]] == "K"
+    assert path(s, names) == "aKsh"
+
+
+def test_sync_whose_gpu_work_already_finished_takes_its_own_duration():
+    # The END edge does not bind when the GPU work ended earlier: s runs its 3 ns.
+    g, names = build(
+        tasks=[("a", 0, 1), ("h", 0, 5), ("s", 0, 3), ("K", 1, 2)],
+        edges=[("a", "K", 0, "start"), ("K", "s", 0, "end")],
+        policies=[FIXED, FIXED])
+    s = simulate(g)
+    assert draw(s, g, names, ["thread", "stream"]) == expect("""
+        #      012345678
+        thread |ahhhhhsss
+        stream |.KK
+    """)
+    assert names[s.bound_by[names.index("s")]] == "h"
+    assert s.end_bound_by[names.index("s")] == -1
+
+
+def test_launch_lets_gpu_work_start_before_the_call_returns():
+    # START_START launch edges: the kernel may start 2 ns after its launch call a starts, while
+    # a itself runs 5 ns; the second kernel B is launched by b and runs when the stream frees.
+    g, names = build(
+        tasks=[("a", 0, 5), ("b", 0, 3), ("A", 1, 4), ("B", 1, 2)],
+        edges=[("a", "A", 2, "start_start"), ("b", "B", 2, "start_start")],
+        policies=[FIXED, FIXED])
+    s = simulate(g)
+    assert draw(s, g, names, ["thread", "stream"]) == expect("""
+        #      012345678901
+        thread |aaaaabbb
+        stream |..AAAA.BB
+    """)
+    i = names.index
+    assert s.bound_by[i("A")] == i("a") and s.bound_via_start[i("A")] == 1
+    assert s.bound_by[i("B")] == i("b") and s.bound_via_start[i("B")] == 1
+    assert s.bound_via_start[i("b")] == 0
+    assert path(s, names) == "abB"
+
+
+def test_blocking_copy_waits_for_the_copy_it_launched():
+    # cudaMemcpy c launches its copy C (START_START, 1 ns) and returns when C ends (END): the
+    # critical path enters c at its start and leaves at its end, so c appears twice.
+    g, names = build(
+        tasks=[("h", 0, 2), ("c", 0, 1), ("x", 0, 1), ("C", 1, 5)],
+        edges=[("c", "C", 1, "start_start"), ("C", "c", 0, "end")],
+        policies=[FIXED, FIXED])
+    s = simulate(g)
+    assert draw(s, g, names, ["thread", "copy"]) == expect("""
+        #      012345678
+        thread |hhccccccx
+        copy   |...CCCCC
+    """)
+    i = names.index
+    assert s.bound_by[i("C")] == i("c") and s.end_bound_by[i("c")] == i("C")
+    assert path(s, names) == "hcCcx"
+
+
+def test_two_streams_joined_by_an_event_wait():
+    # X on stream 1 and Y on stream 2; Y waits for X (cudaStreamWaitEvent), so it starts at X's
+    # end (7) though it was launched at 2 + 1. Z, launched after, follows X on stream 1.
+    g, names = build(
+        tasks=[("a", 0, 1), ("b", 0, 1), ("c", 0, 1), ("X", 1, 5), ("Z", 1, 1), ("Y", 2, 2)],
+        edges=[("a", "X", 1, "start"), ("b", "Y", 1, "start"), ("c", "Z", 1, "start"),
+               ("X", "Y", 0, "start")],
+        policies=[FIXED, FIXED, FIXED])
+    s = simulate(g)
+    assert draw(s, g, names, ["thread", "s1", "s2"]) == expect("""
+        #      0123456789
+        thread |abc
+        s1     |..XXXXXZ
+        s2     |.......YY
+    """)
+    assert path(s, names) == "aXY"
+
+
+def test_fcfs_channel_runs_ready_tasks_in_order_of_ready_time():
+    # Channel tasks P, Q, R (in index order). Q and R become ready at 1 (after b), P at 3
+    # (after a). Q runs first (ready first; ties with R broken by index); when the channel frees
+    # at 3, R (ready since 1) goes before P (ready at 3).
+    tasks = [("a", 0, 3), ("b", 1, 1), ("P", 2, 3), ("Q", 2, 2), ("R", 2, 2)]
+    edges = [("a", "P", 0, "start"), ("b", "Q", 0, "start"), ("b", "R", 0, "start")]
+    g, names = build(tasks, edges, policies=[FIXED, FIXED, FCFS])
+    s = simulate(g)
+    assert draw(s, g, names, ["u0", "u1", "chan"]) == expect("""
+        #    012345678
+        u0   |aaa
+        u1   |b
+        chan |.QQRRPPP
+    """)
+    # The channel's previous task binds a task that waited for the channel.
+    assert names[s.bound_by[names.index("R")]] == "Q"
+    assert names[s.bound_by[names.index("P")]] == "R"
+    # The same channel FIXED keeps index order and waits for P.
+    g, names = build(tasks, edges, policies=[FIXED, FIXED, FIXED])
+    assert draw(simulate(g), g, names, ["u0", "u1", "chan"]) == expect("""
+        #    0123456789
+        u0   |aaa
+        u1   |b
+        chan |...PPPQQRR
+    """)
+
+
+def test_priority_channel_lets_a_later_ready_urgent_task_jump_the_queue():
+    # M holds the channel 0-4. L (priority 5) is ready at 1, H (priority 0) at 3. When the
+    # channel frees at 4 both are ready and H goes first; FCFS would have run L first.
+    tasks = [("x", 0, 1), ("y", 1, 3), ("M", 2, 4), ("L", 2, 2), ("H", 2, 2)]
+    edges = [("x", "L", 0, "start"), ("y", "H", 0, "start")]
+    prio = [0, 0, 0, 5, 0]
+    g, names = build(tasks, edges, policies=[FIXED, FIXED, PRIORITY], priority=prio)
+    assert draw(simulate(g), g, names, ["u0", "u1", "chan"]) == expect("""
+        #    012345678
+        u0   |x
+        u1   |yyy
+        chan |MMMMHHLL
+    """)
+    g, names = build(tasks, edges, policies=[FIXED, FIXED, FCFS], priority=prio)
+    assert draw(simulate(g), g, names, ["u0", "u1", "chan"]) == expect("""
+        #    012345678
+        u0   |x
+        u1   |yyy
+        chan |MMMMLLHH
+    """)
+
+
+def test_priority_channel_does_not_wait_for_an_urgent_task_that_is_not_ready():
+    # Non-preemptive: the idle channel starts L at 1; H, ready at 2, waits until 3.
+    g, names = build(
+        tasks=[("x", 0, 1), ("y", 1, 2), ("L", 2, 2), ("H", 2, 2)],
+        edges=[("x", "L", 0, "start"), ("y", "H", 0, "start")],
+        policies=[FIXED, FIXED, PRIORITY], priority=[0, 0, 9, 0])
+    assert draw(simulate(g), g, names, ["u0", "u1", "chan"]) == expect("""
+        #    012345
+        u0   |x
+        u1   |yy
+        chan |.LLHH
+    """)
+
+
+def test_fixed_unit_follows_order_key_not_index():
+    # order_key says the stream ran C, then B, then A; the stream keeps that order.
+    g, names = build(
+        tasks=[("A", 0, 1), ("B", 0, 2), ("C", 0, 3)], edges=[], policies=[FIXED],
+        order_key=[30, 20, 10])
+    assert draw(simulate(g), g, names, ["stream"]) == expect("""
+        #      012345
+        stream |CCCBBA
+    """)
+
+
+def test_end_edge_pointing_backwards_in_index_order():
+    # The sync s (index 1) waits on kernel K (index 3), as when the sync call began before the
+    # kernel did; K ends at 5 and the END edge's 2 ns lag makes s end at 7; after it, host
+    # work h launches a second kernel J.
+    g, names = build(
+        tasks=[("a", 0, 1), ("s", 0, 1), ("h", 0, 1), ("K", 1, 4), ("J", 1, 1)],
+        edges=[("a", "K", 0, "start"), ("K", "s", 2, "end"), ("h", "J", 0, "start")],
+        policies=[FIXED, FIXED])
+    s = simulate(g)
+    assert draw(s, g, names, ["thread", "stream"]) == expect("""
+        #      012345678
+        thread |assssssh
+        stream |.KKKK...J
+    """)
+
+
+def test_zero_duration_tasks_and_empty_graph():
+    g, names = build(tasks=[("a", 0, 0), ("b", 0, 0), ("c", 1, 0)],
+                     edges=[("a", "c", 0, "start")], policies=[FIXED, FIXED])
+    s = simulate(g)
+    assert s.makespan_ns == 0
+    assert s.start_ns.tolist() == [0, 0, 0] and s.end_ns.tolist() == [0, 0, 0]
+    g, _ = build(tasks=[], edges=[], policies=[])
+    s = simulate(g)
+    assert s.makespan_ns == 0 and s.critical_path().size == 0
+    assert s.unit_busy_ns(0).tolist() == []
+
+
+def test_duplicate_edges_and_lags():
+    # Two edges a->b; the larger lag binds.
+    g, _ = build(tasks=[("a", 0, 2), ("b", 1, 1)],
+                 edges=[("a", "b", 1, "start"), ("a", "b", 4, "start")], policies=[FIXED, FIXED])
+    s = simulate(g)
+    assert s.start_ns.tolist() == [0, 6]
+    assert s.bound_by.tolist() == [-1, 0]
+    assert s.start_ns.dtype == np.int64 and s.bound_by.dtype == np.int64
