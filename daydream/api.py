@@ -7,14 +7,16 @@ from pathlib import Path
 
 import orjson
 
+from collect.api import collect, collect_steps
+from collect.cli import collect_command
 from ingest import schema, source
 from ingest.batch import FileResult, IngestReport, expand
 from ingest.batch import ingest as _ingest
 from ingest.errors import DaydreamError
 from ingest.store import DEFAULT_STORE, Store
 
-__all__ = ["DaydreamError", "expand", "ingest", "info", "resolve_trace", "open_store", "sql",
-           "DEFAULT_STORE"]
+__all__ = ["DaydreamError", "collect", "collect_command", "collect_steps", "expand", "ingest",
+           "info", "predict", "resolve_trace", "open_store", "sql", "DEFAULT_STORE"]
 
 
 def open_store(store: str | Path | None = None) -> Store:

@@ -40,7 +40,8 @@ def ingest(
     job: Annotated[str | None, typer.Option(help="Name of the job these traces belong "
                                             "to (one run's ranks).")] = None,
 ) -> None:
-    """Convert traces (Kineto/PyTorch profiler JSON, Nsight Systems SQLite) into the store."""
+    """Convert traces (Kineto/PyTorch profiler JSON, Nsight Systems SQLite, raw CUPTI records
+    from `daydream collect`) into the store and build their dependency graphs."""
     files = api.expand(paths)
     show = sys.stderr.isatty() and len(files) > 1
     progress = None
@@ -70,6 +71,27 @@ def ingest(
                f"{rep.count('failed')} failed -> {store}", err=True)
     if rep.failed:
         raise typer.Exit(1)
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def collect(
+    command: Annotated[list[str], typer.Argument(help="The job's command line, after --.",
+                                                 show_default=False)],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the raw record files "
+                                      "(one per process).")] = Path("daydream-traces"),
+    iterations: Annotated[int | None, typer.Option(help="Iterations (optimizer steps) to "
+                                                   "collect; default: until the job ends.")]
+    = None,
+    warmup: Annotated[int, typer.Option(help="Iterations to run uncollected first.")] = 0,
+) -> None:
+    """Run a training job under CUPTI collection (needs an NVIDIA GPU):
+    daydream collect [--out DIR] [--iterations N] -- python train.py ..."""
+    res = api.collect_command(command, out, iterations, warmup)
+    for f in res.files:
+        typer.echo(str(f))
+    typer.echo(f"{len(res.files)} trace file(s) -> {out}; then: daydream ingest {out}", err=True)
+    if res.returncode:
+        raise typer.Exit(res.returncode)
 
 
 @app.command()

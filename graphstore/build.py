@@ -27,7 +27,7 @@ import pyarrow as pa
 from ingest.nesting import thread_key
 from ingest.stats import Stats
 
-CPU_RANGE_KINDS = ("cpu_op", "user_annotation", "python_function", "nvtx")
+CPU_RANGE_KINDS = ("cpu_op", "user_annotation", "python_function", "nvtx", "module")
 
 # Calls that can block the CPU thread until GPU work finishes.
 BLOCKING_RE = re.compile(

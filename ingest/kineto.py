@@ -106,35 +106,50 @@ class _Batch:
     """Reusable scanner buffers."""
 
     def __init__(self, events: int, capacity: int):
-        self.ints = np.zeros((events, ks.NI), np.int64)
-        self.ipres = np.zeros((events, ks.NI), np.uint8)
+        # the scanner writes row-major (one event's fields together); columns are read after
+        # one transpose per batch (``columns``)
+        self._ints = np.zeros((events, ks.NI), np.int64)
+        self._ipres = np.zeros((events, ks.NI), np.uint8)
+        self.ints = self._ints.T
+        self.ipres = self._ipres.T
         self.sdata = np.empty((ks.NS, capacity), np.uint8)
         self.soffs = np.zeros((ks.NS, events + 1), np.int64)
         self.spres = np.zeros((events, ks.NS), np.uint8)
         self.counters = np.zeros(ks.NC, np.int64)
         self.meta = np.zeros((256, 4), np.int64)
         self.res = np.zeros(ks.NR, np.int64)
+        self._str_cache: dict = {}
 
     def scan(self, buf: np.ndarray) -> int:
-        return ks.scan(buf, self.res, self.ints, self.ipres, self.sdata, self.soffs, self.spres,
+        self._str_cache = {}
+        n = ks.scan(buf, self.res, self._ints, self._ipres, self.sdata, self.soffs, self.spres,
                        self.counters, self.meta, ks.TOP_TAB, ks.TOP_OFFS, ks.ARG_TAB,
                        ks.ARG_OFFS, ks.ARG_KIND, ks.ARG_SLOT)
+        self.ints = np.ascontiguousarray(self._ints[:n].T)
+        self.ipres = np.ascontiguousarray(self._ipres[:n].T)
+        return n
 
     def int_col(self, slot: int, rows: np.ndarray) -> pa.Array:
-        vals = self.ints[rows, slot]
-        mask = self.ipres[rows, slot] == 0
+        vals = self.ints[slot, rows]
+        mask = self.ipres[slot, rows] == 0
         return pa.array(vals, type=pa.int64(), mask=mask)
 
     def str_col(self, col: int, n: int) -> pa.DictionaryArray:
-        """All n rows of a string column, dictionary-encoded (dictionary as binary)."""
-        offs = self.soffs[col, : n + 1]
+        """All n rows of a string column, dictionary-encoded (dictionary as binary). The
+        encoding copies the distinct values out, so the reused buffers can be wrapped as is."""
+        key = (col, n)
+        hit = self._str_cache.get(key)
+        if hit is not None:
+            return hit
+        offs = np.ascontiguousarray(self.soffs[col, : n + 1])
         used = int(offs[n])
         valid = np.packbits(self.spres[:n, col].astype(bool), bitorder="little")
         arr = pa.Array.from_buffers(
             pa.large_binary(), n,
-            [pa.py_buffer(valid.tobytes()), pa.py_buffer(offs.tobytes()),
-             pa.py_buffer(self.sdata[col, :used].tobytes())])
-        return arr.dictionary_encode()
+            [pa.py_buffer(valid), pa.py_buffer(offs), pa.py_buffer(self.sdata[col, :used])])
+        out = arr.dictionary_encode()
+        self._str_cache[key] = out
+        return out
 
 
 def _decode_dict(arr: pa.DictionaryArray, stats: Stats) -> pa.DictionaryArray:
@@ -242,7 +257,7 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
            other_cats: dict, fname: str) -> None:
     """Split one scanned batch into per-table Arrow tables holding only their columns."""
     ints, ipres = batch.ints, batch.ipres
-    ph = np.where(ipres[:n, ks.I_PH] == 1, ints[:n, ks.I_PH], 0)
+    ph = np.where(ipres[ks.I_PH, :n] == 1, ints[ks.I_PH, :n], 0)
     cat = _decode_dict(batch.str_col(ks.S_CAT, n), stats)
     cat_values = cat.dictionary.to_pylist()
     cat_idx = cat.indices.fill_null(-1).to_numpy(zero_copy_only=False)
@@ -288,24 +303,24 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
     stats.add("events_without_ph", int((table == _TABLE_IDS["no_ph"]).sum()), severity="warning")
 
     # X events must have a timestamp
-    ts_missing = (ipres[:n, ks.I_TS] == 0) & (is_x | is_flow)
+    ts_missing = (ipres[ks.I_TS, :n] == 0) & (is_x | is_flow)
     if ts_missing.any():
         first = int(np.flatnonzero(ts_missing)[0])
         raise TraceFormatError("missing timestamp", file=fname, record=base + first,
                                field="ts")
-    dur_missing = is_x & (ipres[:n, ks.I_DUR] == 0)
+    dur_missing = is_x & (ipres[ks.I_DUR, :n] == 0)
     stats.add("missing_duration", int(dur_missing.sum()), severity="warning",
               detail="X events without dur; taken as 0")
 
     name = _decode_dict(batch.str_col(ks.S_NAME, n), stats)
     needs_dur = is_x
-    dur = np.where(ipres[:n, ks.I_DUR] == 1, ints[:n, ks.I_DUR], 0)
+    dur = np.where(ipres[ks.I_DUR, :n] == 1, ints[ks.I_DUR, :n], 0)
     neg = needs_dur & (dur < 0)
     if neg.any():
         stats.add("negative_duration", int(neg.sum()), severity="warning",
                   detail="durations below zero clamped to 0")
         dur = np.where(neg, 0, dur)
-    ts = ints[:n, ks.I_TS]
+    ts = ints[ks.I_TS, :n]
     pid, tid = _thread_ids(batch, n, stats)
 
     def rows(tid_: str) -> np.ndarray:
@@ -328,14 +343,14 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
         r = rows(tname)
         if not len(r):
             continue
-        stream = ints[r, ks.I_STREAM].copy()
-        no_stream = ipres[r, ks.I_STREAM] == 0
+        stream = ints[ks.I_STREAM, r].copy()
+        no_stream = ipres[ks.I_STREAM, r] == 0
         if no_stream.any():
             stream[no_stream] = tid[r][no_stream]
             stats.add("gpu_event_without_stream", int(no_stream.sum()), severity="warning",
                       detail="stream taken from the event's tid")
-        device = ints[r, ks.I_DEV].copy()
-        no_dev = ipres[r, ks.I_DEV] == 0
+        device = ints[ks.I_DEV, r].copy()
+        no_dev = ipres[ks.I_DEV, r] == 0
         device[no_dev] = pid[r][no_dev]
         cols = {
             "device": pa.array(device), "context": ic(ks.I_CTX, r),
@@ -410,7 +425,7 @@ def _thread_ids(batch: _Batch, n: int, stats: Stats) -> tuple[np.ndarray, np.nda
     end with, or a stable negative id derived from the string."""
     out = []
     for slot, col in ((ks.I_PID, ks.S_PID), (ks.I_TID, ks.S_TID)):
-        vals = np.where(batch.ipres[:n, slot] == 1, batch.ints[:n, slot], 0)
+        vals = np.where(batch.ipres[slot, :n] == 1, batch.ints[slot, :n], 0)
         has_str = batch.spres[:n, col] == 1
         if has_str.any():
             d = batch.str_col(col, n)
