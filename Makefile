@@ -4,9 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 STORE ?= .daydream
-TRACE ?= tests/data/kineto/resnet50_ddp_a100_rank0.json.gz
+TRACE ?= tests/data/kineto/resnet50_v100_nw0_run1.json.gz
+OPT ?= amp
 
-.PHONY: venv test lint bench ingest clean
+.PHONY: venv test lint bench accuracy ingest predict clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +28,15 @@ lint: $(STAMP)
 # Ingest a trace (or folder, or glob) into the store: make ingest TRACE=path STORE=dir
 ingest: $(STAMP)
 	$(VENV)/bin/daydream ingest $(TRACE) --store $(STORE)
+
+# What-if prediction on a trace: make predict TRACE=path OPT=spec (defaults: a small real
+# trace shipped in the repo, and mixed precision)
+predict: $(STAMP)
+	$(VENV)/bin/daydream predict $(TRACE) --store $(STORE) --opt '$(OPT)'
+
+# The accuracy suite: baseline replay and what-if errors, written to docs/accuracy.md
+accuracy: $(STAMP)
+	$(PY) bench/accuracy.py
 
 # Benchmarks (not tests): time Daydream and the peer tool side by side, write docs/benchmarks.md
 bench: $(STAMP)

@@ -157,7 +157,11 @@ def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, iteration: in
     last = mine[np.argmax(sched.end_ns[mine])]
     path = _iteration_path(sched, int(last), it_of, iteration)
     path = path[np.r_[True, path[1:] != path[:-1]]]  # a task entered and left: count once
-    held = sched.end_ns[path] - sched.start_ns[path]
+    # attribute time, not durations: a task overlapped by the one before it on the path (a
+    # kernel that starts while its launch call runs) counts only from where that one ended
+    s, e = sched.start_ns[path], sched.end_ns[path]
+    cursor = np.maximum.accumulate(np.r_[s[:1], e[:-1]])
+    held = np.maximum(e - np.maximum(s, cursor), 0)
     sub = task.take(pa.array(path)).select(["kind", "layer", "phase"]).append_column(
         "ns", pa.array(held))
     out = {"iteration": int(iteration), "tasks": int(len(path)),
