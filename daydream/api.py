@@ -153,13 +153,66 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
         "units": base.unit_busy,
     }
     out["baseline_error_pct"] = _err(out["baseline_ms"], out["measured_ms"])
+    pred = g2 = None
+    if opts:
+        from transforms import rewrite
+        spec = "+".join(opts)
+        notes: list[str] = []
+        g2 = rewrite(g, spec, device=_trace_device(st, tid, g), notes=notes)
+        pred = replay(g2)
+        by_idx = {i.index: i for i in pred.iterations}
+        out["opts"] = spec
+        out["notes"] = notes
+        used = [i.index for i in base.iterations if i.used]
+        p_used = [by_idx[k].simulated_ns for k in used if k in by_idx]
+        out["predicted_ms"] = float(sum(p_used) / len(p_used) / 1e6) if p_used else None
+        out["speedup"] = (out["baseline_ms"] / out["predicted_ms"]
+                          if out["predicted_ms"] else None)
+        for it in out["iterations"]:
+            p = by_idx.get(it["index"])
+            it["predicted_ms"] = p.simulated_ns / 1e6 if p else None
+        out["phases"] = {"baseline": _phase_ms(g, base), "predicted": _phase_ms(g2, pred)}
+        out["predicted_critical_path"] = pred.critical_path
     if timeline is not None:
         obs_s = g["task"]["start_ns"].to_numpy() - t0
         obs_e = obs_s + g["task"]["obs_dur_ns"].to_numpy()
-        write_timeline(timeline, g, [("measured", obs_s, obs_e),
-                                     ("simulated (baseline)", base.schedule.start_ns,
-                                      base.schedule.end_ns)])
+        scheds = [("measured", obs_s, obs_e),
+                  ("simulated (baseline)", base.schedule.start_ns, base.schedule.end_ns)]
+        write_timeline(timeline, g, scheds)
+        if pred is not None:
+            # the rewritten graph has its own task ids: a timeline file of its own beside it
+            p2 = Path(timeline).with_name(Path(timeline).stem + ".predicted.json")
+            write_timeline(p2, g2, [(f"predicted ({out['opts']})", pred.schedule.start_ns,
+                                     pred.schedule.end_ns)])
+            out["predicted_timeline"] = str(p2)
         out["timeline"] = str(timeline)
+    return out
+
+
+def _trace_device(st: Store, tid: str, g) -> dict | None:
+    """The device properties of the GPU the trace's streams ran on, when the trace has them."""
+    row = st.trace_row(tid)
+    devs = orjson.loads(row["devices"]) if row["devices"] else []
+    used = set(g["unit"]["device"].drop_null().to_pylist())
+    return next((d for d in devs if d.get("id") in used), devs[0] if devs else None)
+
+
+def _phase_ms(g, rep) -> dict:
+    """Time per phase over the used iterations (GPU and CPU busy time), ms per iteration."""
+    import numpy as np
+    task = g["task"]
+    used = {i.index for i in rep.iterations if i.used}
+    it = task["iteration"].fill_null(-1).to_numpy()
+    mask = np.isin(it, list(used))
+    held = (rep.schedule.end_ns - rep.schedule.start_ns)[mask]
+    phase = np.asarray(task["phase"].fill_null("other").to_pylist(), object)[mask]
+    kind = np.asarray(task["kind"].to_pylist(), object)[mask]
+    gpu = np.isin(kind, ["kernel", "memcpy", "memset", "comm"])
+    out = {}
+    for ph in sorted(set(phase)):
+        sel = phase == ph
+        out[ph] = {"gpu_ms": float(held[sel & gpu].sum() / 1e6 / max(len(used), 1)),
+                   "cpu_ms": float(held[sel & ~gpu].sum() / 1e6 / max(len(used), 1))}
     return out
 
 

@@ -151,18 +151,36 @@ def predict(
     trace: Annotated[str, typer.Argument(help="Trace file (ingested if new) or stored trace "
                                          "id.")],
     store: StoreOpt = api.DEFAULT_STORE,
+    opt: Annotated[list[str] | None, typer.Option("--opt", help="Optimization to predict, "
+                                                  "e.g. amp, fused_adam, dataloader(workers=4),"
+                                                  " scale(select=\"...\", factor=0.5); "
+                                                  "repeat or chain with +. See `daydream opts`.")]
+    = None,
     json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="Write the measured and simulated "
                                                   "schedules as a Chrome trace (Perfetto).")]
     = None,
 ) -> None:
-    """Replay a trace: measured and simulated time per iteration, critical path, unit load."""
-    d = api.predict(trace, store, timeline=timeline)
+    """Predict the iteration time with --opt (or, without, replay the trace): measured,
+    baseline and predicted time per iteration, phases, critical path, unit load."""
+    d = api.predict(trace, store, opts=opt or None, timeline=timeline)
     if json:
         typer.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode())
         return
     from daydream.report import print_prediction
     print_prediction(d)
+
+
+@app.command()
+def opts(json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List the optimizations a prediction can apply (--opt NAME(params), chained with +)."""
+    from transforms import list_opts
+    items = list_opts()
+    if json:
+        typer.echo(orjson.dumps(items, option=orjson.OPT_INDENT_2, default=str).decode())
+        return
+    for o in items:
+        typer.echo(f"{o['signature']}\n    {o['summary']}")
 
 
 def main() -> None:
@@ -178,12 +196,12 @@ def main() -> None:
         sys.exit(130)
     except typer.Exit as e:
         sys.exit(e.exit_code)
-    except Exception as e:  # click usage errors and the like
-        import click
-        if isinstance(e, click.exceptions.ClickException):
+    except Exception as e:  # usage errors from typer's bundled click, and the like
+        from typer._click import exceptions as cx
+        if isinstance(e, cx.ClickException):
             e.show()
             sys.exit(e.exit_code if e.exit_code else 2)
-        if isinstance(e, click.exceptions.Abort):
+        if isinstance(e, cx.Abort):
             sys.exit(1)
         raise
 

@@ -39,8 +39,8 @@ COMM_RE = re.compile(r"nccl|rccl", re.IGNORECASE)
 KIND_API, KIND_HOST, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_COMM = range(6)
 KIND_NAMES = ("api", "host", "kernel", "memcpy", "memset", "comm")
 
-EK_THREAD, EK_STREAM, EK_LAUNCH, EK_SYNC, EK_WAIT, EK_ORIGIN = range(6)
-EDGE_KIND_NAMES = ("thread", "stream", "launch", "sync", "wait", "origin")
+EK_THREAD, EK_STREAM, EK_LAUNCH, EK_SYNC, EK_WAIT, EK_ORIGIN, EK_WAKE = range(7)
+EDGE_KIND_NAMES = ("thread", "stream", "launch", "sync", "wait", "origin", "wake")
 A_END_START, A_START_START, A_END_END = range(3)
 ANCHOR_NAMES = ("end_start", "start_start", "end_end")
 
@@ -51,6 +51,11 @@ DEFAULT_STREAM_LAG_NS = 1_000
 # unrecorded cross-stream wait; the other stream's task must have ended within WAIT_TOL_NS.
 UNEXPLAINED_NS = 5_000
 WAIT_TOL_NS = 3_000
+# A stretch of host time at least this long that ends within WAKE_TOL_NS after a task on another
+# thread of the process ended is taken as that thread waiting for the other (the autograd
+# thread idle until backward() is called, the main thread blocked until backward is done).
+MIN_WAIT_NS = 20_000
+WAKE_TOL_NS = 200_000  # thread wake-ups of the autograd engine take ~100-200 us
 
 
 @dataclass
@@ -273,7 +278,8 @@ def _cpu_tasks(api: pa.Table, rng: pa.Table, stats: Stats):
     api_task[ao] = api_task_sorted
     o_api = o_api[:k]
     # o_api indexes the sorted call order: map back to api rows
-    api_row = np.where(o_api >= 0, ao[np.maximum(o_api, 0)], -1)
+    api_row = (np.where(o_api >= 0, ao[np.maximum(o_api, 0)], -1) if len(ao)
+               else np.full(len(o_api), -1, np.int64))
     nested = int(len(a_start) - (o_kind[:k] == 0).sum())
     stats.add("nested_calls_merged", nested, severity="info",
               detail="calls inside another call on the same thread (driver inside runtime); "
@@ -384,6 +390,7 @@ def build(tables: dict[str, pa.Table]) -> Graph:
     prev_t, next_t = tasks_by_unit[:-1][same], tasks_by_unit[1:][same]
     is_cpu_edge = unit[next_t] < nthr
     p, q = prev_t[is_cpu_edge], next_t[is_cpu_edge]
+    thr_prev, thr_next = p, q
     add(p, q, EK_THREAD, A_END_START, np.maximum(start[q] - end[p], 0), np.ones(len(p), bool))
 
     # ---- GPU constraints: stream order, launch, waits; then the lag rule
@@ -487,6 +494,35 @@ def build(tables: dict[str, pa.Table]) -> Graph:
         dur[s_dst] = np.where(waited, tail, obs[s_dst])
         add(s_src, s_dst, EK_SYNC, A_END_END, np.maximum(tail, 0), waited)
 
+    # ---- cross-thread wake-ups: a host wait ends when the task it waited for ends
+    # only host time outside operators can be a wait (inside an op it is the op's own work)
+    in_op = np.zeros(len(kind), bool)
+    if rng.num_rows:
+        r_ids = _col(rng, "range_id")
+        op_by_id = np.zeros(int(r_ids.max()) + 1, bool)
+        op_by_id[r_ids] = _flag(rng, "kind", lambda k: k == "cpu_op")
+        has_r = rid >= 0
+        in_op[has_r] = op_by_id[rid[has_r]]
+    k_src, k_dst, k_via = _wake_edges(kind, unit, start, end, nthr, threads,
+                                      blocking | in_op)
+    stats.add("wake_edges", len(k_src), severity="info",
+              detail="host waits that end when a task on another thread of the process ends "
+                     "or starts")
+    if len(k_src):
+        anchor_t = np.where(k_via, start[k_src], end[k_src])
+        # the wait keeps only the tail after its wake-up; it ends at the wake-up + that tail
+        dur[k_dst] = end[k_dst] - np.maximum(start[k_dst], anchor_t)
+        e_end = ~k_via
+        add(k_src[e_end], k_dst[e_end], EK_WAKE, A_END_END,
+            end[k_dst[e_end]] - end[k_src[e_end]], np.ones(int(e_end.sum()), bool))
+        # woken by a start: the waiting task's successor on its thread starts from that start
+        nxt = np.full(len(kind), -1, np.int64)
+        nxt[thr_prev] = thr_next
+        w = np.flatnonzero(k_via & (nxt[k_dst] >= 0))
+        s_, d_ = k_src[w], nxt[k_dst[w]]
+        add(s_, d_, EK_WAKE, A_START_START, start[d_] - start[s_], np.ones(len(w), bool))
+        dur[k_dst[w]] = 0
+
     # ---- origin: every task without a predecessor hangs off the trace start
     all_dst = np.concatenate(dst) if dst else np.zeros(0, np.int64)
     has_pred = np.zeros(len(kind), bool)
@@ -511,6 +547,45 @@ def build(tables: dict[str, pa.Table]) -> Graph:
                  binding=np.concatenate(bind), unit_kind=unit_kind, unit_pid=unit_pid,
                  unit_tid=unit_tid, unit_device=unit_device, unit_stream=unit_stream,
                  unit_name=unit_name, stats=stats)
+
+
+def _wake_edges(kind, unit, start, end, nthr, threads, blocking):
+    """Long host tasks on one thread that end just after something happened on another thread
+    of the same process: a task there ended (the main thread blocked in backward() until the
+    autograd thread's last op), or started (the autograd thread idle until backward() was
+    called). Returns (waited-for task, waiting host task, via_start) arrays. Times strictly
+    increase along these links, so they can close no cycle."""
+    cpu = np.flatnonzero((unit < nthr) & (np.arange(len(unit)) > 0))
+    empty = np.zeros(0, np.int64)
+    if not len(cpu) or nthr < 2:
+        return empty, empty, np.zeros(0, bool)
+    pid_of_unit = np.full(int(unit.max()) + 1, -1, np.int64)
+    pid_of_unit[:nthr] = threads[:, 0]
+    waits = cpu[(kind[cpu] == KIND_HOST) & (end[cpu] - start[cpu] >= MIN_WAIT_NS) &
+                ~blocking[cpu]]
+    src = np.full(len(waits), -1, np.int64)
+    via_start = np.zeros(len(waits), bool)
+    for use_start in (False, True):
+        t = start if use_start else end
+        # woken by a start: only by a thread starting a wait of its own (the caller blocking
+        # in backward() while the autograd thread runs)
+        pool = cpu[(kind[cpu] == KIND_HOST) & (end[cpu] - start[cpu] >= MIN_WAIT_NS)] \
+            if use_start else cpu
+        o = np.argsort(t[pool], kind="stable")
+        ys, yt = pool[o], t[pool][o]
+        pos = np.searchsorted(yt, end[waits], side="left") - 1
+        for back in range(8):  # the latest few events before the wait's end
+            p = pos - back
+            ok = (src < 0) & (p >= 0)
+            y = ys[np.maximum(p, 0)]
+            ok &= (unit[y] != unit[waits]) & \
+                (pid_of_unit[unit[y]] == pid_of_unit[unit[waits]])
+            ok &= (t[y] >= end[waits] - WAKE_TOL_NS) & (t[y] > start[waits])
+            ok &= t[y] < end[waits]
+            src[ok] = y[ok]
+            via_start[ok] = use_start
+    hit = src >= 0
+    return src[hit], waits[hit], via_start[hit]
 
 
 def _range_names(rng: pa.Table, range_ids: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ class GTable:
 
 
 TASK_KINDS = ("api", "host", "kernel", "memcpy", "memset", "comm")
-EDGE_KINDS = ("thread", "stream", "launch", "sync", "wait", "rank", "inserted")
+EDGE_KINDS = ("thread", "stream", "launch", "sync", "wait", "wake", "origin", "rank", "inserted")
 # How an edge constrains its destination (the simulator's three anchors):
 #   end_start   dst starts no earlier than src end + lag     (order, waits)
 #   start_start dst starts no earlier than src start + lag   (launch: the GPU work is enqueued
@@ -70,7 +70,8 @@ EDGE = GTable("edge", "A dependency between two tasks of one trace.", (
     Col("trace_id", "VARCHAR NOT NULL", "Trace."),
     Col("src", "BIGINT NOT NULL", "Source task_id."),
     Col("dst", "BIGINT NOT NULL", "Destination task_id."),
-    Col("kind", "VARCHAR NOT NULL", "thread, stream, launch, sync, wait, rank or inserted."),
+    Col("kind", "VARCHAR NOT NULL", "thread, stream, launch, sync, wait, wake, origin, rank or "
+        "inserted."),
     Col("anchor", "VARCHAR NOT NULL", "end_start, start_start or end_end (see EDGE_ANCHORS)."),
     Col("lag_ns", "BIGINT NOT NULL", "Delay after the anchor, ns: the observed one on the edge "
         "that bound the destination in the trace, a typical small latency on the others."),

@@ -120,11 +120,11 @@ class _Batch:
         self.res = np.zeros(ks.NR, np.int64)
         self._str_cache: dict = {}
 
-    def scan(self, buf: np.ndarray) -> int:
+    def scan(self, buf: np.ndarray, partial: bool = False) -> int:
         self._str_cache = {}
         n = ks.scan(buf, self.res, self._ints, self._ipres, self.sdata, self.soffs, self.spres,
-                       self.counters, self.meta, ks.TOP_TAB, ks.TOP_OFFS, ks.ARG_TAB,
-                       ks.ARG_OFFS, ks.ARG_KIND, ks.ARG_SLOT)
+                    self.counters, self.meta, ks.TOP_TAB, ks.TOP_OFFS, ks.ARG_TAB,
+                    ks.ARG_OFFS, ks.ARG_KIND, ks.ARG_SLOT, partial)
         self.ints = np.ascontiguousarray(self._ints[:n].T)
         self.ipres = np.ascontiguousarray(self._ipres[:n].T)
         return n
@@ -174,9 +174,21 @@ def _decode_dict(arr: pa.DictionaryArray, stats: Stats) -> pa.DictionaryArray:
 
 def read_kineto(path: Path, data: np.ndarray | None = None) -> Converted:
     """Read one Kineto / Chrome-trace JSON file (plain or gzipped) into activity tables."""
-    fname = str(path)
+    stream = None
     if data is None:
-        data = source.load_bytes(path)
+        stream = source.open_inflating(path)
+        if stream is None:
+            data = source.load_bytes(path)
+    if stream is not None:
+        try:
+            return _read(path, stream.buf, stream)
+        except source._SizeMismatch:
+            data = source.load_bytes(path)  # trailer size was wrong: inflate it whole
+    return _read(path, data, None)
+
+
+def _read(path: Path, full: np.ndarray, stream) -> Converted:
+    fname = str(path)
     stats = Stats()
     batch = _Batch(BATCH_EVENTS, STRING_CAPACITY)
     parts: dict[str, list[pa.Table]] = {t: [] for t in
@@ -184,13 +196,19 @@ def read_kineto(path: Path, data: np.ndarray | None = None) -> Converted:
                                          "flow", "meta", "window")}
     base = 0
     other_cats: dict[str, int] = {}
-    release = source.Releaser(data)
+    avail, done = (stream.wait(-1) if stream is not None else (len(full), True))
+    data = full[:avail]
+    release = source.Releaser(full)
     while True:
-        nev = batch.scan(data)
+        nev = batch.scan(data, partial=not done)
         err = int(batch.res[ks.R_ERR])
         if nev:
             _route(batch, nev, base, parts, stats, other_cats, fname)
             base += nev
+        if err == ks.E_MORE:
+            avail, done = stream.wait(avail)
+            data = full[:avail]
+            continue
         if err == ks.E_OK:
             release.upto(int(batch.res[ks.R_POS]))
         if err != ks.E_OK:
@@ -211,7 +229,7 @@ def read_kineto(path: Path, data: np.ndarray | None = None) -> Converted:
             raise TraceFormatError(what, file=fname, record=record, field=fld)
         if int(batch.res[ks.R_STATE]) == ks.ST_DONE:
             # check for trailing data
-            nev = batch.scan(data)
+            nev = batch.scan(data, partial=False)
             if int(batch.res[ks.R_ERR]) != ks.E_OK:
                 raise TraceFormatError(_describe(int(batch.res[ks.R_ERR])) +
                                        f" (byte {int(batch.res[ks.R_ERRPOS])})", file=fname)

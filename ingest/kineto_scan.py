@@ -86,6 +86,7 @@ E_EMPTY = 10       # nothing but whitespace
 E_TYPE_NUMSTR = 11  # expected a number or a string
 E_BADSTR = 12      # bad escape in a string
 E_TRAILING = 13    # data after the end of the document
+E_MORE = 14        # (partial buffers only) the buffer ends mid-document: call again with more
 
 MAX_DEPTH = 512
 _TRACE_EVENTS = tuple(b"traceEvents")
@@ -97,7 +98,7 @@ C_NONNUM = 0  # C_NONNUM + slot
 NC = NI
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _ws(buf, p, n):
     while p < n:
         c = buf[p]
@@ -108,7 +109,7 @@ def _ws(buf, p, n):
     return p
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _skip_string(buf, p, n):
     # p at opening quote; returns index after closing quote, or -1 at end of input
     p += 1
@@ -123,7 +124,7 @@ def _skip_string(buf, p, n):
     return -1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _skip_value(buf, p, n):
     """Skip one JSON value starting at p. Returns (new p, error)."""
     if p >= n:
@@ -167,7 +168,7 @@ def _skip_value(buf, p, n):
     return n, E_EOF
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _parse_number(buf, p, n):
     """Parse a JSON number. Returns (p, err, neg, ip, frac, fdigits, exp, has_exp)."""
     neg = False
@@ -217,7 +218,7 @@ def _parse_number(buf, p, n):
     return p, E_OK, neg, ip, frac, fd, exp, has_exp
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _pow10(k):
     r = 1
     for _ in range(k):
@@ -225,7 +226,7 @@ def _pow10(k):
     return r
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _to_ns(neg, ip, frac, fd, exp, has_exp):
     """Microseconds given as decimal digits -> integer nanoseconds, rounded half up."""
     if has_exp:
@@ -249,7 +250,7 @@ def _to_ns(neg, ip, frac, fd, exp, has_exp):
     return ns, E_OK
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _to_int(neg, ip, frac, fd, exp, has_exp):
     if has_exp:
         v = (ip + frac / _pow10(fd)) * (10.0 ** exp)
@@ -263,7 +264,7 @@ def _to_int(neg, ip, frac, fd, exp, has_exp):
     return r, E_OK
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _digits_in_string(buf, p, n):
     """For a string value at p (opening quote): if it holds a plain decimal integer, return
     (end p, True, value); else (end p, False, 0). End p is -1 at end of input."""
@@ -291,7 +292,7 @@ def _digits_in_string(buf, p, n):
     return q, True, v
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _put_utf8(out, o, cp):
     if cp < 0x80:
         out[o] = cp
@@ -312,7 +313,7 @@ def _put_utf8(out, o, cp):
     return o + 4
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _hex4(buf, p, n):
     if p + 4 > n:
         return -1
@@ -331,7 +332,7 @@ def _hex4(buf, p, n):
     return v
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _copy_string(buf, p, n, out, o, cap):
     """Decode the JSON string at p (opening quote) into out[o:]. Returns (p, o, err);
     err -1 means the output buffer is full."""
@@ -385,7 +386,7 @@ def _copy_string(buf, p, n, out, o, cap):
     return n, o, E_EOF
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _match(buf, ks, klen, tab, offs):
     nk = offs.shape[0] - 1
     for k in range(nk):
@@ -402,7 +403,7 @@ def _match(buf, ks, klen, tab, offs):
     return -1
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, nogil=True, inline="always")
 def _put_str(buf, p, n, col, ev, sdata, soffs, spres, cap):
     """Copy the string value at p into string column col for event ev."""
     o0 = soffs[col, ev]
@@ -414,7 +415,7 @@ def _put_str(buf, p, n, col, ev, sdata, soffs, spres, cap):
     return p2, E_OK
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _put_raw(buf, p, n, col, ev, sdata, soffs, spres, cap):
     """Copy the raw JSON text of the value at p into string column col."""
     q, err = _skip_value(buf, p, n)
@@ -432,7 +433,7 @@ def _put_raw(buf, p, n, col, ev, sdata, soffs, spres, cap):
     return q, E_OK
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _parse_args(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters, arg_tab,
                 arg_offs, arg_kind, arg_slot, errfield):
     """p at '{' of args. Returns (p, err); errfield[0] set to the failing field id."""
@@ -557,7 +558,7 @@ def _parse_args(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters, 
         return p, E_SYNTAX
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _parse_event(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters,
                  top_tab, top_offs, arg_tab, arg_offs, arg_kind, arg_slot, errfield):
     """p at '{' of one event. Returns (p, err)."""
@@ -714,10 +715,15 @@ def _parse_event(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters,
         return p, E_SYNTAX
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta,
-         top_tab, top_offs, arg_tab, arg_offs, arg_kind, arg_slot):
+         top_tab, top_offs, arg_tab, arg_offs, arg_kind, arg_slot, partial):
     """Scan from res[R_POS] in state res[R_STATE] until the batch is full or the document ends.
+
+    With ``partial`` set, ``buf`` is the part of the document inflated so far: running out of
+    input returns E_MORE with the position rolled back to the start of the unfinished event (or
+    top-level key), to be called again once there is more. Runs without the GIL, so inflating
+    the rest of the file goes on in another thread meanwhile.
 
     On return res holds the new position and state, the number of events in this batch, and an
     error code with its byte position and field id. meta[i] = (key start, key end, value start,
@@ -733,6 +739,8 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta,
         soffs[c, 0] = 0
     res[R_ERR] = E_OK
     while True:
+        p_safe = p
+        state_safe = state
         if state == ST_START:
             p = _ws(buf, p, n)
             if p >= n:
@@ -843,7 +851,14 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta,
             p = _ws(buf, p, n)
             if p < n:
                 res[R_ERR] = E_TRAILING
+            elif partial:
+                res[R_ERR] = E_MORE  # trailing data can only be ruled out at the very end
             break
+    if partial and (res[R_ERR] == E_EOF or res[R_ERR] == E_EMPTY):
+        p = p_safe
+        state = state_safe
+        res[R_ERR] = E_MORE
+        errfield[0] = FIELD_NONE
     res[R_POS] = p
     res[R_STATE] = state
     res[R_N] = nev

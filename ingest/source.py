@@ -10,11 +10,12 @@ import hashlib
 import mmap
 import os
 import tempfile
+import threading
 import zlib
 from pathlib import Path
 
 import numpy as np
-from isal import igzip
+from isal import igzip, isal_zlib
 
 from ingest.errors import TraceFormatError
 
@@ -133,3 +134,101 @@ def _inflate_to_tempfile(path: Path) -> np.ndarray:
     mm = mmap.mmap(tmp.fileno(), 0, access=mmap.ACCESS_READ)
     tmp.close()  # the mapping keeps the (unlinked) file alive
     return np.frombuffer(mm, np.uint8)
+
+
+class Inflating:
+    """A gzipped file inflated by a background thread into one preallocated buffer (memory for
+    small files, a memory-mapped temporary file for large ones), so that scanning can start on
+    the first megabytes while the rest is still being inflated. ISA-L releases the GIL, and so
+    does the compiled scanner: on two cores the two overlap.
+
+    ``avail`` bytes of ``buf`` are ready; ``wait(n)`` blocks until more than ``n`` are, or the
+    end. A damaged stream raises TraceFormatError from ``wait``."""
+
+    CHUNK = 4 << 20
+
+    def __init__(self, path: Path, size: int):
+        self.path = path
+        self.size = size
+        if size <= IN_MEMORY_LIMIT:
+            self.buf = np.empty(size, np.uint8)
+            self._tmp = None
+        else:
+            self._tmp = tempfile.TemporaryFile(prefix="daydream-inflate-")
+            self._tmp.truncate(size)
+            mm = mmap.mmap(self._tmp.fileno(), size)
+            self.buf = np.frombuffer(mm, np.uint8)
+        self.avail = 0
+        self.done = False
+        self.error: Exception | None = None
+        self._cv = threading.Condition()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            d = isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS)
+            out = memoryview(self.buf)
+            with open(self.path, "rb") as f:
+                pos = 0
+                while True:
+                    raw = f.read(self.CHUNK)
+                    if not raw:
+                        break
+                    while raw:
+                        chunk = d.decompress(raw, self.CHUNK)
+                        raw = d.unconsumed_tail
+                        if pos + len(chunk) > self.size:
+                            raise _SizeMismatch()
+                        out[pos:pos + len(chunk)] = chunk
+                        pos += len(chunk)
+                        if d.eof and d.unused_data:
+                            raise _SizeMismatch()  # several gzip members: size hint is wrong
+                        with self._cv:
+                            self.avail = pos
+                            self._cv.notify_all()
+                    if d.eof:
+                        break
+            if not d.eof:
+                raise EOFError("compressed data ends before the end-of-stream marker")
+            if pos != self.size:
+                raise _SizeMismatch()
+        except Exception as e:  # handed to the reader thread by wait()
+            self.error = e
+        finally:
+            with self._cv:
+                self.done = True
+                self._cv.notify_all()
+
+    def wait(self, have: int) -> tuple[int, bool]:
+        """Block until more than ``have`` bytes are ready or inflation ended: (avail, done)."""
+        with self._cv:
+            while not self.done and self.avail <= have:
+                self._cv.wait()
+            avail, done = self.avail, self.done
+        if done and self.error is not None:
+            e = self.error
+            if isinstance(e, _SizeMismatch):
+                raise e
+            if isinstance(e, EOFError):
+                raise TraceFormatError("truncated gzip: the compressed data ends before its "
+                                       "end marker", file=str(self.path)) from None
+            raise TraceFormatError(f"damaged gzip: {e}", file=str(self.path)) from None
+        return avail, done
+
+
+class _SizeMismatch(Exception):
+    """The gzip trailer's size was not the real size (multi-member file, or over 4 GiB)."""
+
+
+def open_inflating(path: Path) -> Inflating | None:
+    """An Inflating reader for a gzipped file whose trailer gives a plausible size, else None
+    (then ``load_bytes`` inflates it whole)."""
+    with open(path, "rb") as f:
+        if f.read(2) != GZIP_MAGIC:
+            return None
+    comp = os.path.getsize(path)
+    size = _isize(path)
+    if size < comp // 2 or size == 0:
+        return None
+    return Inflating(path, size)

@@ -191,3 +191,29 @@ def test_cycle_is_reported_as_a_path():
         check_acyclic(4, src, dst, anchor, ["a", "b", "c", "d"])
     # the anchors matter: a call launching a copy and waiting for it is not a cycle
     check_acyclic(2, np.array([0, 1]), np.array([1, 0]), np.array([1, 2]), ["call", "copy"])
+
+
+def test_wake_edges_between_threads(tmp_path):
+    # Hand-made (us): the main thread calls backward() at 100 and waits until the autograd
+    # thread's op ends at 300; the autograd thread is idle until woken at 150.
+    #
+    # main (tid 1):     |fwd 0-100|  backward wait 100----------------------- 310|
+    # autograd (tid 2): |idle 0 ---------- 150|bwd op 150 ---- 300|idle 300-400|
+    ev = [
+        X("cpu_op", "fwd", 0, 100),
+        X("user_annotation", "backward", 100, 210),
+        X("cpu_op", "bwd op", 150, 150, tid=2),
+        X("cpu_op", "tail", 300, 100, tid=2),
+        X("cpu_op", "head", 0, 1, tid=2),
+    ]
+    g = build(read_trace(write(tmp_path, ev)).tables)
+    wake = edges(g, {"wake"})
+    # the autograd thread's idle stretch ends 50 us after the main thread's forward ended (and
+    # its backward wait began); the main thread's wait ends 10 us after the autograd thread's
+    # op ended. Host time inside an operator ("tail") is work, never a wait.
+    assert wake == sorted([
+        ("wake", "end_end", 50000, True, "fwd", "<host>"),
+        ("wake", "end_end", 10000, True, "bwd op", "backward"),
+    ])
+    bw = task_of(g, "backward")
+    assert g.dur_ns[bw] == 10000  # only the tail after the wake-up is its own time

@@ -1,0 +1,126 @@
+"""Constants the optimization models use, each with where it comes from.
+
+Every entry is ``{"value": ..., "source": "..."}``. "estimate" in a source means the number is
+a modelling choice derived as stated, not a published measurement; tune it here, not in code.
+"""
+
+from __future__ import annotations
+
+_NV_MP = ("NVIDIA Deep Learning Performance docs, 'Train With Mixed Precision' "
+          "(docs.nvidia.com/deeplearning/performance/mixed-precision-training)")
+_DAYDREAM = ("Zhu et al., Daydream, USENIX ATC 2020, sec. 5 (AMP model: tensor-core-eligible "
+             "kernels shrink most, memory-bound kernels ~2x from halved bytes)")
+
+# AMP: per-GPU-family speedup of each kernel class (old duration / new duration).
+# Classes: gemm_fp32 (GEMM/conv run in FP32 without tensor cores in the trace), gemm_tf32
+# (GEMM/conv already on TF32 tensor cores, Ampere+ default for cuDNN convs), memory_bound
+# (element-wise, pooling, layout transposes: bytes halve in FP16), norm_reduce (batch/layer
+# norm, softmax, reductions: FP16 I/O, FP32 statistics), and 1.0 for copies, collectives
+# (gradients of FP32 parameters stay FP32 under autocast) and the optimizer (FP32 master
+# weights).
+AMP_SPEEDUP = {
+    "v100": {
+        "gemm_fp32": {"value": 3.0, "source": "V100 datasheet: 125 TFLOPS FP16 tensor core vs "
+                      "15.7 TFLOPS FP32 (8x peak); " + _NV_MP + " reports 2-3x on convs/GEMMs "
+                      "in practice; " + _DAYDREAM},
+        "gemm_tf32": {"value": 3.0, "source": "no TF32 on Volta; same as gemm_fp32"},
+        "memory_bound": {"value": 2.0, "source": _DAYDREAM + "; half the bytes of FP32"},
+        "norm_reduce": {"value": 1.8, "source": "estimate: FP16 input/output, FP32 "
+                        "statistics (cuDNN BN under autocast) -> a bit under the 2x of halved "
+                        "bytes"},
+    },
+    "a100": {
+        "gemm_fp32": {"value": 3.0, "source": "A100 datasheet: 312 TFLOPS FP16 TC vs 19.5 "
+                      "FP32 (16x peak); practical GEMM/conv gains capped like V100 " + _NV_MP},
+        "gemm_tf32": {"value": 1.6, "source": "A100 datasheet: 312 TFLOPS FP16 vs 156 TF32 "
+                      "(2x peak); estimate 1.6 achieved (NVIDIA A100 whitepaper shows FP16 "
+                      "1.4-1.8x over TF32 for training networks)"},
+        "memory_bound": {"value": 2.0, "source": _DAYDREAM + "; half the bytes of FP32"},
+        "norm_reduce": {"value": 1.8, "source": "estimate, as v100"},
+    },
+    "h100": {
+        "gemm_fp32": {"value": 3.5, "source": "H100 SXM datasheet: 989 TFLOPS FP16 dense vs 67 "
+                      "FP32; estimate of the achieved gain on mixed GEMM sizes"},
+        "gemm_tf32": {"value": 1.7, "source": "H100 SXM datasheet: 989 FP16 vs 495 TF32 "
+                      "dense (2x peak); estimate 1.7 achieved"},
+        "memory_bound": {"value": 2.0, "source": _DAYDREAM + "; half the bytes of FP32"},
+        "norm_reduce": {"value": 1.8, "source": "estimate, as v100"},
+    },
+    "turing": {
+        "gemm_fp32": {"value": 2.5, "source": "RTX 2080 Ti: 13.4 TFLOPS FP32 vs 53.8 FP16 TC "
+                      "with FP32 accumulate (GeForce rate, 4x peak); estimate 2.5 achieved"},
+        "gemm_tf32": {"value": 2.5, "source": "no TF32 on Turing; same as gemm_fp32"},
+        "memory_bound": {"value": 2.0, "source": _DAYDREAM + "; half the bytes of FP32"},
+        "norm_reduce": {"value": 1.8, "source": "estimate, as v100"},
+    },
+    "mi300x": {
+        "gemm_fp32": {"value": 2.5, "source": "AMD MI300X datasheet: 163.4 TFLOPS FP32 matrix "
+                      "vs 1307 FP16 dense (8x peak); estimate 2.5 achieved with rocBLAS/MIOpen"},
+        "gemm_tf32": {"value": 2.5, "source": "PyTorch does not use XF32 by default on ROCm; "
+                      "same as gemm_fp32"},
+        "memory_bound": {"value": 2.0, "source": _DAYDREAM + "; half the bytes of FP32"},
+        "norm_reduce": {"value": 1.8, "source": "estimate, as v100"},
+    },
+    "default": {
+        "gemm_fp32": {"value": 2.0, "source": "estimate: conservative when the GPU is unknown"},
+        "gemm_tf32": {"value": 1.6, "source": "estimate, as a100"},
+        "memory_bound": {"value": 1.8, "source": "estimate: a bit under the 2x of halved bytes"},
+        "norm_reduce": {"value": 1.6, "source": "estimate"},
+    },
+}
+
+AMP = {
+    "min_kernel_ns": {"value": 2000, "source": "estimate: a kernel is not made shorter than "
+                      "~2 us (launch/latency-bound on V100-H100); kernels already shorter keep "
+                      "their duration"},
+    "cast_kernel_ns": {"value": 5000, "source": "estimate: autocast casts each weight to FP16 "
+                       "once per forward (cached per autocast region, torch.autocast docs); "
+                       "ResNet-50 conv weights are 0.04-9.4 MB, a cast moves 1.5x that at "
+                       "~0.9-2 TB/s, i.e. 1-15 us"},
+    "cast_cpu_ns": {"value": 8000, "source": "estimate: one eager aten::to/_to_copy dispatch "
+                    "plus cudaLaunchKernel on the host, 5-10 us in PyTorch eager mode"},
+    "unscale_frac": {"value": 0.4, "source": "estimate: GradScaler.unscale_ reads and writes "
+                     "every gradient once (2 passes) where an SGD-momentum/Adam step makes "
+                     "~5-7 passes over params, grads and state"},
+    "scale_kernel_ns": {"value": 3000, "source": "estimate: one small kernel (loss*scale, "
+                        "_amp_update_scale_)"},
+    "sync_ns": {"value": 10000, "source": "estimate: found_inf.item() in GradScaler.step "
+                "(a device-to-host copy that blocks until the GPU is done)"},
+}
+
+# Fused optimizers: fused kernel duration = sum(removed kernels) * traffic factor.
+# Derivation: count full passes over parameter-sized tensors. Unfused (per-op / foreach) Adam:
+# exp_avg mul_+add_ (2+3), exp_avg_sq mul_+addcmul_ (2+4), denom sqrt+div+add (2+2+2),
+# param addcdiv_ (4) = 21 passes (weight decay adds 3); fused Adam reads p, g, m, v and writes
+# p, m, v = 7 passes -> 7/21. SGD momentum: add (wd) 3, buf mul_+add_ 2+3, param add_ 3 = 11;
+# fused reads p, g, buf and writes p, buf = 5 -> 5/11. Adagrad: addcmul_ 4, sqrt+add 2+2,
+# addcdiv_ 4 = 12; fused 5 -> 5/12.
+FUSED_OPTIMIZER = {
+    "adam": {"value": 7 / 21, "source": "estimate from passes over memory (see comment); "
+             "apex FusedAdam / torch.optim.Adam(fused=True) docs"},
+    "adamw": {"value": 7 / 24, "source": "as adam, plus 3 passes of decoupled weight decay "
+              "in the unfused form"},
+    "sgd": {"value": 5 / 11, "source": "estimate from passes over memory (see comment)"},
+    "adagrad": {"value": 5 / 12, "source": "estimate from passes over memory (see comment)"},
+    "fused_cpu_ns": {"value": 30000, "source": "estimate: one optimizer.step() of a fused "
+                     "optimizer on the host (Python step + one multi_tensor launch per chunk)"},
+    "min_kernel_ns": {"value": 2000, "source": "estimate, as AMP min_kernel_ns"},
+}
+
+DATALOADER = {
+    "ipc_ns": {"value": 100000, "source": "estimate: per batch, the main thread still takes "
+               "the batch off the worker queue and rebuilds its tensors from shared memory "
+               "(~0.1 ms for an image batch)"},
+}
+
+CUDA_GRAPHS = {
+    "graph_launch_ns": {"value": 10000, "source": "estimate: cudaGraphLaunch host cost ~10 us "
+                        "(NVIDIA 'Getting Started with CUDA Graphs' blog: a graph launch costs "
+                        "about one kernel launch's host time, independent of its size)"},
+    "per_node_ns": {"value": 0, "source": "assumed 0: the replayed kernels' launch latency is "
+                    "kept on the launch edges' lags"},
+}
+
+FUSION = {
+    "min_chain": {"value": 2, "source": "a chain of two or more element-wise kernels"},
+}

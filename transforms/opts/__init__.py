@@ -1,0 +1,1 @@
+"""One module per optimization; each registers itself with ``transforms.registry.register``."""

@@ -1,0 +1,42 @@
+"""CUDA graphs: forward and backward captured once and replayed with one launch."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from transforms.constants import CUDA_GRAPHS as C
+from transforms.primitives import Graph
+from transforms.registry import Context, register
+
+REGION = ("forward", "backward")
+
+
+def region_tasks(g: Graph) -> np.ndarray:
+    """CPU tasks (calls and host time) of the captured region: phases forward and backward of
+    an iteration, blocking calls excepted."""
+    t = g.task
+    return (t["kind"].is_in(["api", "host"]) & t["phase"].is_in(list(REGION))
+            & t["iteration"].is_not_null() & ~t["blocking"]).to_numpy()
+
+
+@register("cuda_graphs")
+def cuda_graphs(g: Graph, ctx: Context) -> Graph:
+    """CUDA graphs over forward+backward: the region's host time and launch calls vanish.
+
+    In each iteration the CPU tasks of phases forward and backward (not blocking calls) are
+    scaled to 0 (kept as tasks, so the GPU work keeps its launch edges and order) and one
+    cudaGraphLaunch call (CUDA_GRAPHS graph_launch_ns) is inserted before the first of them on
+    each thread. GPU work is unchanged; launch latencies stay on the launch edges."""
+    sel = region_tasks(g)
+    if not sel.any():
+        ctx.notes.append("cuda_graphs: no forward/backward CPU tasks; unchanged")
+        return g
+    t = g.task.with_row_index("id").filter(pl.Series(sel))
+    first = t.group_by("iteration", "unit_id").agg(pl.col("id").min()).sort("id")
+    rows = [{"at": int(i), "kind": "api", "unit_id": int(u), "name": "cudaGraphLaunch",
+             "dur_ns": C["graph_launch_ns"]["value"]}
+            for i, u in zip(first["id"].to_list(), first["unit_id"].to_list(), strict=False)]
+    g = g.scale(sel, 0.0)
+    g, _ = g.insert(pl.DataFrame(rows))
+    return g

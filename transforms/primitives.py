@@ -1,0 +1,382 @@
+"""The rewrite primitives over a trace's graph tables: select, scale, remove, insert, reschedule.
+
+A ``Graph`` holds the five graph tables (``graphstore.read.read_graph``) as Polars frames and
+every primitive returns a new ``Graph``; ``Graph.tables()`` gives Arrow tables with the graph
+schema back for ``simulate.replay``. Invariants kept by every primitive (the simulator and the
+iteration timing rely on them):
+
+- task ids stay dense 0..n-1, sorted by observed ``start_ns`` (ties by the old order), task 0
+  the ``<trace start>`` origin marker; edges are remapped whenever ids move;
+- ``start_ns`` is the observed start and the order key on FIXED units: scaling never changes
+  it, an inserted task takes the start of the task it is placed beside;
+- ``obs_dur_ns`` is never changed: iteration times are *measured* from the observed trace.
+
+Lags are not scaled. A lag is the latency between two tasks (a launch reaching the GPU, a gap
+between calls on a thread that no task covers), not work of either task, so an optimization
+that makes a kernel faster does not shorten it. ``remove`` adds the lags of the two edges it
+joins (the removed task becomes a zero-length pass-through).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import duckdb
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from ingest.errors import DaydreamError
+
+CPU_KINDS = ("api", "host")
+GPU_KINDS = ("kernel", "memcpy", "memset", "comm")
+# Where an anchor attaches on its source and destination.
+_SRC_POINT = {"end_start": "end", "start_start": "start", "end_end": "end"}
+_DST_POINT = {"end_start": "start", "start_start": "start", "end_end": "end"}
+_ANCHOR = {("end", "start"): "end_start", ("start", "start"): "start_start",
+           ("end", "end"): "end_end"}
+
+Predicate = "pl.Expr | str | np.ndarray | Sequence[int] | None"
+
+
+class Graph:
+    """One trace's graph; immutable by convention (primitives return new graphs)."""
+
+    def __init__(self, task: pl.DataFrame, edge: pl.DataFrame, unit: pl.DataFrame,
+                 iteration: pl.DataFrame, layer: pl.DataFrame,
+                 schemas: dict[str, pa.Schema] | None = None):
+        self.task, self.edge, self.unit = task, edge, unit
+        self.iteration, self.layer = iteration, layer
+        self._schemas = schemas or {}
+
+    # -- conversion ---------------------------------------------------------------------------
+    @classmethod
+    def from_tables(cls, tables: dict[str, pa.Table]) -> Graph:
+        missing = [k for k in ("task", "edge", "unit", "iteration", "layer") if k not in tables]
+        if missing:
+            raise DaydreamError(f"graph tables missing: {', '.join(missing)}")
+        frames = {k: pl.from_arrow(tables[k]) for k in ("task", "edge", "unit", "iteration",
+                                                         "layer")}
+        return cls(**frames, schemas={k: tables[k].schema for k in frames})
+
+    def tables(self) -> dict[str, pa.Table]:
+        """Arrow tables with the schemas the graph was read with."""
+        out = {}
+        for k in ("task", "edge", "unit", "iteration", "layer"):
+            t = getattr(self, k).to_arrow()
+            s = self._schemas.get(k)
+            out[k] = t.select(s.names).cast(s) if s is not None else t
+        return out
+
+    def _with(self, **kw) -> Graph:
+        d = {k: getattr(self, k) for k in ("task", "edge", "unit", "iteration", "layer")}
+        d.update(kw)
+        return Graph(**d, schemas=self._schemas)
+
+    @property
+    def n_tasks(self) -> int:
+        return self.task.height
+
+    # -- select ---------------------------------------------------------------------------------
+    def select(self, pred: Predicate) -> np.ndarray:
+        """Boolean mask over tasks. ``pred``: a Polars expression, a SQL WHERE clause over the
+        task table (DuckDB dialect, e.g. ``"kind = 'kernel' AND name LIKE '%gemm%'"``), a
+        boolean mask, task ids, or None (no task). The origin marker is never selected."""
+        n = self.n_tasks
+        if pred is None:
+            mask = np.zeros(n, bool)
+        elif isinstance(pred, pl.Expr):
+            mask = self.task.select(pred.fill_null(False)).to_series().to_numpy().astype(bool)
+        elif isinstance(pred, str):
+            task = self.task.to_arrow()  # noqa: F841 (read by duckdb's replacement scan)
+            try:
+                ids = duckdb.sql(f"SELECT task_id FROM task WHERE {pred}").fetchnumpy()["task_id"]
+            except duckdb.Error as e:
+                msg = str(e).splitlines()[0]
+                raise DaydreamError(f"bad select {pred!r}: {msg}; columns: "
+                                    f"{', '.join(self.task.columns)}") from None
+            mask = np.zeros(n, bool)
+            mask[np.asarray(ids, np.int64)] = True
+        else:
+            a = np.asarray(pred)
+            if a.dtype == bool:
+                if a.shape != (n,):
+                    raise DaydreamError(f"mask has {a.shape} entries for {n} tasks")
+                mask = a.copy()
+            else:
+                mask = np.zeros(n, bool)
+                mask[a.astype(np.int64)] = True
+        if n:
+            mask[0] = False
+        return mask
+
+    # -- scale ------------------------------------------------------------------------------------
+    def scale(self, pred: Predicate, factor) -> Graph:
+        """Durations (``dur_ns``) of the selected tasks times ``factor`` (a number, or an array
+        over all tasks), rounded to ns and never below 0. ``obs_dur_ns``, ``start_ns`` and lags
+        are kept (see the module doc)."""
+        mask = self.select(pred)
+        f = np.broadcast_to(np.asarray(factor, np.float64), (self.n_tasks,))
+        if np.any(f[mask] < 0) or not np.all(np.isfinite(f[mask])):
+            raise DaydreamError("scale factor must be a finite number >= 0")
+        dur = self.task["dur_ns"].to_numpy().copy()
+        dur[mask] = np.maximum(np.rint(dur[mask] * f[mask]), 0).astype(np.int64)
+        return self._with(task=self.task.with_columns(pl.Series("dur_ns", dur, pl.Int64)))
+
+    def set_duration(self, pred: Predicate, dur_ns) -> Graph:
+        """Durations of the selected tasks set to ``dur_ns`` (number or array over all tasks)."""
+        mask = self.select(pred)
+        new = np.broadcast_to(np.asarray(dur_ns), (self.n_tasks,)).astype(np.int64)
+        dur = self.task["dur_ns"].to_numpy().copy()
+        dur[mask] = np.maximum(new[mask], 0)
+        return self._with(task=self.task.with_columns(pl.Series("dur_ns", dur, pl.Int64)))
+
+    # -- remove -------------------------------------------------------------------------------
+    def remove(self, pred: Predicate) -> Graph:
+        """Remove the selected tasks; ids are renumbered densely and edges remapped.
+
+        Each path ``p -> r1 -> ... -> rk -> s`` through removed tasks ``r`` from a kept ``p`` to a
+        kept ``s`` becomes one edge ``p -> s`` whose lag is the sum of the path's lags (removed
+        tasks count as zero-length). Its anchor joins the point of ``p`` the first edge leaves
+        from (start or end) to the point of ``s`` the last edge reaches; a path that enters a
+        removed task at its end (end_end) and leaves from its start (start_start) carries no
+        constraint and is dropped. A start -> end path, which the simulator cannot express,
+        becomes end_end with the source's duration taken off the lag. The new edge's kind is the
+        shared kind of the path's edges, else ``inserted``; it is binding when all were. Of
+        parallel new edges with one anchor the largest lag is kept. Remove tasks rather than
+        zero their duration only when they are not iteration anchors (CPU tasks at iteration
+        starts); scale those to 0 instead.
+        """
+        mask = self.select(pred)
+        if not mask.any():
+            return self
+        e = self.edge
+        src = e["src"].to_numpy()
+        dst = e["dst"].to_numpy()
+        lag = e["lag_ns"].to_numpy()
+        anc = e["anchor"].to_list()
+        kind = e["kind"].to_list()
+        bind = e["binding"].to_numpy()
+        dur = self.task["dur_ns"].to_numpy()
+        touch = mask[src] | mask[dst]
+        # out-edges of removed tasks
+        out: dict[int, list[int]] = {}
+        for i in np.flatnonzero(mask[src]):
+            out.setdefault(int(src[i]), []).append(int(i))
+        new = {}  # (p, s, anchor) -> (lag, kind, binding)
+        for i in np.flatnonzero(~mask[src] & mask[dst]):
+            p = int(src[i])
+            # DFS over removed tasks: state = (task, point reached on it, lag, kind, binding)
+            stack = [(int(dst[i]), _DST_POINT[anc[i]], int(lag[i]), kind[i], bool(bind[i]))]
+            p_point = _SRC_POINT[anc[i]]
+            seen = set()
+            while stack:
+                r, at, lg, kd, bd = stack.pop()
+                if (r, at) in seen:
+                    continue  # reached before by another path: keep the first
+                seen.add((r, at))
+                for j in out.get(r, ()):
+                    leave = _SRC_POINT[anc[j]]
+                    if at == "end" and leave == "start":
+                        continue  # entered at its end, left from its start: no constraint
+                    lg2 = lg + int(lag[j])
+                    kd2 = kd if kd == kind[j] else "inserted"
+                    bd2 = bd and bool(bind[j])
+                    s = int(dst[j])
+                    if mask[s]:
+                        stack.append((s, _DST_POINT[anc[j]], lg2, kd2, bd2))
+                        continue
+                    s_point = _DST_POINT[anc[j]]
+                    if p_point == "start" and s_point == "end":
+                        a, lg3 = "end_end", max(0, lg2 - int(dur[p]))
+                    else:
+                        a, lg3 = _ANCHOR[(p_point, s_point)], lg2
+                    key = (p, s, a)
+                    old = new.get(key)
+                    if old is None or lg3 > old[0]:
+                        new[key] = (lg3, kd2, bd2)
+        kept = e.filter(pl.Series(~touch))
+        if new:
+            keys = list(new)
+            vals = [new[k] for k in keys]
+            add = pl.DataFrame({
+                "src": [k[0] for k in keys], "dst": [k[1] for k in keys],
+                "kind": [v[1] for v in vals], "anchor": [k[2] for k in keys],
+                "lag_ns": [v[0] for v in vals], "binding": [v[2] for v in vals],
+            }, schema=kept.schema)
+            kept = pl.concat([kept, add])
+        newid = np.cumsum(~mask) - 1
+        lut = pl.Series(newid.astype(np.int64))
+        kept = kept.with_columns(pl.col("src").map_batches(lambda s: lut.gather(s)),
+                                 pl.col("dst").map_batches(lambda s: lut.gather(s)))
+        task = self.task.filter(pl.Series(~mask)).with_columns(
+            pl.Series("task_id", np.arange(int((~mask).sum()), dtype=np.int64)))
+        return self._with(task=task, edge=kept.sort(["src", "dst"]))
+
+    # -- insert -------------------------------------------------------------------------------
+    def insert(self, tasks: pl.DataFrame, edges: pl.DataFrame | None = None
+               ) -> tuple[Graph, np.ndarray]:
+        """Insert tasks; returns the new graph and the new ids of the inserted tasks.
+
+        ``tasks``: one row per new task with ``at`` (an existing task id it is placed beside),
+        ``place`` ("before" or "after"; default before), ``kind``, ``unit_id``, ``name``,
+        ``dur_ns`` and optionally any other task column (``phase``, ``iteration`` and ``layer``
+        default to those of ``at``; ``start_ns`` is always ``at``'s, so the new task sorts next
+        to it on its unit and in the iteration timing). With ``splice`` true (default) a task
+        placed before ``at`` on ``at``'s own unit takes over ``at``'s in-edges from that unit
+        (thread/stream order, lags kept) and gets a zero-lag edge to ``at``, so it runs in
+        ``at``'s place without eating the observed gap; placed after, it takes over ``at``'s
+        out-edges to that unit.
+
+        ``edges``: src, dst (existing ids >= 0, or ``-1 - k`` for the k-th new task), kind,
+        anchor, lag_ns, binding (default ``inserted``, ``end_start``, 0, false).
+        Ids of all later tasks shift; existing edges are remapped.
+        """
+        n = self.n_tasks
+        k = tasks.height
+        if k == 0:
+            return self, np.empty(0, np.int64)
+        t = tasks
+        if "place" not in t.columns:
+            t = t.with_columns(pl.lit("before").alias("place"))
+        if "splice" not in t.columns:
+            t = t.with_columns(pl.lit(True).alias("splice"))
+        at = t["at"].to_numpy().astype(np.int64)
+        if np.any((at < 0) | (at >= n)):
+            raise DaydreamError("insert: 'at' must name existing tasks")
+        after = (t["place"] == "after").to_numpy()
+        base = self.task[at]
+        fill = {c: base[c] for c in ("phase", "iteration", "layer")}
+        row = {}
+        for c, dt in self.task.schema.items():
+            if c == "task_id":
+                continue
+            if c == "start_ns":
+                row[c] = base["start_ns"]
+            elif c in t.columns:
+                row[c] = t[c].cast(dt)
+            elif c in fill:
+                row[c] = fill[c]
+            elif c == "obs_dur_ns":
+                row[c] = pl.Series(c, np.zeros(k, np.int64))
+            elif c == "blocking":
+                row[c] = pl.Series(c, np.zeros(k, bool))
+            else:
+                row[c] = pl.Series(c, [None] * k, dt)
+        newrows = pl.DataFrame({c: row[c].alias(c) for c in row}).with_columns(
+            pl.lit(0, pl.Int64).alias("task_id")).select(self.task.columns)
+        # order: existing tasks at 2*id (scaled), new ones beside their anchor, ties by input order
+        pos = np.concatenate([np.arange(n, dtype=np.float64) * 2,
+                              at * 2.0 + np.where(after, 1.0, -1.0)])
+        tie = np.concatenate([np.zeros(n), np.arange(1, k + 1) / (k + 2)])
+        order = np.lexsort((tie, pos))
+        newid = np.empty(n + k, np.int64)
+        newid[order] = np.arange(n + k)
+        allt = pl.concat([self.task, newrows])[order].with_columns(
+            pl.Series("task_id", np.arange(n + k, dtype=np.int64)))
+        lut = pl.Series(newid)
+        e = self.edge.with_columns(pl.col("src").map_batches(lambda s: lut.gather(s)),
+                                   pl.col("dst").map_batches(lambda s: lut.gather(s)))
+        ins_ids = newid[n:]
+        # splice into the unit order, new tasks in id order so that several placed before
+        # one task chain up in input order
+        unit = self.task["unit_id"].to_numpy()
+        tu = t["unit_id"].to_numpy()
+        splice = t["splice"].to_numpy().astype(bool)
+        ukind = dict(zip(self.unit["unit_id"].to_list(), self.unit["kind"].to_list(), strict=False))
+        okind = {"thread": "thread", "stream": "stream"}
+        unit_new = np.empty(n + k, np.int64)
+        unit_new[newid[:n]] = unit
+        unit_new[ins_ids] = tu
+        todo = [j for j in np.argsort(ins_ids) if splice[j] and tu[j] == unit[at[j]]]
+        if todo:
+            src = e["src"].to_list()
+            dst = e["dst"].to_list()
+            ekind = e["kind"].to_list()
+            anchor = e["anchor"].to_list()
+            lagl = e["lag_ns"].to_list()
+            bindl = e["binding"].to_list()
+            into: dict[int, list[int]] = {}
+            outof: dict[int, list[int]] = {}
+            for i, (x, y) in enumerate(zip(src, dst, strict=False)):
+                into.setdefault(y, []).append(i)
+                outof.setdefault(x, []).append(i)
+            for j in todo:
+                a_new, x, u = int(newid[at[j]]), int(ins_ids[j]), int(tu[j])
+                if not after[j]:
+                    for i in [i for i in into.get(a_new, []) if unit_new[src[i]] == u]:
+                        dst[i] = x
+                        into[a_new].remove(i)
+                        into.setdefault(x, []).append(i)
+                    s_, d_ = x, a_new
+                else:
+                    for i in [i for i in outof.get(a_new, []) if unit_new[dst[i]] == u]:
+                        src[i] = x
+                        outof[a_new].remove(i)
+                        outof.setdefault(x, []).append(i)
+                    s_, d_ = a_new, x
+                i = len(src)
+                src.append(s_)
+                dst.append(d_)
+                ekind.append(okind.get(ukind.get(u), "inserted"))
+                anchor.append("end_start")
+                lagl.append(0)
+                bindl.append(False)
+                into.setdefault(d_, []).append(i)
+                outof.setdefault(s_, []).append(i)
+            e = pl.DataFrame({"src": src, "dst": dst, "kind": ekind, "anchor": anchor,
+                              "lag_ns": lagl, "binding": bindl}, schema=e.schema)
+        if edges is not None and edges.height:
+            ed = edges
+            for c, v in (("kind", "inserted"), ("anchor", "end_start"), ("lag_ns", 0),
+                         ("binding", False)):
+                if c not in ed.columns:
+                    ed = ed.with_columns(pl.lit(v).alias(c))
+
+            def m(col):
+                a = ed[col].to_numpy().astype(np.int64)
+                return np.where(a < 0, ins_ids[np.clip(-1 - a, 0, k - 1)],
+                                newid[np.clip(a, 0, n - 1)])
+            ed = ed.with_columns(pl.Series("src", m("src")), pl.Series("dst", m("dst")))
+            e = pl.concat([e, ed.select(e.columns).cast(e.schema)])
+        return self._with(task=allt, edge=e.sort(["src", "dst"])), ins_ids
+
+    # -- reschedule ----------------------------------------------------------------------------
+    def set_priority(self, pred: Predicate, priority) -> Graph:
+        """Priority (lower runs first on PRIORITY units) of the selected tasks."""
+        mask = self.select(pred)
+        p = self.task["priority"].fill_null(0).to_numpy().astype(np.int64)
+        p[mask] = np.broadcast_to(np.asarray(priority, np.int64), (self.n_tasks,))[mask]
+        return self._with(task=self.task.with_columns(pl.Series("priority", p, pl.Int64)))
+
+    def set_policy(self, unit_ids: Sequence[int], policy: str) -> Graph:
+        """Scheduling policy (fixed, fcfs, priority) of some units."""
+        if policy not in ("fixed", "fcfs", "priority"):
+            raise DaydreamError(f"unknown policy {policy!r}; known: fixed, fcfs, priority")
+        u = self.unit.with_columns(pl.when(pl.col("unit_id").is_in(list(unit_ids)))
+                                   .then(pl.lit(policy)).otherwise(pl.col("policy"))
+                                   .alias("policy"))
+        return self._with(unit=u)
+
+    def add_unit(self, name: str, kind: str = "channel", policy: str = "fcfs"
+                 ) -> tuple[Graph, int]:
+        """A new unit (e.g. a network channel); returns the graph and its unit id."""
+        uid = int(self.unit["unit_id"].max()) + 1 if self.unit.height else 0
+        row = {c: [None] for c in self.unit.columns}
+        row.update(unit_id=[uid], kind=[kind], name=[name], policy=[policy])
+        u = pl.concat([self.unit, pl.DataFrame(row, schema=self.unit.schema)])
+        return self._with(unit=u), uid
+
+    def move(self, pred: Predicate, unit_id: int) -> Graph:
+        """Run the selected tasks on another unit."""
+        mask = self.select(pred)
+        u = self.task["unit_id"].to_numpy().copy()
+        u[mask] = unit_id
+        return self._with(task=self.task.with_columns(pl.Series("unit_id", u, pl.Int32)))
+
+    # -- helpers for optimizations --------------------------------------------------------------
+    def launches(self) -> pl.DataFrame:
+        """(api, gpu) task id pairs joined by launch edges."""
+        return self.edge.filter(pl.col("kind") == "launch").select(
+            pl.col("src").alias("api"), pl.col("dst").alias("gpu"))
+

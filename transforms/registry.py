@@ -1,0 +1,170 @@
+"""The optimizations by name, their typed parameters, and ``rewrite`` (the stage's entry point).
+
+An optimization is a function ``fn(g: Graph, ctx: Context, *, param: type = default, ...) ->
+Graph`` in a module of ``transforms/opts``, registered with ``@register("name")``. Its keyword
+parameters (annotated int, float, str or bool) are what a spec may set; its docstring's first
+paragraph is what ``daydream opts`` prints.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from ingest.errors import DaydreamError
+from transforms import spec as _spec
+from transforms.primitives import Graph
+
+
+@dataclass
+class Context:
+    """What an optimization may know beside the graph: the GPU the trace ran on."""
+
+    device: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Param:
+    name: str
+    type: type
+    default: object
+    doc: str = ""
+
+
+@dataclass
+class Opt:
+    name: str
+    fn: Callable
+    params: list[Param]
+    doc: str
+
+    @property
+    def summary(self) -> str:
+        return self.doc.strip().split("\n\n")[0].replace("\n", " ")
+
+    def signature(self) -> str:
+        if not self.params:
+            return self.name
+        ps = ", ".join(f"{p.name}: {p.type.__name__}" +
+                       ("" if p.default is inspect.Parameter.empty else f" = {p.default!r}")
+                       for p in self.params)
+        return f"{self.name}({ps})"
+
+
+_REGISTRY: dict[str, Opt] = {}
+_LOADED = False
+
+
+def register(name: str):
+    def deco(fn: Callable) -> Callable:
+        sig = inspect.signature(fn)
+        hints = inspect.get_annotations(fn, eval_str=True)
+        params = []
+        for p in list(sig.parameters.values())[2:]:
+            t = hints.get(p.name, str)
+            params.append(Param(p.name, t, p.default))
+        _REGISTRY[name] = Opt(name, fn, params, inspect.getdoc(fn) or "")
+        return fn
+    return deco
+
+
+def _load() -> None:
+    global _LOADED
+    if _LOADED:
+        return
+    import transforms.opts as pkg
+    for m in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"transforms.opts.{m.name}")
+    _LOADED = True
+
+
+def opts() -> dict[str, Opt]:
+    _load()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def list_opts() -> list[dict]:
+    """Every optimization: name, signature, parameters and summary (for ``daydream opts``)."""
+    return [{"name": o.name, "signature": o.signature(), "summary": o.summary, "doc": o.doc,
+             "params": [{"name": p.name, "type": p.type.__name__,
+                         "default": None if p.default is inspect.Parameter.empty
+                         else p.default} for p in o.params]}
+            for o in opts().values()]
+
+
+def _coerce(opt: Opt, p: Param, v):
+    t = p.type
+    if t is float and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    if t is int and isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if t is bool and isinstance(v, bool):
+        return v
+    if t is str and isinstance(v, (str, int, float)) and not isinstance(v, bool):
+        return str(v)
+    raise DaydreamError(f"{opt.name}: parameter {p.name!r} must be {t.__name__}, got {v!r}")
+
+
+def bind(term: _spec.Term) -> tuple[Opt, dict]:
+    """The optimization a spec term names and its checked, typed arguments."""
+    known = opts()
+    opt = known.get(term.name)
+    if opt is None:
+        raise DaydreamError(f"unknown optimization {term.name!r}; known: "
+                            f"{', '.join(known)}")
+    names = [p.name for p in opt.params]
+    plist = ", ".join(names) or "none"
+    if len(term.args) > len(opt.params):
+        raise DaydreamError(f"{opt.name}: takes {len(opt.params)} parameters "
+                            f"({plist}), got {len(term.args)} positional")
+    kw = dict(zip(names, term.args, strict=False))
+    for k, v in term.kwargs.items():
+        if k not in names:
+            raise DaydreamError(f"{opt.name}: unknown parameter {k!r}; parameters: {plist}")
+        if k in kw:
+            raise DaydreamError(f"{opt.name}: parameter {k!r} given twice")
+        kw[k] = v
+    out = {}
+    for p in opt.params:
+        if p.name in kw:
+            out[p.name] = _coerce(opt, p, kw[p.name])
+        elif p.default is inspect.Parameter.empty:
+            raise DaydreamError(f"{opt.name}: missing parameter {p.name!r}; usage: "
+                                f"{opt.signature()}")
+    return opt, out
+
+
+def check(spec: str) -> list[tuple[Opt, dict]]:
+    """Parse and check a spec chain without applying it."""
+    return [bind(t) for t in _spec.parse(spec)]
+
+
+def rewrite_graph(g: Graph, spec: str, *, device: dict | None = None,
+                  notes: list[str] | None = None) -> Graph:
+    ctx = Context(device=device, notes=notes if notes is not None else [])
+    for opt, kw in check(spec):
+        g = opt.fn(g, ctx, **kw)
+    return g
+
+
+def rewrite(tables: dict[str, pa.Table], spec: str, *, device: dict | None = None,
+            notes: list[str] | None = None) -> dict[str, pa.Table]:
+    """The graph tables rewritten by a spec chain (``amp+fused_adam``), applied left to right.
+
+    ``device``: the trace's GPU as in the trace table's ``devices`` JSON (one entry, e.g.
+    ``{"name": "Tesla V100-DGXS-32GB", "computeMajor": 7, ...}``), used by device-dependent
+    models (amp); None means unknown (defaults documented per optimization). ``notes``, when
+    given, receives one line per modelling choice an optimization made (e.g. the GPU family
+    it assumed)."""
+    steps = check(spec)  # all errors before any work
+    g = Graph.from_tables(tables)
+    ctx = Context(device=device, notes=notes if notes is not None else [])
+    for opt, kw in steps:
+        g = opt.fn(g, ctx, **kw)
+    return g.tables()
