@@ -17,26 +17,54 @@ def _pct(x: float | None) -> str:
 def print_prediction(d: dict) -> None:
     con = Console()
     con.print(f"trace [bold]{d['trace_id']}[/bold]  {d['file']}")
-    t = Table(title="iterations")
-    for col in ("iteration", "label", "measured ms", "baseline ms", "error", "note"):
-        t.add_column(col, justify="right" if "ms" in col or col == "error" else "left")
+    pred = "predicted_ms" in d
+    title = f"iterations: replay and prediction with {d['opts']}" if pred else \
+        "iterations: replay"
+    t = Table(title=title)
+    cols = ["iteration", "label", "measured ms", "baseline ms", "replay error"]
+    if pred:
+        cols += ["predicted ms", "speedup"]
+    cols.append("note")
+    for col in cols:
+        t.add_column(col, justify="right" if ("ms" in col or col in ("replay error", "speedup"))
+                     else "left")
     for it in d["iterations"]:
-        t.add_row(str(it["index"]), it.get("label") or "", _ms(it["measured_ms"]),
-                  _ms(it["baseline_ms"]), _pct(it["error_pct"]),
-                  it.get("note", "") if not it["used"] else "")
-    t.add_row("mean", "(used)", _ms(d["measured_ms"]), _ms(d["baseline_ms"]),
-              _pct(d["baseline_error_pct"]), "", style="bold")
+        row = [str(it["index"]), it.get("label") or "", _ms(it["measured_ms"]),
+               _ms(it["baseline_ms"]), _pct(it["error_pct"])]
+        if pred:
+            p = it.get("predicted_ms")
+            row += [_ms(p), f"{it['baseline_ms'] / p:.3f}x" if p else ""]
+        row.append(it.get("note", "") if not it["used"] else "")
+        t.add_row(*row)
+    mean = ["mean", "(used)", _ms(d["measured_ms"]), _ms(d["baseline_ms"]),
+            _pct(d["baseline_error_pct"])]
+    if pred:
+        mean += [_ms(d["predicted_ms"]), f"{d['speedup']:.3f}x" if d.get("speedup") else ""]
+    mean.append("")
+    t.add_row(*mean, style="bold")
     con.print(t)
+    if pred:
+        ph = Table(title="time per phase and iteration (busy ms: GPU / CPU)")
+        for col in ("phase", "baseline GPU", "predicted GPU", "baseline CPU", "predicted CPU"):
+            ph.add_column(col, justify="left" if col == "phase" else "right")
+        b, p = d["phases"]["baseline"], d["phases"]["predicted"]
+        for name in sorted(set(b) | set(p)):
+            bb, pp = b.get(name, {}), p.get(name, {})
+            ph.add_row(name, _ms(bb.get("gpu_ms")), _ms(pp.get("gpu_ms")),
+                       _ms(bb.get("cpu_ms")), _ms(pp.get("cpu_ms")))
+        con.print(ph)
+        for note in d.get("notes") or []:
+            con.print(f"  note: {note}")
     cp = d.get("critical_path") or {}
     if cp:
-        con.print(f"critical path of iteration {cp['iteration']}: {cp['tasks']} tasks over "
-                  f"{cp['span_ns'] / 1e6:.3f} ms")
+        con.print(f"critical path of iteration {cp['iteration']} (replay): {cp['tasks']} tasks "
+                  f"over {cp['span_ns'] / 1e6:.3f} ms")
         for key in ("phase", "kind", "layer"):
             parts = ", ".join(f"{r[key]} {r['ns'] / 1e6:.2f} ms" for r in cp[f"by_{key}"][:5])
             con.print(f"  by {key}: {parts}")
     units = d.get("units") or []
     if units:
-        u = Table(title="unit load (share of the simulated span)")
+        u = Table(title="unit load in the replay (share of the simulated span)")
         u.add_column("unit")
         u.add_column("busy ms", justify="right")
         u.add_column("busy", justify="right")
@@ -45,3 +73,5 @@ def print_prediction(d: dict) -> None:
         con.print(u)
     if d.get("timeline"):
         con.print(f"timeline written to {d['timeline']} (open in https://ui.perfetto.dev)")
+    if d.get("predicted_timeline"):
+        con.print(f"predicted timeline written to {d['predicted_timeline']}")

@@ -245,13 +245,19 @@ def check_version(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> N
 # Connections
 
 
+DUCKDB_MEMORY_LIMIT = "1GB"
+
+
 def _open(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
     """Open ``path``, waiting while another process holds a conflicting lock on it."""
     deadline = time.monotonic() + timeout_s
     delay = 0.02
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            # a bounded buffer pool: the graph of a 1 GB trace is written within the memory
+            # budget of ingest (DuckDB spills to its temp directory past it)
+            return duckdb.connect(str(path), read_only=read_only,
+                                  config={"memory_limit": DUCKDB_MEMORY_LIMIT})
         except duckdb.IOException as e:
             msg = str(e)
             if "lock" not in msg.lower():

@@ -25,6 +25,7 @@ TRACE_PATTERNS = ("*.json", "*.json.gz", "*.sqlite", "*.cupti", "*.cupti.gz")
 # PyTorch execution traces sit beside profiler traces (param's et_replay) but are not traces
 # of activity; folder expansion leaves them out.
 EXCLUDED_SUFFIXES = (".et.json", ".et.json.gz")
+SUBPROCESS_BYTES = 64 << 20
 
 
 @dataclass
@@ -146,11 +147,14 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
             done(FileResult(str(f), "ingested" if fresh else "exists", tid,
                             events=res["events"]))
 
-        if jobs == 1 or len(items) <= 1:
+        # A large file is converted in a worker process even alone: its memory goes back to
+        # the system when the worker exits, before the graph is built from the tables.
+        big = any(f.stat().st_size > SUBPROCESS_BYTES for f, _ in items)
+        if (jobs == 1 or len(items) <= 1) and not big:
             for f, tid in items:
                 finish(f, tid, _convert_one(str(f), str(staging_root), tid, job))
         else:
-            with ProcessPoolExecutor(max_workers=min(jobs, len(items))) as pool:
+            with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(items)))) as pool:
                 pending = {pool.submit(_convert_one, str(f), str(staging_root), tid, job):
                            (f, tid) for f, tid in items}
                 try:

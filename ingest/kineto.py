@@ -106,12 +106,8 @@ class _Batch:
     """Reusable scanner buffers."""
 
     def __init__(self, events: int, capacity: int):
-        # the scanner writes row-major (one event's fields together); columns are read after
-        # one transpose per batch (``columns``)
-        self._ints = np.zeros((events, ks.NI), np.int64)
-        self._ipres = np.zeros((events, ks.NI), np.uint8)
-        self.ints = self._ints.T
-        self.ipres = self._ipres.T
+        self.ints = np.zeros((ks.NI, events), np.int64)   # column-major: one row per field
+        self.ipres = np.zeros((ks.NI, events), np.uint8)
         self.sdata = np.empty((ks.NS, capacity), np.uint8)
         self.soffs = np.zeros((ks.NS, events + 1), np.int64)
         self.spres = np.zeros((events, ks.NS), np.uint8)
@@ -122,11 +118,9 @@ class _Batch:
 
     def scan(self, buf: np.ndarray, partial: bool = False) -> int:
         self._str_cache = {}
-        n = ks.scan(buf, self.res, self._ints, self._ipres, self.sdata, self.soffs, self.spres,
+        n = ks.scan(buf, self.res, self.ints, self.ipres, self.sdata, self.soffs, self.spres,
                     self.counters, self.meta, ks.TOP_TAB, ks.TOP_OFFS, ks.ARG_TAB,
                     ks.ARG_OFFS, ks.ARG_KIND, ks.ARG_SLOT, partial)
-        self.ints = np.ascontiguousarray(self._ints[:n].T)
-        self.ipres = np.ascontiguousarray(self._ipres[:n].T)
         return n
 
     def int_col(self, slot: int, rows: np.ndarray) -> pa.Array:

@@ -7,7 +7,7 @@ events at a time, so memory grows with the tables and not with the JSON. Nesting
 counter (no recursion), so a hostile file cannot overflow the stack.
 
 Layout of one batch (``B`` events):
-  ints[B, NI]  int64 values, ipres[B, NI] 1 where present
+  ints[NI, B]  int64 values, ipres[NI, B] 1 where present
   sdata[NS, CAP] bytes of decoded strings per string column, soffs[NS, B + 1] Arrow-style offsets,
   spres[B, NS] 1 where present
 Times are converted from microseconds to integer nanoseconds exactly from the decimal digits
@@ -480,16 +480,16 @@ def _parse_args(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters, 
                     v, err = _to_int(neg, ip, fr, fd, ex, hx)
                     if err != E_OK:
                         return p, err
-                    ints[ev, slot] = v
-                    ipres[ev, slot] = 1
+                    ints[slot, ev] = v
+                    ipres[slot, ev] = 1
                 elif c == 34:
                     q, ok, v = _digits_in_string(buf, p, n)
                     if q < 0:
                         return n, E_EOF
                     p = q
                     if ok:
-                        ints[ev, slot] = v
-                        ipres[ev, slot] = 1
+                        ints[slot, ev] = v
+                        ipres[slot, ev] = 1
                     else:
                         counters[slot] += 1
                 elif c == 110:
@@ -534,8 +534,8 @@ def _parse_args(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters, 
                             if err != E_OK:
                                 return p, err
                             if j < 3:
-                                ints[ev, slot + j] = v
-                                ipres[ev, slot + j] = 1
+                                ints[slot + j, ev] = v
+                                ipres[slot + j, ev] = 1
                             j += 1
                         else:
                             return p, E_TYPE_NUM
@@ -594,8 +594,8 @@ def _parse_event(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters,
             if c != 34:
                 return p, E_TYPE_STR
             if p + 1 < n:
-                ints[ev, I_PH] = buf[p + 1]
-                ipres[ev, I_PH] = 1
+                ints[I_PH, ev] = buf[p + 1]
+                ipres[I_PH, ev] = 1
             q = _skip_string(buf, p, n)
             if q < 0:
                 return n, E_EOF
@@ -622,15 +622,15 @@ def _parse_event(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters,
                 v, err = _to_int(neg, ip, fr, fd, ex, hx)
                 if err != E_OK:
                     return p, err
-                ints[ev, slot] = v
-                ipres[ev, slot] = 1
+                ints[slot, ev] = v
+                ipres[slot, ev] = 1
             elif c == 34:
                 q, ok, v = _digits_in_string(buf, p, n)
                 if q < 0:
                     return n, E_EOF
                 if ok:
-                    ints[ev, slot] = v
-                    ipres[ev, slot] = 1
+                    ints[slot, ev] = v
+                    ipres[slot, ev] = 1
                     p = q
                 else:
                     p, err = _put_str(buf, p, n, col, ev, sdata, soffs, spres, cap)
@@ -647,8 +647,8 @@ def _parse_event(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters,
                 v, err = _to_ns(neg, ip, fr, fd, ex, hx)
                 if err != E_OK:
                     return p, err
-                ints[ev, slot] = v
-                ipres[ev, slot] = 1
+                ints[slot, ev] = v
+                ipres[slot, ev] = 1
             elif c == 110:
                 p, err = _skip_value(buf, p, n)
                 if err != E_OK:
@@ -663,16 +663,16 @@ def _parse_event(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters,
                 v, err = _to_int(neg, ip, fr, fd, ex, hx)
                 if err != E_OK:
                     return p, err
-                ints[ev, I_ID] = v
-                ipres[ev, I_ID] = 1
+                ints[I_ID, ev] = v
+                ipres[I_ID, ev] = 1
             elif c == 34:
                 q, ok, v = _digits_in_string(buf, p, n)
                 if q < 0:
                     return n, E_EOF
                 p = q
                 if ok:
-                    ints[ev, I_ID] = v
-                    ipres[ev, I_ID] = 1
+                    ints[I_ID, ev] = v
+                    ipres[I_ID, ev] = 1
                 else:
                     counters[I_ID] += 1
             else:
@@ -681,8 +681,8 @@ def _parse_event(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters,
                     return p, err
         elif k == K_BP:
             if c == 34 and p + 2 < n and buf[p + 1] == 101 and buf[p + 2] == 34:
-                ints[ev, I_BP] = 1
-                ipres[ev, I_BP] = 1
+                ints[I_BP, ev] = 1
+                ipres[I_BP, ev] = 1
             p, err = _skip_value(buf, p, n)
             if err != E_OK:
                 return p, err
@@ -729,7 +729,7 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta,
     error code with its byte position and field id. meta[i] = (key start, key end, value start,
     value end) of the top-level keys other than traceEvents (res[R_NMETA] of them)."""
     n = buf.shape[0]
-    bmax = ints.shape[0]
+    bmax = ints.shape[1]
     cap = sdata.shape[1]
     p = res[R_POS]
     state = res[R_STATE]
@@ -737,6 +737,7 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta,
     errfield = np.full(1, FIELD_NONE, np.int64)
     for c in range(NS):
         soffs[c, 0] = 0
+    ipres[:, :] = 0
     res[R_ERR] = E_OK
     while True:
         p_safe = p
@@ -828,8 +829,6 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta,
                 break
             if nev >= bmax:
                 break
-            for j in range(NI):
-                ipres[nev, j] = 0
             for j in range(NS):
                 spres[nev, j] = 0
                 soffs[j, nev + 1] = soffs[j, nev]
