@@ -44,7 +44,7 @@ def graph_tables(tables: dict[str, pa.Table]) -> tuple[Graph, dict[str, pa.Table
     check_launch_edges(with_call, g.dst[launch])
 
     its = labels.find_iterations(tables)
-    rl = labels.label_ranges(tables)
+    rl = module_labels(tables, labels.label_ranges(tables))
     layer, phase = _task_labels(g, rl, launch)
     iteration = _task_iterations(g, its, launch)
 
@@ -82,6 +82,34 @@ def graph_tables(tables: dict[str, pa.Table]) -> tuple[Graph, dict[str, pa.Table
     })
     layer_t = labels.find_layers(tables, rl)
     return g, {"task": task, "edge": edge, "unit": unit, "iteration": its, "layer": layer_t}
+
+
+_MODULE_RE = r"^(?P<layer>.+?) \((?P<type>[^()]*)\) \[(?P<phase>forward|backward|recompute)\]$"
+_MODULE_PHASE = {"forward": "forward", "backward": "backward", "recompute": "backward"}
+
+
+def module_labels(tables: dict[str, pa.Table], rl: pa.Table) -> pa.Table:
+    """Layer markers from our collector (range kind 'module', named
+    "<module path> (<Type>) [forward|backward|recompute]") name their layer and phase outright:
+    they override whatever was inferred for those ranges (recomputation runs in backward)."""
+    import polars as pl
+
+    rng = tables["range"]
+    if not rng.num_rows or not rl.num_rows:
+        return rl
+    r = pl.from_arrow(rng.select(["range_id", "kind", "name"])).with_columns(
+        pl.col("kind").cast(pl.String), pl.col("name").cast(pl.String))
+    m = r.filter(pl.col("kind") == "module").with_columns(
+        pl.col("name").str.extract_groups(_MODULE_RE).alias("g")).unnest("g").filter(
+        pl.col("layer").is_not_null())
+    if not m.height:
+        return rl
+    m = m.select("range_id", pl.col("layer").alias("m_layer"),
+                 pl.col("phase").replace_strict(_MODULE_PHASE).alias("m_phase"))
+    out = pl.from_arrow(rl).join(m, on="range_id", how="left").with_columns(
+        pl.coalesce("m_layer", "layer").alias("layer"),
+        pl.coalesce("m_phase", "phase").alias("phase")).drop("m_layer", "m_phase")
+    return out.to_arrow().cast(rl.schema).replace_schema_metadata(rl.schema.metadata)
 
 
 def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray) -> tuple[pa.Array, pa.Array]:

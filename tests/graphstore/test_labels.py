@@ -520,3 +520,27 @@ def test_innermost_interval_matches_brute_force(seed):
         best = max(inside) if inside else None  # latest start, then shortest
         expect = {i for ti, s, e, i in ivs if ti == tid and (s, -e) == best}  # equal twins
         assert (got.get(pos) in expect) if expect else pos not in got
+
+
+def test_collector_module_markers_name_layer_and_phase():
+    # Hand-made: range rows as our CUPTI collector writes them (kind 'module'), plus an op
+    # that is no marker; labels inferred elsewhere are overridden only for the markers.
+    import pyarrow as pa
+
+    from graphstore.load import module_labels
+    from ingest.schema import conform
+
+    rng = conform("range", {
+        "range_id": [0, 1, 2, 3], "pid": [1] * 4, "tid": [1] * 4,
+        "kind": ["module", "module", "module", "cpu_op"],
+        "name": ["model.layer1.0.conv1 (Conv2d) [forward]", "model.fc (Linear) [backward]",
+                 "model.layer2 (Sequential) [recompute]", "aten::add"],
+        "start_ns": [0, 10, 20, 30], "dur_ns": [5, 5, 5, 5], "depth": [0] * 4})
+    rl = pa.table({"range_id": pa.array([0, 1, 2, 3], pa.int64()),
+                   "layer": pa.array([None, None, "x", "y"], pa.string()),
+                   "phase": pa.array(["other"] * 4, pa.string())})
+    out = module_labels({"range": rng}, rl)
+    assert out.to_pydict() == {
+        "range_id": [0, 1, 2, 3],
+        "layer": ["model.layer1.0.conv1", "model.fc", "model.layer2", "y"],
+        "phase": ["forward", "backward", "backward", "other"]}
