@@ -146,15 +146,17 @@ def _iteration_path(sched: Schedule, last: int, it_of: np.ndarray, it: int) -> n
 
 
 def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, iteration: int,
-                          top: int = 8) -> dict:
+                          top: int = 8, last: int | None = None) -> dict:
     """The chain of tasks that decided when the iteration ended, summarized by phase, layer
-    and kind of work (time on the path, ns)."""
+    and kind of work (time on the path, ns). ``last`` is the task that ended the iteration
+    (what the next iteration's first task waited for); by default the last-ending task."""
     task = g["task"]
     it_of = task["iteration"].fill_null(-1).to_numpy()
     mine = np.flatnonzero(it_of == iteration)
     if not len(mine):
         return {}
-    last = mine[np.argmax(sched.end_ns[mine])]
+    if last is None or it_of[last] != iteration:
+        last = mine[np.argmax(sched.end_ns[mine])]
     path = _iteration_path(sched, int(last), it_of, iteration)
     path = path[np.r_[True, path[1:] != path[:-1]]]  # a task entered and left: count once
     # attribute time, not durations: a task overlapped by the one before it on the path (a
@@ -187,6 +189,23 @@ def unit_busy(g: dict[str, pa.Table], sched: Schedule) -> list[dict]:
             if names[u] != "origin"]
 
 
+def _ender(g: dict[str, pa.Table], sched: Schedule, iteration: int) -> int | None:
+    """The task whose end let the next iteration's first task start (None for the last)."""
+    its = g["iteration"]
+    idx = its["iteration"].to_numpy()
+    k = np.flatnonzero(idx == iteration)
+    if not len(k) or k[0] + 1 >= len(idx):
+        return None
+    task = g["task"]
+    kinds = task["kind"].to_numpy(zero_copy_only=False)
+    cpu = np.isin(kinds, CPU_KINDS)
+    cpu[0] = False
+    nxt = _first_at_or_after(task["start_ns"].to_numpy(), cpu,
+                             its["start_ns"].to_numpy()[k[0] + 1:k[0] + 2])[0]
+    b = int(sched.bound_by[nxt])
+    return b if b >= 0 and not sched.bound_via_start[nxt] else None
+
+
 def replay(g: dict[str, pa.Table]) -> Replay:
     """Simulate a graph and measure it like the trace was measured."""
     sched = simulate(to_simgraph(g))
@@ -195,5 +214,5 @@ def replay(g: dict[str, pa.Table]) -> Replay:
     cp = {}
     if used:
         med = sorted(used, key=lambda i: i.measured_ns)[len(used) // 2]
-        cp = critical_path_summary(g, sched, med.index)
+        cp = critical_path_summary(g, sched, med.index, last=_ender(g, sched, med.index))
     return Replay(sched, its, unit_busy(g, sched), cp)
