@@ -84,7 +84,7 @@ def test_row_counts_match_sqlite(path):
 
 
 def test_known_counts():
-    """The counts written in /work/shared/traces/README.md and found when the reader was built."""
+    """The counts written in the shared traces README and found when the reader was built."""
     rows = {t: converted(FSDP).tables[t].num_rows for t in converted(FSDP).tables}
     assert rows == {"kernel": 3442, "memcpy": 904, "memset": 22, "api": 5796, "sync": 244,
                     "range": 16782, "flow": 0}
