@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import re
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
