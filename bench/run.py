@@ -193,6 +193,21 @@ SECTIONS = {"ingest": bench_ingest, "graph": bench_graph, "replay": bench_replay
             "simulate": bench_simulate, "memory": bench_memory}
 
 
+def _sections(text: str) -> tuple[str, dict[str, str]]:
+    parts = text.split("\n## ")
+    return parts[0], {p.split("\n", 1)[0]: "## " + p for p in parts[1:]}
+
+
+def _merge(old: str, new: str) -> str:
+    """With --only: the sections just measured replace theirs; the others stay as they were."""
+    head, old_s = _sections(old)
+    new_head, new_s = _sections(new)
+    merged = {**old_s, **new_s}
+    order = list(old_s) + [k for k in new_s if k not in old_s]
+    return "\n".join([new_head.rstrip("\n"), ""] + [merged[k].rstrip("\n") + "\n"
+                                                      for k in order])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer repeats, smaller big trace")
@@ -215,7 +230,11 @@ def main() -> None:
             out += fn(repeats)
         else:
             out += fn()
-    OUT.write_text("\n".join(out))
+    if a.only and OUT.exists():
+        out = _merge(OUT.read_text(), "\n".join(out))
+    else:
+        out = "\n".join(out)
+    OUT.write_text(out)
     print(f"bench: wrote {OUT.relative_to(ROOT)}", file=sys.stderr)
 
 

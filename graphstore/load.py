@@ -50,7 +50,7 @@ def graph_tables(tables: dict[str, pa.Table]) -> tuple[Graph, dict[str, pa.Table
 
     task = pa.table({
         "task_id": pa.array(np.arange(g.n_tasks, dtype=np.int64)),
-        "kind": pa.array(np.asarray(KIND_NAMES, object)[g.kind]),
+        "kind": _named(g.kind, KIND_NAMES),
         "unit_id": pa.array(g.unit.astype(np.int32)),
         "name": pa.array(g.name, pa.string()),
         "layer": layer,
@@ -67,8 +67,8 @@ def graph_tables(tables: dict[str, pa.Table]) -> tuple[Graph, dict[str, pa.Table
     })
     edge = pa.table({
         "src": pa.array(g.src), "dst": pa.array(g.dst),
-        "kind": pa.array(np.asarray(EDGE_KIND_NAMES, object)[g.ekind]),
-        "anchor": pa.array(np.asarray(ANCHOR_NAMES, object)[g.anchor]),
+        "kind": _named(g.ekind, EDGE_KIND_NAMES),
+        "anchor": _named(g.anchor, ANCHOR_NAMES),
         "lag_ns": pa.array(g.lag_ns), "binding": pa.array(g.binding),
     })
     unit = pa.table({
@@ -110,6 +110,12 @@ def module_labels(tables: dict[str, pa.Table], rl: pa.Table) -> pa.Table:
         pl.coalesce("m_layer", "layer").alias("layer"),
         pl.coalesce("m_phase", "phase").alias("phase")).drop("m_layer", "m_phase")
     return out.to_arrow().cast(rl.schema).replace_schema_metadata(rl.schema.metadata)
+
+
+def _named(codes: np.ndarray, names: tuple[str, ...]) -> pa.Array:
+    """Small integer codes -> their names as a string column, decoded in Arrow (C++)."""
+    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)),
+                                          pa.array(names, pa.string())).cast(pa.string())
 
 
 def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray) -> tuple[pa.Array, pa.Array]:
