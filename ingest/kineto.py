@@ -17,6 +17,7 @@ schema (``Operator``, ``Runtime``, ``Kernel``...), the current one (``cpu_op``,
 from __future__ import annotations
 
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -105,15 +106,17 @@ def _type_found(buf: np.ndarray, pos: int) -> str:
 class _Batch:
     """Reusable scanner buffers."""
 
-    def __init__(self, events: int, capacity: int):
+    def __init__(self, events: int, capacity: int, share: _Batch | None = None):
         self.ints = np.zeros((ks.NI, events), np.int64)   # column-major: one row per field
         self.ipres = np.zeros((ks.NI, events), np.uint8)
         self.sdata = np.empty((ks.NS, capacity), np.uint8)
         self.soffs = np.zeros((ks.NS, events + 1), np.int64)
         self.spres = np.zeros((events, ks.NS), np.uint8)
-        self.counters = np.zeros(ks.NC, np.int64)
-        self.meta = np.zeros((256, 4), np.int64)
-        self.res = np.zeros(ks.NR, np.int64)
+        # the scan state (position, state, top-level keys, counters) is one for the document,
+        # shared by the two batches that take turns
+        self.counters = share.counters if share else np.zeros(ks.NC, np.int64)
+        self.meta = share.meta if share else np.zeros((256, 4), np.int64)
+        self.res = share.res if share else np.zeros(ks.NR, np.int64)
         self._str_cache: dict = {}
 
     def scan(self, buf: np.ndarray, partial: bool = False) -> int:
@@ -182,9 +185,13 @@ def read_kineto(path: Path, data: np.ndarray | None = None) -> Converted:
 
 
 def _read(path: Path, full: np.ndarray, stream) -> Converted:
+    """Scan and route batch by batch. Two batches take turns: while one batch's rows are
+    routed into tables on a worker thread, the (GIL-free) scanner fills the other."""
     fname = str(path)
     stats = Stats()
-    batch = _Batch(BATCH_EVENTS, STRING_CAPACITY)
+    first = _Batch(BATCH_EVENTS, STRING_CAPACITY)
+    batches = [first, _Batch(BATCH_EVENTS, STRING_CAPACITY, share=first)]
+    routing: list[Future | None] = [None, None]
     parts: dict[str, list[pa.Table]] = {t: [] for t in
                                         ("kernel", "memcpy", "memset", "api", "sync", "range",
                                          "flow", "meta", "window")}
@@ -193,41 +200,49 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
     avail, done = (stream.wait(-1) if stream is not None else (len(full), True))
     data = full[:avail]
     release = source.Releaser(full)
-    while True:
-        nev = batch.scan(data, partial=not done)
-        err = int(batch.res[ks.R_ERR])
-        if nev:
-            _route(batch, nev, base, parts, stats, other_cats, fname)
-            base += nev
-        if err == ks.E_MORE:
-            avail, done = stream.wait(avail)
-            data = full[:avail]
-            continue
-        if err == ks.E_OK:
-            release.upto(int(batch.res[ks.R_POS]))
-        if err != ks.E_OK:
-            field = int(batch.res[ks.R_ERRFIELD])
-            pos = int(batch.res[ks.R_ERRPOS])
-            state = int(batch.res[ks.R_STATE])
-            record = base if state == ks.ST_EVENTS else None
-            what = _describe(err)
-            if err in (ks.E_TYPE_NUM, ks.E_TYPE_STR, ks.E_TYPE_OBJ, ks.E_TYPE_NUMSTR):
-                what += _type_found(data, pos)
-            if err not in (ks.E_EMPTY, ks.E_NOTTRACE):
-                what += f" (byte {pos})"
-            fld = None
-            if field == ks.FIELD_EVENT:
-                what = f"expected an event object{_type_found(data, pos)} (byte {pos})"
-            elif field >= 0:
-                fld = _FIELD_NAMES.get(field, str(field))
-            raise TraceFormatError(what, file=fname, record=record, field=fld)
-        if int(batch.res[ks.R_STATE]) == ks.ST_DONE:
-            # check for trailing data
-            nev = batch.scan(data, partial=False)
-            if int(batch.res[ks.R_ERR]) != ks.E_OK:
-                raise TraceFormatError(_describe(int(batch.res[ks.R_ERR])) +
-                                       f" (byte {int(batch.res[ks.R_ERRPOS])})", file=fname)
-            break
+    turn = 0
+    batch = first
+    with ThreadPoolExecutor(max_workers=1) as router:
+        try:
+            while True:
+                batch = batches[turn]
+                if routing[turn] is not None:
+                    routing[turn].result()  # its buffers are about to be refilled
+                    routing[turn] = None
+                nev = batch.scan(data, partial=not done)
+                err = int(batch.res[ks.R_ERR])
+                if nev:
+                    routing[turn] = router.submit(_route, batch, nev, base, parts, stats,
+                                                  other_cats, fname)
+                    base += nev
+                    turn = 1 - turn
+                if err == ks.E_MORE:
+                    avail, done = stream.wait(avail)
+                    data = full[:avail]
+                    continue
+                if err == ks.E_OK:
+                    release.upto(int(batch.res[ks.R_POS]))
+                if err != ks.E_OK:
+                    for f in routing:  # an error in an earlier record is reported first
+                        if f is not None:
+                            f.result()
+                    _scan_error(batch, err, data, base, fname)
+                if int(batch.res[ks.R_STATE]) == ks.ST_DONE:
+                    # check for trailing data (with a batch no longer being routed)
+                    for k, f in enumerate(routing):
+                        if f is not None:
+                            f.result()
+                            routing[k] = None
+                    batch.scan(data, partial=False)
+                    if int(batch.res[ks.R_ERR]) != ks.E_OK:
+                        raise TraceFormatError(_describe(int(batch.res[ks.R_ERR])) +
+                                               f" (byte {int(batch.res[ks.R_ERRPOS])})",
+                                               file=fname)
+                    break
+        finally:
+            for f in routing:
+                if f is not None:
+                    f.result()
     meta = _top_level(data, batch, fname)
     if int(batch.res[ks.R_TOPOBJ]) == 1 and "traceEvents" not in meta.get("_keys", ()):
         keys = ", ".join(meta.get("_keys", ())[:8]) or "none"
@@ -240,6 +255,25 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
     for cat, cnt in sorted(other_cats.items()):
         stats.add("unknown_category", cnt, severity="warning", detail=cat)
     return _finish(parts, stats, meta, base, fname)
+
+
+def _scan_error(batch: _Batch, err: int, data: np.ndarray, base: int, fname: str) -> None:
+    """Raise the scanner's error as one TraceFormatError naming record and field."""
+    field = int(batch.res[ks.R_ERRFIELD])
+    pos = int(batch.res[ks.R_ERRPOS])
+    state = int(batch.res[ks.R_STATE])
+    record = base if state == ks.ST_EVENTS else None
+    what = _describe(err)
+    if err in (ks.E_TYPE_NUM, ks.E_TYPE_STR, ks.E_TYPE_OBJ, ks.E_TYPE_NUMSTR):
+        what += _type_found(data, pos)
+    if err not in (ks.E_EMPTY, ks.E_NOTTRACE):
+        what += f" (byte {pos})"
+    fld = None
+    if field == ks.FIELD_EVENT:
+        what = f"expected an event object{_type_found(data, pos)} (byte {pos})"
+    elif field >= 0:
+        fld = _FIELD_NAMES.get(field, str(field))
+    raise TraceFormatError(what, file=fname, record=record, field=fld)
 
 
 def _slot_name(slot: int) -> str:
