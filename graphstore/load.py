@@ -26,11 +26,25 @@ ACTIVITY = [t for t in activity_schema.COMMIT_ORDER if t != "trace"]
 class Loaded:
     trace_id: str
     graph: Graph
-    tables: dict[str, pa.Table]
+    tables: dict[str, pa.Table]  # the graph tables as written
+
+
+# Columns the graph does not read (large strings on big traces): left out of the load.
+UNUSED = {"range": ("input_dims", "input_types")}
 
 
 def activity_tables(store: Store, trace_id: str) -> dict[str, pa.Table]:
-    return {t: store.read(t, trace_id) for t in ACTIVITY}
+    out = {}
+    for t in ACTIVITY:
+        tab = store.read(t, trace_id)
+        drop = [c for c in UNUSED.get(t, ()) if c in tab.column_names]
+        if drop:
+            tab = tab.drop_columns(drop)
+            for c in drop:  # keep the declared schema: the columns stay, as nulls
+                tab = tab.append_column(activity_schema.TABLES[t].schema.field(c),
+                                        pa.nulls(tab.num_rows, pa.string()))
+        out[t] = tab
+    return out
 
 
 def graph_tables(tables: dict[str, pa.Table]) -> tuple[Graph, dict[str, pa.Table]]:
@@ -168,6 +182,7 @@ def load(store_root: Path | str, trace_id: str) -> Loaded:
     st = Store(Path(store_root))
     tables = activity_tables(st, trace_id)
     g, gt = graph_tables(tables)
+    del tables  # the activity tables are not needed while the graph is written
     db.write_trace(st.root, trace_id, gt)
     return Loaded(trace_id, g, gt)
 
