@@ -265,6 +265,24 @@ def _to_int(neg, ip, frac, fd, exp, has_exp):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _put_number(buf, p, n, ints, ipres, slot, ev, as_ns):
+    """Parse the JSON number at p into ints[slot, ev] (microseconds -> ns when as_ns).
+    Returns (p, err)."""
+    p, err, neg, ip, fr, fd, ex, hx = _parse_number(buf, p, n)
+    if err != E_OK:
+        return p, err
+    if as_ns:
+        v, err = _to_ns(neg, ip, fr, fd, ex, hx)
+    else:
+        v, err = _to_int(neg, ip, fr, fd, ex, hx)
+    if err != E_OK:
+        return p, err
+    ints[slot, ev] = v
+    ipres[slot, ev] = 1
+    return p, E_OK
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _digits_in_string(buf, p, n):
     """For a string value at p (opening quote): if it holds a plain decimal integer, return
     (end p, True, value); else (end p, False, 0). End p is -1 at end of input."""
@@ -474,14 +492,9 @@ def _parse_args(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters, 
             slot = arg_slot[k]
             if kind == 0:
                 if (48 <= c <= 57) or c == 45:
-                    p, err, neg, ip, fr, fd, ex, hx = _parse_number(buf, p, n)
+                    p, err = _put_number(buf, p, n, ints, ipres, slot, ev, False)
                     if err != E_OK:
                         return p, err
-                    v, err = _to_int(neg, ip, fr, fd, ex, hx)
-                    if err != E_OK:
-                        return p, err
-                    ints[slot, ev] = v
-                    ipres[slot, ev] = 1
                 elif c == 34:
                     q, ok, v = _digits_in_string(buf, p, n)
                     if q < 0:
@@ -527,15 +540,15 @@ def _parse_args(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters, 
                             p += 1
                             continue
                         if (48 <= c <= 57) or c == 45:
-                            p, err, neg, ip, fr, fd, ex, hx = _parse_number(buf, p, n)
-                            if err != E_OK:
-                                return p, err
-                            v, err = _to_int(neg, ip, fr, fd, ex, hx)
-                            if err != E_OK:
-                                return p, err
                             if j < 3:
-                                ints[slot + j, ev] = v
-                                ipres[slot + j, ev] = 1
+                                p, err = _put_number(buf, p, n, ints, ipres, slot + j, ev,
+                                                     False)
+                            else:  # a 4th dimension: parsed (so checked), not kept
+                                p, err, neg, ip, fr, fd, ex, hx = _parse_number(buf, p, n)
+                                if err == E_OK:
+                                    v, err = _to_int(neg, ip, fr, fd, ex, hx)
+                            if err != E_OK:
+                                return p, err
                             j += 1
                         else:
                             return p, E_TYPE_NUM
@@ -616,14 +629,9 @@ def _parse_event(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters,
             slot = I_PID if k == K_PID else I_TID
             col = S_PID if k == K_PID else S_TID
             if (48 <= c <= 57) or c == 45:
-                p, err, neg, ip, fr, fd, ex, hx = _parse_number(buf, p, n)
+                p, err = _put_number(buf, p, n, ints, ipres, slot, ev, False)
                 if err != E_OK:
                     return p, err
-                v, err = _to_int(neg, ip, fr, fd, ex, hx)
-                if err != E_OK:
-                    return p, err
-                ints[slot, ev] = v
-                ipres[slot, ev] = 1
             elif c == 34:
                 q, ok, v = _digits_in_string(buf, p, n)
                 if q < 0:
@@ -641,14 +649,9 @@ def _parse_event(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters,
         elif k == K_TS or k == K_DUR:
             slot = I_TS if k == K_TS else I_DUR
             if (48 <= c <= 57) or c == 45:
-                p, err, neg, ip, fr, fd, ex, hx = _parse_number(buf, p, n)
+                p, err = _put_number(buf, p, n, ints, ipres, slot, ev, True)
                 if err != E_OK:
                     return p, err
-                v, err = _to_ns(neg, ip, fr, fd, ex, hx)
-                if err != E_OK:
-                    return p, err
-                ints[slot, ev] = v
-                ipres[slot, ev] = 1
             elif c == 110:
                 p, err = _skip_value(buf, p, n)
                 if err != E_OK:
@@ -657,14 +660,9 @@ def _parse_event(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters,
                 return p, E_TYPE_NUM
         elif k == K_ID:
             if (48 <= c <= 57) or c == 45:
-                p, err, neg, ip, fr, fd, ex, hx = _parse_number(buf, p, n)
+                p, err = _put_number(buf, p, n, ints, ipres, I_ID, ev, False)
                 if err != E_OK:
                     return p, err
-                v, err = _to_int(neg, ip, fr, fd, ex, hx)
-                if err != E_OK:
-                    return p, err
-                ints[I_ID, ev] = v
-                ipres[I_ID, ev] = 1
             elif c == 34:
                 q, ok, v = _digits_in_string(buf, p, n)
                 if q < 0:
