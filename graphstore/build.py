@@ -122,6 +122,19 @@ def _flag(t: pa.Table, name: str, pred) -> np.ndarray:
 
 # ---- CPU side: one compiled sweep per thread ----------------------------------------------------
 
+@numba.njit(cache=True, inline="always")
+def _emit(out, k, t, kind, s, e, label, api):
+    """Write task k into the sweep's output columns (thread, kind, start, end, range, call);
+    returns k + 1."""
+    out[0][k] = t
+    out[1][k] = kind
+    out[2][k] = s
+    out[3][k] = e
+    out[4][k] = label
+    out[5][k] = api
+    return k + 1
+
+
 @numba.njit(cache=True)
 def _cpu_sweep(thr_off_api, a_start, a_end, thr_off_rng, r_start, r_end, r_id,
                o_thread, o_kind, o_start, o_end, o_range, o_api, api_task):
@@ -131,6 +144,7 @@ def _cpu_sweep(thr_off_api, a_start, a_end, thr_off_rng, r_start, r_end, r_id,
     r_*[thr_off_rng[t]:...] sorted by (start, -end). Writes tasks into o_* and returns their
     count. api_task[i] is the task of call i (a call nested inside another maps to the outer)."""
     nt = thr_off_api.shape[0] - 1
+    out = (o_thread, o_kind, o_start, o_end, o_range, o_api)
     k = 0
     stack = np.empty(r_start.shape[0] + 1, np.int64)
     for t in range(nt):
@@ -162,25 +176,13 @@ def _cpu_sweep(thr_off_api, a_start, a_end, thr_off_rng, r_start, r_end, r_id,
             if ne <= nr and ne <= na:
                 # innermost range ends
                 if ne > cur:
-                    o_thread[k] = t
-                    o_kind[k] = 1
-                    o_start[k] = cur
-                    o_end[k] = ne
-                    o_range[k] = label
-                    o_api[k] = -1
-                    k += 1
+                    k = _emit(out, k, t, 1, cur, ne, label, -1)
                     cur = ne
                 top -= 1
             elif nr < na:
                 # a range starts
                 if nr > cur:
-                    o_thread[k] = t
-                    o_kind[k] = 1
-                    o_start[k] = cur
-                    o_end[k] = nr
-                    o_range[k] = label
-                    o_api[k] = -1
-                    k += 1
+                    k = _emit(out, k, t, 1, cur, nr, label, -1)
                     cur = nr
                 stack[top] = ri
                 top += 1
@@ -188,22 +190,10 @@ def _cpu_sweep(thr_off_api, a_start, a_end, thr_off_rng, r_start, r_end, r_id,
             else:
                 # a call starts: close host time, emit the call, swallow what lies inside it
                 if na > cur:
-                    o_thread[k] = t
-                    o_kind[k] = 1
-                    o_start[k] = cur
-                    o_end[k] = na
-                    o_range[k] = label
-                    o_api[k] = -1
-                    k += 1
+                    k = _emit(out, k, t, 1, cur, na, label, -1)
                 end = a_end[ai]
                 task = k
-                o_thread[k] = t
-                o_kind[k] = 0
-                o_start[k] = na
-                o_end[k] = end
-                o_range[k] = label
-                o_api[k] = ai
-                k += 1
+                k = _emit(out, k, t, 0, na, end, label, ai)
                 api_task[ai] = task
                 ai += 1
                 while ai < a1 and a_start[ai] < end:
@@ -222,14 +212,17 @@ def _cpu_sweep(thr_off_api, a_start, a_end, thr_off_rng, r_start, r_end, r_id,
                         break
                 cur = max(cur, end)
         if finish > cur:
-            o_thread[k] = t
-            o_kind[k] = 1
-            o_start[k] = cur
-            o_end[k] = finish
-            o_range[k] = -1
-            o_api[k] = -1
-            k += 1
+            k = _emit(out, k, t, 1, cur, finish, -1, -1)
     return k
+
+
+def _distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense key of each (a, b) pair (numbered in sorted pair order) and the distinct pairs,
+    as an int64 array of shape (k, 2) indexed by key."""
+    key = thread_key(a, b)
+    first = np.zeros(int(key.max()) + 1 if len(key) else 0, np.int64)
+    first[key] = np.arange(len(key))
+    return key, np.stack([a[first], b[first]], 1)
 
 
 def _group_offsets(keys_sorted: np.ndarray, n_groups: int) -> np.ndarray:
@@ -255,10 +248,7 @@ def _cpu_tasks(api: pa.Table, rng: pa.Table, stats: Stats):
         a_thr = np.zeros(0, np.int64)
         r_thr = np.zeros(0, np.int64)
     else:
-        inv = thread_key(pairs[:, 0], pairs[:, 1])
-        first = np.zeros(int(inv.max()) + 1, np.int64)
-        first[inv] = np.arange(len(inv))
-        threads = pairs[first]
+        inv, threads = _distinct_pairs(pairs[:, 0], pairs[:, 1])
         a_thr, r_thr = inv[: len(a_pid)], inv[len(a_pid):]
     nthr = len(threads)
     ao = np.lexsort((a_start, a_thr))
@@ -328,10 +318,7 @@ def build(tables: dict[str, pa.Table]) -> Graph:
         g["name"] = np.zeros(0, object)
     ng = len(g["start"])
     if ng:
-        g_unit = thread_key(g["device"], g["stream"])
-        first = np.zeros(int(g_unit.max()) + 1, np.int64)
-        first[g_unit] = np.arange(ng)
-        streams = np.stack([g["device"][first], g["stream"][first]], 1)
+        g_unit, streams = _distinct_pairs(g["device"], g["stream"])
     else:
         streams, g_unit = np.zeros((0, 2), np.int64), np.zeros(0, np.int64)
 
@@ -486,8 +473,8 @@ def build(tables: dict[str, pa.Table]) -> Graph:
 
     # ---- synchronization: blocking call ends when the GPU task it waited for ends
     dur = obs.copy()
-    s_src, s_dst = _sync_edges(tables, blocking, start, end, unit, corr, launch_of, gpu_mask,
-                               api_task, api, stats)
+    s_src, s_dst = _sync_edges(tables, blocking, start, end, unit, corr, gpu_mask, streams,
+                               nthr, stats)
     if len(s_src):
         tail = end[s_dst] - end[s_src]
         waited = end[s_src] > start[s_dst]
@@ -601,7 +588,7 @@ def _range_names(rng: pa.Table, range_ids: np.ndarray) -> np.ndarray:
     return out
 
 
-def _sync_edges(tables, blocking, start, end, unit, corr, launch_of, gpu_mask, api_task, api,
+def _sync_edges(tables, blocking, start, end, unit, corr, gpu_mask, streams, nthr,
                 stats: Stats):
     """Blocking call -> the GPU task it waited for (the latest-ending GPU task that ended
     inside the call). Where the trace has sync records, the waited stream narrows the search."""
@@ -618,7 +605,7 @@ def _sync_edges(tables, blocking, start, end, unit, corr, launch_of, gpu_mask, a
         s_kind = _names(sync, "sync_kind")
         s_wstream = _col(sync, "wait_on_stream")
         s_dev = _col(sync, "device")
-        key_unit = _stream_units(tables, unit, start, gpu_mask)
+        key_unit = _stream_units(streams, nthr)
         wanted = np.where(s_kind == "stream_sync", s_stream,
                           np.where(s_kind == "event_sync", s_wstream, -1))
         c_corr = corr[calls]
@@ -657,26 +644,13 @@ def _sync_edges(tables, blocking, start, end, unit, corr, launch_of, gpu_mask, a
     return src[ok].astype(np.int64), calls[ok].astype(np.int64)
 
 
-def _stream_units(tables, unit, start, gpu_mask) -> dict:
-    """(device, stream) -> unit id, from the GPU tables (same order as in build)."""
+def _stream_units(streams: np.ndarray, nthr: int) -> dict:
+    """(device, stream) -> unit id, as build() numbered the stream units (after the threads);
+    (-1, stream) finds a stream when a record names no device."""
     out = {}
-    devs, strs = [], []
-    for tname in ("kernel", "memcpy", "memset"):
-        t = tables[tname]
-        if t.num_rows:
-            devs.append(_col(t, "device", 0))
-            strs.append(_col(t, "stream", 0))
-    if not devs:
-        return out
-    dv, sv = np.concatenate(devs), np.concatenate(strs)
-    key = thread_key(dv, sv)
-    first = np.zeros(int(key.max()) + 1, np.int64)
-    first[key] = np.arange(len(key))
-    g_units = np.unique(unit[gpu_mask])
-    # thread_key numbers pairs in sorted order, as build() numbered the stream units
-    for (d, s), u in zip(np.stack([dv[first], sv[first]], 1), g_units, strict=True):
-        out[(int(d), int(s))] = int(u)
-        out.setdefault((-1, int(s)), int(u))
+    for i, (d, st) in enumerate(streams):
+        out[(int(d), int(st))] = nthr + i
+        out.setdefault((-1, int(st)), nthr + i)
     return out
 
 
