@@ -206,9 +206,7 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
         try:
             while True:
                 batch = batches[turn]
-                if routing[turn] is not None:
-                    routing[turn].result()  # its buffers are about to be refilled
-                    routing[turn] = None
+                _finish_routing(routing, turn)  # its buffers are about to be refilled
                 nev = batch.scan(data, partial=not done)
                 err = int(batch.res[ks.R_ERR])
                 if nev:
@@ -223,16 +221,11 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
                 if err == ks.E_OK:
                     release.upto(int(batch.res[ks.R_POS]))
                 if err != ks.E_OK:
-                    for f in routing:  # an error in an earlier record is reported first
-                        if f is not None:
-                            f.result()
+                    _finish_routing(routing)  # an error in an earlier record comes first
                     _scan_error(batch, err, data, base, fname)
                 if int(batch.res[ks.R_STATE]) == ks.ST_DONE:
                     # check for trailing data (with a batch no longer being routed)
-                    for k, f in enumerate(routing):
-                        if f is not None:
-                            f.result()
-                            routing[k] = None
+                    _finish_routing(routing)
                     batch.scan(data, partial=False)
                     if int(batch.res[ks.R_ERR]) != ks.E_OK:
                         raise TraceFormatError(_describe(int(batch.res[ks.R_ERR])) +
@@ -240,9 +233,7 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
                                                file=fname)
                     break
         finally:
-            for f in routing:
-                if f is not None:
-                    f.result()
+            _finish_routing(routing)
     meta = _top_level(data, batch, fname)
     if int(batch.res[ks.R_TOPOBJ]) == 1 and "traceEvents" not in meta.get("_keys", ()):
         keys = ", ".join(meta.get("_keys", ())[:8]) or "none"
@@ -255,6 +246,15 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
     for cat, cnt in sorted(other_cats.items()):
         stats.add("unknown_category", cnt, severity="warning", detail=cat)
     return _finish(parts, stats, meta, base, fname)
+
+
+def _finish_routing(routing: list, which: int | None = None) -> None:
+    """Wait for the routing of one batch (or of both), re-raising its error."""
+    for k in range(len(routing)) if which is None else (which,):
+        f = routing[k]
+        if f is not None:
+            routing[k] = None
+            f.result()
 
 
 def _scan_error(batch: _Batch, err: int, data: np.ndarray, base: int, fname: str) -> None:
