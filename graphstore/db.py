@@ -222,7 +222,7 @@ def _comment(con: duckdb.DuckDBPyConnection, t: GTable) -> None:
 
 def _rebuild_hint(path: Path | str) -> str:
     return (f"rebuild the graph: delete {path} and run `daydream ingest --force` over the "
-            "traces (or `daydream rebuild`)")
+            "traces")
 
 
 def check_version(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> None:

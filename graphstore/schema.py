@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GRAPH_SCHEMA_VERSION = 1
+GRAPH_SCHEMA_VERSION = 2  # 2: task.kind, edge.anchor and unit.policy are ENUMs
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,16 @@ PHASES = ("forward", "backward", "weight_update", "data_loading", "other")
 UNIT_KINDS = ("thread", "stream", "channel")
 POLICIES = ("fixed", "fcfs", "priority")
 
+
+def enum(values: tuple[str, ...]) -> str:
+    """A DuckDB ENUM over ``values``: stored as one byte a row, read back as an Arrow
+    dictionary, so the simulator maps a handful of strings instead of one per row."""
+    return "ENUM(" + ", ".join(f"'{v}'" for v in values) + ")"
+
 TASK = GTable("task", "One node of the dependency graph.", (
     Col("trace_id", "VARCHAR NOT NULL", "Trace (content hash of the source file)."),
     Col("task_id", "BIGINT NOT NULL", "Dense id within the trace, in start order."),
-    Col("kind", "VARCHAR NOT NULL", "api, host, kernel, memcpy, memset or comm."),
+    Col("kind", f"{enum(TASK_KINDS)} NOT NULL", "api, host, kernel, memcpy, memset or comm."),
     Col("unit_id", "INTEGER NOT NULL", "Unit (thread, stream, channel) that runs the task."),
     Col("name", "VARCHAR", "Call / kernel name; for host tasks the innermost enclosing range."),
     Col("layer", "VARCHAR", "DNN layer (module path or annotation), where mapped."),
@@ -72,7 +78,8 @@ EDGE = GTable("edge", "A dependency between two tasks of one trace.", (
     Col("dst", "BIGINT NOT NULL", "Destination task_id."),
     Col("kind", "VARCHAR NOT NULL", "thread, stream, launch, sync, wait, wake, origin, rank or "
         "inserted."),
-    Col("anchor", "VARCHAR NOT NULL", "end_start, start_start or end_end (see EDGE_ANCHORS)."),
+    Col("anchor", f"{enum(EDGE_ANCHORS)} NOT NULL",
+        "end_start, start_start or end_end (see EDGE_ANCHORS)."),
     Col("lag_ns", "BIGINT NOT NULL", "Delay after the anchor, ns: the observed one on the edge "
         "that bound the destination in the trace, a typical small latency on the others."),
     Col("binding", "BOOLEAN NOT NULL", "This edge bound the destination in the trace."),
@@ -87,7 +94,7 @@ UNIT = GTable("unit", "Who runs tasks one at a time: CPU threads, GPU streams, c
     Col("device", "INTEGER", "GPU index (streams)."),
     Col("stream", "BIGINT", "Stream id (streams)."),
     Col("name", "VARCHAR", "Readable name, e.g. 'thread 4037' or 'gpu 0 stream 7'."),
-    Col("policy", "VARCHAR NOT NULL", "fixed (trace order kept), fcfs or priority."),
+    Col("policy", f"{enum(POLICIES)} NOT NULL", "fixed (trace order kept), fcfs or priority."),
 ))
 
 ITERATION = GTable("iteration", "Training iterations found in a trace.", (

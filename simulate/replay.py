@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from ingest.errors import DaydreamError
 from simulate import _core
 from simulate.engine import Schedule, simulate
 from simulate.graph import END, FCFS, FIXED, PRIORITY, START, START_START, SimGraph
@@ -21,19 +23,48 @@ ANCHOR_KIND = {"end_start": START, "end_end": END, "start_start": START_START}
 POLICY = {"fixed": FIXED, "fcfs": FCFS, "priority": PRIORITY}
 CPU_KINDS = ("api", "host")
 GPU_KINDS = ("kernel", "memcpy", "memset", "comm")
+KIND_CODE = {k: i for i, k in enumerate(CPU_KINDS + GPU_KINDS)}
 WARMUP_TOLERANCE = 0.10  # a first iteration this far from the others' median is a warm-up
 
 
 def _codes(col: pa.ChunkedArray | pa.Array, mapping: dict[str, int], what: str) -> np.ndarray:
+    """int64 codes of a string column whose values must all be keys of ``mapping``.
+
+    A dictionary column (an ENUM read from DuckDB) maps only its dictionary; a plain string
+    column is looked up with one hash pass (``index_in``)."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    d = arr.dictionary_encode()
-    values = d.dictionary.to_pylist()
+    if pa.types.is_dictionary(arr.type):
+        values, idx = arr.dictionary.to_pylist(), arr.indices
+    else:
+        values = list(mapping)
+        idx = pc.index_in(arr, value_set=pa.array(values, arr.type))
+        if idx.null_count:
+            bad = arr.filter(pc.is_null(idx)).unique().to_pylist()
+            values = values + [v for v in bad if v not in mapping]
     unknown = [v for v in values if v not in mapping]
     if unknown:
-        from ingest.errors import DaydreamError
         raise DaydreamError(f"unknown {what} {unknown[0]!r}; known: {', '.join(mapping)}")
     lut = np.array([mapping[v] for v in values] or [0], np.int64)
-    return lut[d.indices.to_numpy(zero_copy_only=False)]
+    return lut[idx.to_numpy(zero_copy_only=False)]
+
+
+@dataclass(frozen=True)
+class _TaskCols:
+    """The task columns the reports read, decoded once per replay."""
+
+    obs_start: np.ndarray
+    obs_end: np.ndarray
+    cpu: np.ndarray       # bool: an api or host task (the origin marker excluded)
+    iteration: np.ndarray  # -1 outside every iteration
+
+    @classmethod
+    def of(cls, task: pa.Table) -> _TaskCols:
+        start = task["start_ns"].to_numpy()
+        cpu = _codes(task["kind"], KIND_CODE, "task kind") < len(CPU_KINDS)
+        if len(cpu):
+            cpu[0] = False  # the origin marker
+        return cls(start, start + task["obs_dur_ns"].to_numpy(), cpu,
+                   task["iteration"].fill_null(-1).to_numpy())
 
 
 def to_simgraph(g: dict[str, pa.Table]) -> SimGraph:
@@ -79,44 +110,41 @@ class Replay:
 def _first_at_or_after(start: np.ndarray, cpu: np.ndarray, t: np.ndarray) -> np.ndarray:
     """For each time in t, the CPU task with the smallest observed start >= t."""
     ids = np.flatnonzero(cpu)
-    o = np.argsort(start[ids], kind="stable")
-    ids, s = ids[o], start[ids][o]
+    s = start[ids]
+    if len(s) > 1 and bool(np.any(s[1:] < s[:-1])):  # task ids are in start order: rarely
+        o = np.argsort(s, kind="stable")
+        ids, s = ids[o], s[o]
     pos = np.minimum(np.searchsorted(s, t, side="left"), len(ids) - 1)
     return ids[pos]
 
 
-def iteration_times(g: dict[str, pa.Table], sim_start: np.ndarray,
-                    sim_end: np.ndarray) -> list[Iteration]:
+def iteration_times(g: dict[str, pa.Table], sim_start: np.ndarray, sim_end: np.ndarray,
+                    cols: _TaskCols | None = None) -> list[Iteration]:
     """Measured and simulated time of every iteration (see the module doc for the rule)."""
-    task, its = g["task"], g["iteration"]
-    obs_start = task["start_ns"].to_numpy()
-    obs_end = obs_start + task["obs_dur_ns"].to_numpy()
-    kind_codes = _codes(task["kind"], {k: i for i, k in
-                                       enumerate(CPU_KINDS + GPU_KINDS)}, "task kind")
-    cpu = kind_codes < len(CPU_KINDS)
-    cpu[0] = False  # the origin marker
-    it_of = task["iteration"].fill_null(-1).to_numpy()
+    its = g["iteration"]
     if not its.num_rows:
         return []
+    c = cols or _TaskCols.of(g["task"])
     idx = its["iteration"].to_numpy()
     labels = its["label"].to_pylist()
-    anchors = _first_at_or_after(obs_start, cpu, its["start_ns"].to_numpy())
+    ends = its["end_ns"].to_numpy()
+    anchors = _first_at_or_after(c.obs_start, c.cpu, its["start_ns"].to_numpy())
     out = []
     for k in range(len(idx)):
         a = anchors[k]
         if k + 1 < len(idx):
             b = anchors[k + 1]
-            meas = obs_start[b] - obs_start[a]
+            meas = c.obs_start[b] - c.obs_start[a]
             simt = sim_start[b] - sim_start[a]
         else:
             # the last iteration ends at its marker's end (CPU step or the GPU work it
             # launched): map that time through the task of the iteration that ended there
-            end_ns = int(its["end_ns"][k].as_py())
-            mine = np.flatnonzero((it_of == idx[k]) & (obs_end <= end_ns))
+            end_ns = int(ends[k])
+            mine = np.flatnonzero((c.iteration == idx[k]) & (c.obs_end <= end_ns))
             if len(mine):
-                last = mine[np.argmax(obs_end[mine])]
-                meas = end_ns - obs_start[a]
-                simt = sim_end[last] + (end_ns - obs_end[last]) - sim_start[a]
+                last = mine[np.argmax(c.obs_end[mine])]
+                meas = end_ns - c.obs_start[a]
+                simt = sim_end[last] + (end_ns - c.obs_end[last]) - sim_start[a]
             else:
                 meas = simt = 0
         out.append(Iteration(int(idx[k]), labels[k], int(meas), int(simt)))
@@ -146,12 +174,14 @@ def _iteration_path(sched: Schedule, last: int, it_of: np.ndarray, it: int) -> n
 
 
 def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, iteration: int,
-                          top: int = 8, last: int | None = None) -> dict:
+                          top: int = 8, last: int | None = None,
+                          cols: _TaskCols | None = None) -> dict:
     """The chain of tasks that decided when the iteration ended, summarized by phase, layer
     and kind of work (time on the path, ns). ``last`` is the task that ended the iteration
     (what the next iteration's first task waited for); by default the last-ending task."""
     task = g["task"]
-    it_of = task["iteration"].fill_null(-1).to_numpy()
+    it_of = (cols.iteration if cols is not None
+             else task["iteration"].fill_null(-1).to_numpy())
     mine = np.flatnonzero(it_of == iteration)
     if not len(mine):
         return {}
@@ -164,16 +194,25 @@ def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, iteration: in
     s, e = sched.start_ns[path], sched.end_ns[path]
     cursor = np.maximum.accumulate(np.r_[s[:1], e[:-1]])
     held = np.maximum(e - np.maximum(s, cursor), 0)
-    sub = task.take(pa.array(path)).select(["kind", "layer", "phase"]).append_column(
-        "ns", pa.array(held))
     out = {"iteration": int(iteration), "tasks": int(len(path)),
            "span_ns": int(sched.end_ns[last] - sched.start_ns[path[0]]) if len(path) else 0}
+    on_path = pa.array(path)
     for col in ("phase", "kind", "layer"):
-        grouped = sub.group_by(col).aggregate([("ns", "sum")]).sort_by([("ns_sum",
-                                                                         "descending")])
-        out[f"by_{col}"] = [{col: r[col], "ns": int(r["ns_sum"])} for r in
-                            grouped.slice(0, top).to_pylist()]
+        out[f"by_{col}"] = _time_by(task[col].take(on_path), held, top, col)
     return out
+
+
+def _time_by(values: pa.ChunkedArray, ns: np.ndarray, top: int, col: str) -> list[dict]:
+    """``ns`` summed per distinct value (null is a value), largest first, ``top`` of them."""
+    d = values.combine_chunks()
+    if not pa.types.is_dictionary(d.type):
+        d = d.dictionary_encode()
+    names = d.dictionary.to_pylist() + [None]
+    idx = d.indices.fill_null(len(names) - 1).to_numpy()
+    sums = np.bincount(idx, weights=ns, minlength=len(names))
+    seen = np.bincount(idx, minlength=len(names)) > 0
+    keys = [k for k in np.argsort(-sums, kind="stable") if seen[k]][:top]
+    return [{col: names[k], "ns": int(round(sums[k]))} for k in keys]
 
 
 def unit_busy(g: dict[str, pa.Table], sched: Schedule) -> list[dict]:
@@ -189,19 +228,16 @@ def unit_busy(g: dict[str, pa.Table], sched: Schedule) -> list[dict]:
             if names[u] != "origin"]
 
 
-def _ender(g: dict[str, pa.Table], sched: Schedule, iteration: int) -> int | None:
+def _ender(g: dict[str, pa.Table], sched: Schedule, iteration: int,
+           cols: _TaskCols | None = None) -> int | None:
     """The task whose end let the next iteration's first task start (None for the last)."""
     its = g["iteration"]
     idx = its["iteration"].to_numpy()
     k = np.flatnonzero(idx == iteration)
     if not len(k) or k[0] + 1 >= len(idx):
         return None
-    task = g["task"]
-    kinds = task["kind"].to_numpy(zero_copy_only=False)
-    cpu = np.isin(kinds, CPU_KINDS)
-    cpu[0] = False
-    nxt = _first_at_or_after(task["start_ns"].to_numpy(), cpu,
-                             its["start_ns"].to_numpy()[k[0] + 1:k[0] + 2])[0]
+    c = cols or _TaskCols.of(g["task"])
+    nxt = _first_at_or_after(c.obs_start, c.cpu, its["start_ns"].to_numpy()[k[0] + 1:k[0] + 2])[0]
     b = int(sched.bound_by[nxt])
     return b if b >= 0 and not sched.bound_via_start[nxt] else None
 
@@ -209,10 +245,12 @@ def _ender(g: dict[str, pa.Table], sched: Schedule, iteration: int) -> int | Non
 def replay(g: dict[str, pa.Table]) -> Replay:
     """Simulate a graph and measure it like the trace was measured."""
     sched = simulate(to_simgraph(g))
-    its = iteration_times(g, sched.start_ns, sched.end_ns)
+    cols = _TaskCols.of(g["task"])
+    its = iteration_times(g, sched.start_ns, sched.end_ns, cols)
     used = [i for i in its if i.used]
     cp = {}
     if used:
         med = sorted(used, key=lambda i: i.measured_ns)[len(used) // 2]
-        cp = critical_path_summary(g, sched, med.index, last=_ender(g, sched, med.index))
+        cp = critical_path_summary(g, sched, med.index,
+                                   last=_ender(g, sched, med.index, cols), cols=cols)
     return Replay(sched, its, unit_busy(g, sched), cp)

@@ -39,6 +39,14 @@ _ANCHOR = {("end", "start"): "end_start", ("start", "start"): "start_start",
 Predicate = "pl.Expr | str | np.ndarray | Sequence[int] | None"
 
 
+def _plain(t: pa.Table) -> pa.Table:
+    """ENUM columns (Arrow dictionaries) as plain strings: transforms add rows and compare
+    values as strings; :meth:`Graph.tables` encodes them again."""
+    fields = [pa.field(f.name, f.type.value_type, f.nullable)
+              if pa.types.is_dictionary(f.type) else f for f in t.schema]
+    return t.cast(pa.schema(fields)) if fields != list(t.schema) else t
+
+
 class Graph:
     """One trace's graph; immutable by convention (primitives return new graphs)."""
 
@@ -55,8 +63,8 @@ class Graph:
         missing = [k for k in ("task", "edge", "unit", "iteration", "layer") if k not in tables]
         if missing:
             raise DaydreamError(f"graph tables missing: {', '.join(missing)}")
-        frames = {k: pl.from_arrow(tables[k]) for k in ("task", "edge", "unit", "iteration",
-                                                         "layer")}
+        frames = {k: pl.from_arrow(_plain(tables[k])) for k in ("task", "edge", "unit",
+                                                                "iteration", "layer")}
         return cls(**frames, schemas={k: tables[k].schema for k in frames})
 
     def tables(self) -> dict[str, pa.Table]:

@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from graphstore import db
-from graphstore.schema import GRAPH_TABLES
+from graphstore.schema import GRAPH_SCHEMA_VERSION, GRAPH_TABLES
 from ingest import schema as act
 from ingest.errors import DaydreamError
 from ingest.store import PART, Store
@@ -61,7 +61,8 @@ _SQL_TO_ARROW = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int
 
 def arrow(name: str, rows: list[dict], with_trace_id: str | None = None) -> pa.Table:
     """An Arrow table of graph table ``name`` from partial rows (missing columns are null)."""
-    fields = [pa.field(c.name, _SQL_TO_ARROW[c.sql.split()[0]])
+    fields = [pa.field(c.name, pa.string() if c.sql.startswith("ENUM")
+                       else _SQL_TO_ARROW[c.sql.split()[0]])
               for c in GRAPH_TABLES[name].columns if c.name != "trace_id"]
     full = [{f.name: r.get(f.name) for f in fields} for r in rows]
     t = pa.Table.from_pylist(full, schema=pa.schema(fields))
@@ -179,7 +180,7 @@ def test_write_counts_and_trace_id_column_optional(tmp_path: Path) -> None:
     db.write_trace(other, A, trace_a(with_trace_id=True))
     assert snapshot(root) == snapshot(other)
     assert db.trace_ids(root) == [A]
-    assert rows(root, "SELECT value FROM meta") == [("1",)]
+    assert rows(root, "SELECT value FROM meta") == [(str(GRAPH_SCHEMA_VERSION),)]
 
 
 def test_rewrite_replaces_one_trace_and_leaves_the_other(store: Path) -> None:
@@ -391,7 +392,8 @@ def test_version_mismatch(store: Path) -> None:
     con = duckdb.connect(str(db.db_path(store)))
     con.execute("UPDATE meta SET value = '0'")
     con.close()
-    msg = r"has graph schema version 0, this daydream reads version 1; rebuild .*ingest --force"
+    msg = (rf"has graph schema version 0, this daydream reads version {GRAPH_SCHEMA_VERSION}; "
+           r"rebuild .*ingest --force")
     with pytest.raises(DaydreamError, match=msg) as e:
         db.query(store, "SELECT 1")
     assert str(e.value).startswith(f"{db.db_path(store)} has graph schema version 0")
