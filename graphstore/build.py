@@ -68,7 +68,8 @@ class Graph:
     start_ns: np.ndarray    # int64, observed
     obs_dur_ns: np.ndarray  # int64
     dur_ns: np.ndarray      # int64, for the simulator
-    name: list              # one per task (pyarrow-friendly)
+    name_code: np.ndarray   # int64: index into name_vocab (names repeat: kernels, calls)
+    name_vocab: np.ndarray  # object: the names
     bytes_: np.ndarray      # int64, -1 = none
     correlation: np.ndarray  # int64, -1 = none
     range_id: np.ndarray    # int64, -1 = none
@@ -93,6 +94,34 @@ class Graph:
     def n_tasks(self) -> int:
         return len(self.kind)
 
+    @property
+    def name(self) -> _Names:
+        """Task names, decoded one at a time (for messages and tests)."""
+        return _Names(self.name_code, self.name_vocab)
+
+    def name_column(self) -> pa.Array:
+        """The task names as an Arrow string column, decoded in C++."""
+        return pa.DictionaryArray.from_arrays(
+            pa.array(self.name_code.astype(np.int32)),
+            pa.array(self.name_vocab, pa.string())).cast(pa.string())
+
+
+@dataclass(frozen=True)
+class _Names:
+    """A read-only sequence of task names over (codes, vocabulary)."""
+
+    codes: np.ndarray
+    vocab: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, i):
+        return self.vocab[self.codes[i]]
+
+    def __iter__(self):
+        return iter(self.vocab[self.codes])
+
 
 def _col(t: pa.Table, name: str, fill: int = -1) -> np.ndarray:
     return t[name].fill_null(fill).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -111,6 +140,26 @@ def _dict(t: pa.Table, name: str = "name") -> tuple[np.ndarray, np.ndarray]:
 def _names(t: pa.Table, name: str = "name") -> np.ndarray:
     codes, values = _dict(t, name)
     return values[codes]
+
+
+class _NamePool:
+    """Task names as int codes into one vocabulary: the name columns of the activity tables
+    are dictionary-encoded in Arrow and their dictionaries appended here, so no Python string
+    is touched per task (a vocabulary may repeat a name across tables; harmless)."""
+
+    def __init__(self):
+        self._parts: list[np.ndarray] = []
+        self._size = 0
+
+    def add(self, codes: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Codes into ``values`` -> codes into the pool."""
+        out = codes + self._size
+        self._parts.append(values)
+        self._size += len(values)
+        return out
+
+    def vocab(self) -> np.ndarray:
+        return (np.concatenate(self._parts) if self._parts else np.zeros(0, object))
 
 
 def _flag(t: pa.Table, name: str, pred) -> np.ndarray:
@@ -236,7 +285,8 @@ def _cpu_tasks(api: pa.Table, rng: pa.Table, stats: Stats):
     a_pid, a_tid = _col(api, "pid"), _col(api, "tid")
     a_start = _col(api, "start_ns")
     a_end = a_start + _col(api, "dur_ns")
-    cpu = np.isin(_names(rng, "kind"), CPU_RANGE_KINDS) if rng.num_rows else np.zeros(0, bool)
+    cpu = (_flag(rng, "kind", CPU_RANGE_KINDS.__contains__) if rng.num_rows
+           else np.zeros(0, bool))
     r_pid, r_tid = _col(rng, "pid")[cpu], _col(rng, "tid")[cpu]
     r_start = _col(rng, "start_ns")[cpu]
     r_end = r_start + _col(rng, "dur_ns")[cpu]
@@ -288,7 +338,9 @@ def build(tables: dict[str, pa.Table]) -> Graph:
     api, rng = tables["api"], tables["range"]
     threads, cpu, api_task_local = _cpu_tasks(api, rng, stats)
     c_thr, c_kind, c_start, c_end, c_range, c_api = cpu
-    api_names = _names(api)
+    pool = _NamePool()
+    origin_name = pool.add(np.zeros(1, np.int64), np.array(["<trace start>"], object))
+    api_names = pool.add(*_dict(api))
 
     # ---- GPU tasks
     parts = []
@@ -297,7 +349,7 @@ def build(tables: dict[str, pa.Table]) -> Graph:
         t = tables[tname]
         if not t.num_rows:
             continue
-        names = _names(t)
+        codes, vocab = _dict(t)
         kind = np.full(t.num_rows, kcode, np.int64)
         if tname == "kernel":
             coll = t["collective"].is_valid().to_numpy(zero_copy_only=False)
@@ -309,13 +361,13 @@ def build(tables: dict[str, pa.Table]) -> Graph:
             nbytes = np.full(t.num_rows, -1, np.int64)
         parts.append(dict(kind=kind, device=_col(t, "device", 0), stream=_col(t, "stream", 0),
                           start=_col(t, "start_ns"), dur=_col(t, "dur_ns"),
-                          corr=_col(t, "correlation"), name=names, bytes=nbytes))
+                          corr=_col(t, "correlation"), name=pool.add(codes, vocab),
+                          bytes=nbytes))
     if parts:
         g = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     else:
         g = {k: np.zeros(0, np.int64) for k in ("kind", "device", "stream", "start", "dur",
-                                                 "corr", "bytes")}
-        g["name"] = np.zeros(0, object)
+                                                 "corr", "bytes", "name")}
     ng = len(g["start"])
     if ng:
         g_unit, streams = _distinct_pairs(g["device"], g["stream"])
@@ -337,12 +389,11 @@ def build(tables: dict[str, pa.Table]) -> Graph:
         c_api, 0)], -1) if api.num_rows else np.full(nc, -1), g["corr"]]).astype(np.int64)
     rid = np.concatenate([[-1], c_range, np.full(ng, -1)]).astype(np.int64)
     nbytes = np.concatenate([[-1], np.full(nc, -1), g["bytes"]]).astype(np.int64)
-    cpu_names = np.empty(nc, object)
+    cpu_names = np.empty(nc, np.int64)
     is_api = c_kind == KIND_API
     cpu_names[is_api] = api_names[c_api[is_api]] if api.num_rows else []
-    host_names = _range_names(rng, c_range[~is_api])
-    cpu_names[~is_api] = host_names
-    names = np.concatenate([np.array(["<trace start>"], object), cpu_names, g["name"]])
+    cpu_names[~is_api] = _range_names(pool, rng, c_range[~is_api])
+    names = np.concatenate([origin_name, cpu_names, g["name"]])
     blocking = np.zeros(len(kind), bool)
     if api.num_rows:
         api_blocking = _flag(api, "name", BLOCKING_RE.search)
@@ -527,8 +578,8 @@ def build(tables: dict[str, pa.Table]) -> Graph:
     unit_name = ([f"thread {p}:{t}" for p, t in threads] +
                  [f"gpu {d} stream {s}" for d, s in streams] + ["origin"])
     return Graph(kind=kind, unit=unit, start_ns=start, obs_dur_ns=obs, dur_ns=dur,
-                 name=list(names), bytes_=nbytes, correlation=corr, range_id=rid,
-                 blocking=blocking,
+                 name_code=names, name_vocab=pool.vocab(), bytes_=nbytes, correlation=corr,
+                 range_id=rid, blocking=blocking,
                  src=np.concatenate(src), dst=np.concatenate(dst), ekind=np.concatenate(ek),
                  anchor=np.concatenate(anc), lag_ns=np.concatenate(lag),
                  binding=np.concatenate(bind), unit_kind=unit_kind, unit_pid=unit_pid,
@@ -575,14 +626,16 @@ def _wake_edges(kind, unit, start, end, nthr, threads, blocking):
     return src[hit], waits[hit], via_start[hit]
 
 
-def _range_names(rng: pa.Table, range_ids: np.ndarray) -> np.ndarray:
+def _range_names(pool: _NamePool, rng: pa.Table, range_ids: np.ndarray) -> np.ndarray:
+    """Name codes of host tasks: their innermost range's name, "<host>" outside every range."""
+    host = pool.add(np.zeros(1, np.int64), np.array(["<host>"], object))[0]
+    out = np.full(len(range_ids), host, np.int64)
     if not rng.num_rows:
-        return np.full(len(range_ids), "<host>", object)
-    names = _names(rng)
+        return out
+    names = pool.add(*_dict(rng))
     ids = _col(rng, "range_id")
-    lookup = np.empty(int(ids.max()) + 1 if len(ids) else 0, object)
+    lookup = np.full(int(ids.max()) + 1 if len(ids) else 0, host, np.int64)
     lookup[ids] = names
-    out = np.full(len(range_ids), "<host>", object)
     ok = range_ids >= 0
     out[ok] = lookup[range_ids[ok]]
     return out

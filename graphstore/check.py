@@ -122,7 +122,10 @@ def check_acyclic(n: int, src: np.ndarray, dst: np.ndarray, anchor: np.ndarray,
 
 def check_launch_edges(gpu_tasks_with_call: np.ndarray, launch_dst: np.ndarray) -> None:
     """Every GPU task whose launching call is in the trace has a launch edge."""
-    missing = np.setdiff1d(gpu_tasks_with_call, launch_dst)
+    size = int(max(gpu_tasks_with_call.max(initial=-1), launch_dst.max(initial=-1))) + 1
+    has_edge = np.zeros(size, bool)
+    has_edge[launch_dst] = True
+    missing = gpu_tasks_with_call[~has_edge[gpu_tasks_with_call]]
     if len(missing):
         raise DaydreamError(f"graph check: {len(missing)} GPU tasks with a launching call have no "
                             f"launch edge (first: task {int(missing[0])})")

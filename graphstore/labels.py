@@ -156,7 +156,7 @@ _RANGE_COLS = ("range_id", "pid", "tid", "kind", "name", "start_ns", "dur_ns", "
 # ranges as one frame, and the nesting tree over it
 
 
-def _ranges(tables: dict[str, pa.Table]) -> pl.DataFrame:
+def ranges_frame(tables: dict[str, pa.Table]) -> pl.DataFrame:
     """The range table as polars with string kind/name, end_ns and row position ``pos``."""
     t = tables.get("range")
     if t is None or t.num_rows == 0:
@@ -330,9 +330,11 @@ def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame
     return table, main
 
 
-def find_iterations(tables: dict[str, pa.Table]) -> pa.Table:
-    """Training iterations of one trace: ITERATION's columns without trace_id (module doc)."""
-    return _iterations(tables, _ranges(tables))[0]
+def find_iterations(tables: dict[str, pa.Table], ranges: pl.DataFrame | None = None
+                    ) -> pa.Table:
+    """Training iterations of one trace: ITERATION's columns without trace_id (module doc).
+    ``ranges``: ``ranges_frame(tables)`` when the caller has it already."""
+    return _iterations(tables, ranges_frame(tables) if ranges is None else ranges)[0]
 
 
 def _iteration_of(t: np.ndarray, its: pa.Table) -> np.ndarray:
@@ -524,9 +526,10 @@ def _module_layers(r: pl.DataFrame, tree: _Tree, autograd: np.ndarray,
     return own
 
 
-def _label(tables: dict[str, pa.Table]) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, _Layers]:
+def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
+           ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, _Layers]:
     """Ranges frame, phase codes, layer codes and the layer dictionary."""
-    r = _ranges(tables)
+    r = ranges_frame(tables) if r is None else r
     n = r.height
     layers = _Layers()
     if n == 0:
@@ -674,11 +677,11 @@ def _label(tables: dict[str, pa.Table]) -> tuple[pl.DataFrame, np.ndarray, np.nd
     return r, phase.astype(np.int8), layer, layers
 
 
-def label_ranges(tables: dict[str, pa.Table]) -> pa.Table:
+def label_ranges(tables: dict[str, pa.Table], ranges: pl.DataFrame | None = None) -> pa.Table:
     """Layer and phase of every range: range_id, layer (null where unmapped), phase (one of
     PHASES). The rules are in the module doc. The schema metadata holds {layer: source} under
     ``LAYER_SOURCES_KEY`` for find_layers."""
-    r, phase, layer, layers = _label(tables)
+    r, phase, layer, layers = _label(tables, ranges)
     lay = pa.DictionaryArray.from_arrays(
         pa.array(layer, pa.int64(), mask=layer < 0), pa.array(layers.names, pa.string()))
     ph = pa.DictionaryArray.from_arrays(pa.array(phase, pa.int8()), pa.array(PHASES))
@@ -697,13 +700,14 @@ _KIND_SOURCE = {"python_function": "python_function", "nvtx": "nvtx", "cpu_op": 
                 "user_annotation": "annotation", "gpu_user_annotation": "annotation"}
 
 
-def find_layers(tables: dict[str, pa.Table], labels: pa.Table) -> pa.Table:
+def find_layers(tables: dict[str, pa.Table], labels: pa.Table,
+                ranges: pl.DataFrame | None = None) -> pa.Table:
     """Layers of one trace: LAYER's columns without trace_id, in order of first entry. A layer
     is entered by a range whose layer differs from its parent's; first_start_ns is the earliest
     such start; source is the rule that made the layer (label_ranges' metadata, else the kind
     of the range that first entered it). param_bytes stays null: not derived yet (the weight
     shapes in input_dims of conv/linear/norm ops would give it where shapes were recorded)."""
-    r = _ranges(tables)
+    r = ranges_frame(tables) if ranges is None else ranges
     lab = pl.from_arrow(labels.select(["range_id", "layer"]))
     if not r.height or not lab.height:
         return LAYER_SCHEMA.empty_table()

@@ -57,8 +57,9 @@ def graph_tables(tables: dict[str, pa.Table]) -> tuple[Graph, dict[str, pa.Table
     with_call = np.flatnonzero(gpu & np.isin(g.correlation, api_corr) & (g.correlation >= 0))
     check_launch_edges(with_call, g.dst[launch])
 
-    its = labels.find_iterations(tables)
-    rl = module_labels(tables, labels.label_ranges(tables))
+    ranges = labels.ranges_frame(tables)  # read by the three label passes
+    its = labels.find_iterations(tables, ranges)
+    rl = module_labels(tables, labels.label_ranges(tables, ranges))
     layer, phase = _task_labels(g, rl, launch)
     iteration = _task_iterations(g, its, launch)
 
@@ -66,7 +67,7 @@ def graph_tables(tables: dict[str, pa.Table]) -> tuple[Graph, dict[str, pa.Table
         "task_id": pa.array(np.arange(g.n_tasks, dtype=np.int64)),
         "kind": _named(g.kind, KIND_NAMES),
         "unit_id": pa.array(g.unit.astype(np.int32)),
-        "name": pa.array(g.name, pa.string()),
+        "name": g.name_column(),
         "layer": layer,
         "phase": phase,
         "iteration": pa.array(iteration, pa.int32(), mask=iteration < 0),
@@ -94,7 +95,7 @@ def graph_tables(tables: dict[str, pa.Table]) -> tuple[Graph, dict[str, pa.Table
         "name": pa.array(g.unit_name, pa.string()),
         "policy": pa.array(["fixed"] * len(g.unit_kind), pa.string()),
     })
-    layer_t = labels.find_layers(tables, rl)
+    layer_t = labels.find_layers(tables, rl, ranges)
     return g, {"task": task, "edge": edge, "unit": unit, "iteration": its, "layer": layer_t}
 
 
@@ -127,9 +128,10 @@ def module_labels(tables: dict[str, pa.Table], rl: pa.Table) -> pa.Table:
 
 
 def _named(codes: np.ndarray, names: tuple[str, ...]) -> pa.Array:
-    """Small integer codes -> their names as a string column, decoded in Arrow (C++)."""
+    """Small integer codes -> their names, as an Arrow dictionary column (what DuckDB reads
+    into an ENUM or VARCHAR column without a string per row)."""
     return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)),
-                                          pa.array(names, pa.string())).cast(pa.string())
+                                          pa.array(names, pa.string()))
 
 
 def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray) -> tuple[pa.Array, pa.Array]:
