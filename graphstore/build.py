@@ -39,8 +39,8 @@ COMM_RE = re.compile(r"nccl|rccl", re.IGNORECASE)
 KIND_API, KIND_HOST, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_COMM = range(6)
 KIND_NAMES = ("api", "host", "kernel", "memcpy", "memset", "comm")
 
-EK_THREAD, EK_STREAM, EK_LAUNCH, EK_SYNC, EK_WAIT, EK_ORIGIN, EK_WAKE = range(7)
-EDGE_KIND_NAMES = ("thread", "stream", "launch", "sync", "wait", "origin", "wake")
+EK_THREAD, EK_STREAM, EK_LAUNCH, EK_SYNC, EK_WAIT, EK_ORIGIN, EK_WAKE, EK_QUEUE = range(8)
+EDGE_KIND_NAMES = ("thread", "stream", "launch", "sync", "wait", "origin", "wake", "queue")
 A_END_START, A_START_START, A_END_END = range(3)
 ANCHOR_NAMES = ("end_start", "start_start", "end_end")
 
@@ -55,6 +55,16 @@ WAIT_TOL_NS = 3_000
 # thread of the process ended is taken as that thread waiting for the other (the autograd
 # thread idle until backward() is called, the main thread blocked until backward is done).
 MIN_WAIT_NS = 20_000
+# A stream holds about 1024 launched but unfinished kernels; a launch into a full stream blocks
+# until the oldest one finishes (stackoverflow.com/questions/53970187, measured: "the buffer
+# size is about 1000 kernels" per stream; NVIDIA forums thread 68937). Without this bound a
+# simulated CPU freed of its launch overhead (cuda_graphs) would run ahead of the GPU without
+# limit. A trace that shows a deeper queue on some stream uses its own observed depth there.
+LAUNCH_QUEUE_DEPTH = 1024
+# The bound is enforced on every LAUNCH_QUEUE_STRIDE-th launch of a stream (the launches in
+# between follow it in thread order): between depth - stride and depth outstanding, at one
+# edge per 64 GPU tasks instead of one per task.
+LAUNCH_QUEUE_STRIDE = 64
 WAKE_TOL_NS = 200_000  # thread wake-ups of the autograd engine take ~100-200 us
 
 
@@ -522,6 +532,17 @@ def build(tables: dict[str, pa.Table]) -> Graph:
         # several waits into one task: only the latest-ending one binds
         add(w_src, w_dst, EK_WAIT, A_END_START, lg, b & (end[w_src] + lg == start[w_dst]))
 
+    # ---- launch queue: a call cannot launch into a stream holding LAUNCH_QUEUE_DEPTH
+    # unfinished tasks
+    q_src, q_dst, full = _queue_edges(unit, start, end, gpu_mask, launch_of)
+    stats.add("launch_queue_full", full, severity="info",
+              detail="launch calls made while their stream already held "
+                     f"{LAUNCH_QUEUE_DEPTH} unfinished tasks (the call blocked; queue edges "
+                     "use the depth the trace shows)")
+    if len(q_src):
+        add(q_src, q_dst, EK_QUEUE, A_END_START, np.zeros(len(q_src), np.int64),
+            np.zeros(len(q_src), bool))
+
     # ---- synchronization: blocking call ends when the GPU task it waited for ends
     dur = obs.copy()
     s_src, s_dst = _sync_edges(tables, blocking, start, end, unit, corr, gpu_mask, streams,
@@ -585,6 +606,37 @@ def build(tables: dict[str, pa.Table]) -> Graph:
                  binding=np.concatenate(bind), unit_kind=unit_kind, unit_pid=unit_pid,
                  unit_tid=unit_tid, unit_device=unit_device, unit_stream=unit_stream,
                  unit_name=unit_name, stats=stats)
+
+
+def _queue_edges(unit, start, end, gpu_mask, launch_of):
+    """Edges end(i) -> start(call launching j) for every LAUNCH_QUEUE_STRIDE-th launched task
+    j of a stream, where i is the task ``depth`` places before j on that stream. ``depth`` is
+    LAUNCH_QUEUE_DEPTH, or one more than the most unfinished tasks the stream held at any
+    launch in the trace, so every edge holds in the trace (it never binds a baseline replay).
+    Returns (src, dst, launches that found their stream full)."""
+    g_ids = np.flatnonzero(gpu_mask)
+    by_stream = g_ids[np.argsort(unit[g_ids], kind="stable")]  # ids ascend within a stream
+    u = unit[by_stream]
+    cuts = np.flatnonzero(np.r_[True, u[1:] != u[:-1], True])
+    src, dst, full = [], [], 0
+    for a, b in zip(cuts[:-1], cuts[1:], strict=False):
+        ids = by_stream[a:b]
+        if len(ids) <= LAUNCH_QUEUE_DEPTH - LAUNCH_QUEUE_STRIDE:
+            continue
+        call = launch_of[ids]
+        j = np.flatnonzero(call >= 0)
+        t_call = start[call[j]]
+        done_by = np.searchsorted(np.maximum.accumulate(end[ids]), t_call, side="right")
+        open_ = np.maximum(j - done_by, 0)  # earlier tasks of the stream not yet finished
+        full += int((open_ >= LAUNCH_QUEUE_DEPTH).sum())
+        depth = max(LAUNCH_QUEUE_DEPTH, int(open_.max(initial=0)) + 1)
+        k = j[(j % LAUNCH_QUEUE_STRIDE == 0) & (j >= depth)]
+        src.append(ids[k - depth])
+        dst.append(launch_of[ids[k]])
+    if not src:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), full
+    src, dst = np.concatenate(src), np.concatenate(dst)
+    return src, dst, full
 
 
 def _wake_edges(kind, unit, start, end, nthr, threads, blocking):

@@ -34,7 +34,8 @@ class GTable:
 
 
 TASK_KINDS = ("api", "host", "kernel", "memcpy", "memset", "comm")
-EDGE_KINDS = ("thread", "stream", "launch", "sync", "wait", "wake", "origin", "rank", "inserted")
+EDGE_KINDS = ("thread", "stream", "launch", "sync", "wait", "wake", "origin", "queue", "rank",
+              "inserted")
 # How an edge constrains its destination (the simulator's three anchors):
 #   end_start   dst starts no earlier than src end + lag     (order, waits)
 #   start_start dst starts no earlier than src start + lag   (launch: the GPU work is enqueued
@@ -76,8 +77,8 @@ EDGE = GTable("edge", "A dependency between two tasks of one trace.", (
     Col("trace_id", "VARCHAR NOT NULL", "Trace."),
     Col("src", "BIGINT NOT NULL", "Source task_id."),
     Col("dst", "BIGINT NOT NULL", "Destination task_id."),
-    Col("kind", "VARCHAR NOT NULL", "thread, stream, launch, sync, wait, wake, origin, rank or "
-        "inserted."),
+    Col("kind", "VARCHAR NOT NULL", "thread, stream, launch, sync, wait, wake, origin, queue, "
+        "rank or inserted."),
     Col("anchor", f"{enum(EDGE_ANCHORS)} NOT NULL",
         "end_start, start_start or end_end (see EDGE_ANCHORS)."),
     Col("lag_ns", "BIGINT NOT NULL", "Delay after the anchor, ns: the observed one on the edge "

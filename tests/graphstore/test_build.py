@@ -217,3 +217,80 @@ def test_wake_edges_between_threads(tmp_path):
     ])
     bw = task_of(g, "backward")
     assert g.dur_ns[bw] == 10000  # only the tail after the wake-up is its own time
+
+
+def _launch_storm(n: int, call_us: float, kernel_us: float, lag_us: float = 5.0) -> list[dict]:
+    """Hand-made trace: one thread launches ``n`` kernels back to back onto one stream; each
+    kernel starts when its call has been running ``lag_us`` and the stream is free."""
+    ev, free = [], 0.0
+    for i in range(n):
+        t = i * call_us
+        ev.append(X("cuda_runtime", f"launch{i}", t, call_us, correlation=i + 1))
+        s = max(t + lag_us, free)
+        free = s + kernel_us
+        ev.append(X("kernel", f"k{i}", s, kernel_us, pid=0, tid=7, stream=7,
+                    correlation=i + 1, device=0))
+    return ev
+
+
+def test_launch_queue_edges(tmp_path):
+    from graphstore.build import LAUNCH_QUEUE_DEPTH as Q
+    from graphstore.build import LAUNCH_QUEUE_STRIDE as S
+
+    # 2000 launches 10 us apart of 15 us kernels: the GPU falls behind by one kernel every
+    # 30 us, so at most 666 kernels are ever outstanding: the trace never fills the queue.
+    n = 2000
+    g = build(read_trace(write(tmp_path, _launch_storm(n, 10, 15))).tables)
+    got = edges(g, {"queue"})
+    want = sorted(("queue", "end_start", 0, False, f"k{j - Q}", f"launch{j}")
+                  for j in range(Q, n) if j % S == 0)
+    assert got == want
+    assert g.stats.get("launch_queue_full") == 0
+    check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name)
+
+
+def test_launch_queue_deeper_in_the_trace(tmp_path):
+    # Calls 5 us apart, kernels 15 us: up to ~1333 kernels outstanding, more than the model's
+    # 1024. The edges then use the depth the trace shows, so none contradicts the trace.
+    from graphstore.build import LAUNCH_QUEUE_DEPTH as Q
+    from graphstore.build import LAUNCH_QUEUE_STRIDE as S
+
+    n, ev = 2000, _launch_storm(2000, 5, 15)
+    g = build(read_trace(write(tmp_path, ev)).tables)
+    calls = [e for e in ev if e["cat"] == "cuda_runtime"]
+    kends = [e["ts"] + e["dur"] for e in ev if e["cat"] == "kernel"]
+    open_at = [sum(1 for i in range(j) if kends[i] > calls[j]["ts"]) for j in range(n)]
+    depth = max(open_at) + 1
+    assert depth > Q
+    assert g.stats.get("launch_queue_full") == sum(1 for o in open_at if o >= Q)
+    got = edges(g, {"queue"})
+    assert got == sorted(("queue", "end_start", 0, False, f"k{j - depth}", f"launch{j}")
+                         for j in range(depth, n) if j % S == 0)
+
+
+def test_launch_queue_bounds_a_cpu_freed_of_launch_cost(tmp_path):
+    # The same storm with its calls made free (what cuda_graphs does to a region): without the
+    # queue the CPU would finish all 2000 launches at once; with it, launch j waits for kernel
+    # j - 1024, so the thread ends no earlier than kernel 2000 - 1024 - 64 has finished.
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from graphstore.load import graph_tables
+    from simulate.engine import simulate
+    from simulate.replay import to_simgraph
+
+    n = 2000
+    _, t = graph_tables(read_trace(write(tmp_path, _launch_storm(n, 10, 15))).tables)
+    task = t["task"]
+    calls = pc.equal(task["kind"], "api")
+    task = task.set_column(task.schema.get_field_index("dur_ns"), "dur_ns",
+                           pc.if_else(calls, pa.scalar(0, pa.int64()), task["dur_ns"]))
+    sched = simulate(to_simgraph({**t, "task": task}))
+    names = task["name"].to_pylist()
+    last_call = names.index(f"launch{n - 1}")
+    bound = names.index(f"k{n - 1 - 1024 - 64}")
+    assert sched.start_ns[last_call] >= sched.end_ns[bound]
+    # and the GPU still runs back to back: 2000 kernels of 15 us
+    k_last = names.index(f"k{n - 1}")
+    k_first = names.index("k0")
+    assert sched.end_ns[k_last] - sched.start_ns[k_first] == n * 15_000
