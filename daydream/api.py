@@ -160,7 +160,8 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
         from transforms import rewrite
         spec = "+".join(opts)
         notes: list[str] = []
-        g2 = rewrite(g, spec, device=_trace_device(st, tid, g), notes=notes)
+        g2 = rewrite(g, spec, device=_trace_device(st, tid, g), notes=notes,
+                     activity=lambda name: st.read(name, tid))
         pred = replay(g2)
         by_idx = {i.index: i for i in pred.iterations}
         out["opts"] = spec
