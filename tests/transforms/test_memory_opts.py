@@ -120,6 +120,11 @@ def test_checkpointing_prediction(graphs, baselines):
     # slower, more so when more is recomputed; this trace's main thread is CPU-bound (data
     # loading on it), so the 30 ms of GPU recomputation per iteration mostly hides
     assert 0.85 < s_all < s_conv < 1.0
+    # with data loading off the main thread, recomputing every layer's forward (a third of the
+    # GPU work, and its host dispatch on the backward thread) costs 15-35%
+    dl = replay(rewrite(g, "dataloader(workers=8)")).mean("simulated_ns")
+    s = dl / replay(rewrite(g, "dataloader(workers=8)+checkpointing")).mean("simulated_ns")
+    assert 0.7 < s < 0.87
 
 
 def test_checkpointing_bad_params(graphs):
@@ -245,3 +250,16 @@ def test_offload_without_shapes(graphs, activity):
                                 + OFFLOAD["copy_latency_ns"]["value"]}
     with pytest.raises(DaydreamError, match="layer_mb"):
         rewrite(g, "offload(layer_mb=-1)")
+
+
+def test_opts_lists_them():
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "daydream", "opts"], capture_output=True,
+                       text=True)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "checkpointing(layers: str = '', every: int = 1)" in out
+    assert "offload(layers: str = 'conv', every: int = 1, layer_mb: float = 0.0)" in out
+    assert "bn_restructure(conv_fusion: bool = False)" in out
+    assert "vDNN activation offloading" in out and "Activation checkpointing" in out
