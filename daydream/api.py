@@ -123,10 +123,12 @@ def sql(query: str, store: str | Path | None = None, *, fmt: str = "table",
 
 
 def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | None = None,
-            timeline: str | Path | None = None) -> dict:
+            timeline: str | Path | None = None, plot: str | Path | None = None) -> dict:
     """Baseline replay (and, with ``opts``, a what-if prediction) of one trace.
 
-    TRACE is a trace file (ingested on the fly if the store lacks it) or a stored trace id."""
+    TRACE is a trace file (ingested on the fly if the store lacks it) or a stored trace id.
+    ``plot``: a PNG file for the phase breakdown and one iteration's timeline, before and
+    after (``daydream.plot``)."""
     from graphstore.read import read_graph
     from simulate.replay import replay
     from simulate.timeline import write_timeline
@@ -158,7 +160,8 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
         from transforms import rewrite
         spec = "+".join(opts)
         notes: list[str] = []
-        g2 = rewrite(g, spec, device=_trace_device(st, tid, g), notes=notes)
+        g2 = rewrite(g, spec, device=_trace_device(st, tid, g), notes=notes,
+                     activity=lambda name: st.read(name, tid))
         pred = replay(g2)
         by_idx = {i.index: i for i in pred.iterations}
         out["opts"] = spec
@@ -186,7 +189,26 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
                                      pred.schedule.end_ns)])
             out["predicted_timeline"] = str(p2)
         out["timeline"] = str(timeline)
+    if plot is not None:
+        _plot(plot, out, g, base, g2, pred)
     return out
+
+
+def _plot(path: str | Path, out: dict, g, base, g2, pred) -> None:
+    from daydream import plot as _pl
+    phases = out.get("phases") or {"baseline": _phase_ms(g, base)}
+    used_b = [i.index for i in base.iterations if i.used]
+    used_p = [i.index for i in pred.iterations if i.used] if pred is not None else used_b
+    it = _pl.plot_iteration(used_b, used_p)
+    after = None
+    title = f"{Path(out['file']).name}: baseline {out['baseline_ms']:.2f} ms"
+    if pred is not None:
+        after = (g2, pred.schedule.start_ns, pred.schedule.end_ns, f"predicted ({out['opts']})")
+        title += f", predicted {out['predicted_ms']:.2f} ms with {out['opts']}"
+    _pl.write_plot(path, phases, (g, base.schedule.start_ns, base.schedule.end_ns,
+                                  "baseline (replay)"), after, it, title=title)
+    out["plot"] = str(path)
+    out["plot_iteration"] = it
 
 
 def _trace_device(st: Store, tid: str, g) -> dict | None:

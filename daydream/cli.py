@@ -160,10 +160,13 @@ def predict(
     timeline: Annotated[Path | None, typer.Option(help="Write the measured and simulated "
                                                   "schedules as a Chrome trace (Perfetto).")]
     = None,
+    plot: Annotated[Path | None, typer.Option(help="Draw the phase breakdown and one "
+                                              "iteration's timeline, before and after, as a "
+                                              "PNG.")] = None,
 ) -> None:
     """Predict the iteration time with --opt (or, without, replay the trace): measured,
     baseline and predicted time per iteration, phases, critical path, unit load."""
-    d = api.predict(trace, store, opts=opt or None, timeline=timeline)
+    d = api.predict(trace, store, opts=opt or None, timeline=timeline, plot=plot)
     if json:
         typer.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode())
         return

@@ -73,5 +73,7 @@ def print_prediction(d: dict) -> None:
         con.print(u)
     if d.get("timeline"):
         con.print(f"timeline written to {d['timeline']} (open in https://ui.perfetto.dev)")
+    if d.get("plot"):
+        con.print(f"plot of iteration {d['plot_iteration']} written to {d['plot']}")
     if d.get("predicted_timeline"):
         con.print(f"predicted timeline written to {d['predicted_timeline']}")

@@ -23,10 +23,13 @@ from transforms.primitives import Graph
 
 @dataclass
 class Context:
-    """What an optimization may know beside the graph: the GPU the trace ran on."""
+    """What an optimization may know beside the graph: the GPU the trace ran on, and (where the
+    caller has the store) a reader of the trace's activity tables, e.g. ``activity("range")``
+    for the input shapes that offload sizes its copies by."""
 
     device: dict | None = None
     notes: list[str] = field(default_factory=list)
+    activity: Callable[[str], pa.Table] | None = None
 
 
 @dataclass
@@ -146,25 +149,28 @@ def check(spec: str) -> list[tuple[Opt, dict]]:
 
 
 def rewrite_graph(g: Graph, spec: str, *, device: dict | None = None,
-                  notes: list[str] | None = None) -> Graph:
-    ctx = Context(device=device, notes=notes if notes is not None else [])
+                  notes: list[str] | None = None,
+                  activity: Callable[[str], pa.Table] | None = None) -> Graph:
+    ctx = Context(device=device, notes=notes if notes is not None else [], activity=activity)
     for opt, kw in check(spec):
         g = opt.fn(g, ctx, **kw)
     return g
 
 
 def rewrite(tables: dict[str, pa.Table], spec: str, *, device: dict | None = None,
-            notes: list[str] | None = None) -> dict[str, pa.Table]:
+            notes: list[str] | None = None,
+            activity: Callable[[str], pa.Table] | None = None) -> dict[str, pa.Table]:
     """The graph tables rewritten by a spec chain (``amp+fused_adam``), applied left to right.
 
     ``device``: the trace's GPU as in the trace table's ``devices`` JSON (one entry, e.g.
     ``{"name": "Tesla V100-DGXS-32GB", "computeMajor": 7, ...}``), used by device-dependent
     models (amp); None means unknown (defaults documented per optimization). ``notes``, when
     given, receives one line per modelling choice an optimization made (e.g. the GPU family
-    it assumed)."""
+    it assumed). ``activity``: reads one of the trace's activity tables by name (None: the
+    optimizations that use one fall back to their parameters)."""
     steps = check(spec)  # all errors before any work
     g = Graph.from_tables(tables)
-    ctx = Context(device=device, notes=notes if notes is not None else [])
+    ctx = Context(device=device, notes=notes if notes is not None else [], activity=activity)
     for opt, kw in steps:
         g = opt.fn(g, ctx, **kw)
     return g.tables()

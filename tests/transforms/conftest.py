@@ -11,16 +11,31 @@ A100 = {"name": "NVIDIA A100-PG509-200", "computeMajor": 8, "computeMinor": 0}
 
 
 @pytest.fixture(scope="session")
-def graphs(tmp_path_factory):
+def stored(tmp_path_factory):
+    """The store the graphs were built in and each graph's trace id."""
     from daydream import api
-    from graphstore.read import read_graph
     store = tmp_path_factory.mktemp("transforms_store")
-    out = {}
+    ids = {}
     for key, f in (("v100", "resnet50_v100_nw0_run1"), ("a100", "resnet50_ddp_a100_rank0"),
                    ("alexnet", "alexnet_fwd_a100")):
-        d = api.predict(DATA / "kineto" / f"{f}.json.gz", store)
-        out[key] = read_graph(store, d["trace_id"])
-    return out
+        ids[key] = api.predict(DATA / "kineto" / f"{f}.json.gz", store)["trace_id"]
+    return store, ids
+
+
+@pytest.fixture(scope="session")
+def graphs(stored):
+    from graphstore.read import read_graph
+    store, ids = stored
+    return {key: read_graph(store, tid) for key, tid in ids.items()}
+
+
+@pytest.fixture(scope="session")
+def activity(stored):
+    """Per graph, the reader of its activity tables that api.predict hands to rewrite."""
+    from ingest.store import Store
+    store, ids = stored
+    st = Store(store)
+    return {key: (lambda name, tid=tid: st.read(name, tid)) for key, tid in ids.items()}
 
 
 @pytest.fixture(scope="session")
