@@ -60,8 +60,8 @@ def graph_tables(tables: dict[str, pa.Table]) -> tuple[Graph, dict[str, pa.Table
     ranges = labels.ranges_frame(tables)  # read by the three label passes
     its = labels.find_iterations(tables, ranges)
     rl = module_labels(tables, labels.label_ranges(tables, ranges))
-    layer, phase = _task_labels(g, rl, launch)
     iteration = _task_iterations(g, its, launch)
+    layer, phase = _task_labels(g, rl, launch, iteration)
 
     task = pa.table({
         "task_id": pa.array(np.arange(g.n_tasks, dtype=np.int64)),
@@ -134,7 +134,8 @@ def _named(codes: np.ndarray, names: tuple[str, ...]) -> pa.Array:
                                           pa.array(names, pa.string()))
 
 
-def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray) -> tuple[pa.Array, pa.Array]:
+def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray, iteration: np.ndarray
+                 ) -> tuple[pa.Array, pa.Array]:
     """CPU tasks take the labels of their innermost range; GPU tasks those of their call."""
     # work on row numbers into the label table (-1 = none), then take once
     n = g.n_tasks
@@ -151,12 +152,37 @@ def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray) -> tuple[pa.Array, 
     idx = pa.array(row, mask=row < 0)
     if rl.num_rows:
         lay = rl["layer"].take(idx)
-        pha = rl["phase"].take(idx).fill_null("other")
+        pha = _gaps_take_phase(g, rl["phase"].take(idx).fill_null("other"), iteration)
     else:
         lay = pa.nulls(n, pa.string())
         pha = pa.array(np.full(n, "other", object), pa.string())
     return lay.combine_chunks() if hasattr(lay, "combine_chunks") else lay, \
         pha.combine_chunks() if hasattr(pha, "combine_chunks") else pha
+
+
+def _gaps_take_phase(g: Graph, phase: pa.ChunkedArray, iteration: np.ndarray) -> pa.Array:
+    """Host time labelled "other" between two tasks of one phase and one iteration on its
+    thread is that phase: interpreter and autograd-engine overhead between operators (between
+    two backward nodes on the autograd thread, between two forward ops outside any annotation)
+    belongs to the work around it, and transforms that remove a phase's CPU time must remove
+    it too. (An idle stretch between two iterations' backward passes stays "other".)"""
+    d = phase.combine_chunks().dictionary_encode()
+    names = d.dictionary.to_pylist()
+    if "other" not in names:
+        return d.cast(pa.string())
+    code = d.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    other = names.index("other")
+    by_unit = np.lexsort((np.arange(g.n_tasks), g.unit))
+    u = g.unit[by_unit]
+    c = code[by_unit]
+    it = iteration[by_unit]
+    mid = np.flatnonzero((u[1:-1] == u[:-2]) & (u[1:-1] == u[2:]) & (c[1:-1] == other)
+                         & (c[:-2] == c[2:]) & (c[:-2] != other) & (it[:-2] == it[2:])
+                         & (it[:-2] >= 0)) + 1
+    mid = mid[g.kind[by_unit[mid]] == KIND_NAMES.index("host")]
+    code[by_unit[mid]] = c[mid - 1]
+    return pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32)),
+                                          d.dictionary).cast(pa.string())
 
 
 def _task_iterations(g: Graph, its: pa.Table, launch: np.ndarray) -> np.ndarray:

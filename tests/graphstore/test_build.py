@@ -294,3 +294,24 @@ def test_launch_queue_bounds_a_cpu_freed_of_launch_cost(tmp_path):
     k_last = names.index(f"k{n - 1}")
     k_first = names.index("k0")
     assert sched.end_ns[k_last] - sched.start_ns[k_first] == n * 15_000
+
+
+def test_host_gap_between_two_tasks_of_a_phase_takes_that_phase(tmp_path):
+    # Hand-made trace (us), one thread inside ProfilerStep#1 (phase "other"):
+    #   |## forward ## 0-10|gap 10-12|## forward ## 12-20|gap 20-25|## backward ## 25-40|
+    # The gap between two forward annotations is forward overhead; the one between forward
+    # and backward belongs to neither and stays "other".
+    from graphstore.load import graph_tables
+
+    ev = [X("user_annotation", "ProfilerStep#1", 0, 40),
+          X("user_annotation", "## forward ##", 0, 10),
+          X("user_annotation", "## forward ##", 12, 8),
+          X("user_annotation", "## backward ##", 25, 15)]
+    _, t = graph_tables(read_trace(write(tmp_path, ev)).tables)
+    task = t["task"]
+    rows = sorted((s, s + d, p) for s, d, p in zip(
+        task["start_ns"].to_pylist(), task["obs_dur_ns"].to_pylist(),
+        task["phase"].to_pylist(), strict=True) if d > 0)
+    assert rows == [(0, 10_000, "forward"), (10_000, 12_000, "forward"),
+                    (12_000, 20_000, "forward"), (20_000, 25_000, "other"),
+                    (25_000, 40_000, "backward")]
