@@ -166,14 +166,14 @@ def offload(g: Graph, ctx: Context, *, layers: str = "conv", every: int = 1,
             edges.append((-1 - i_d2h, n, "wait", "end_start", 0))
         # prefetch, issued when the backward of the layer before it (backward order) starts
         earlier = [x for x in bwd_first[s["iteration"]] if x < s["bwd_gpu"]]
-        pa_ = max(earlier) if earlier else last_fwd[s["iteration"]]
+        issue_at = max(earlier) if earlier else last_fwd[s["iteration"]]
         i_h2d = len(rows)
-        rows.append({"at": pa_, "kind": "memcpy", "unit_id": cu, "bytes": b, "dur_ns": d,
+        rows.append({"at": issue_at, "kind": "memcpy", "unit_id": cu, "bytes": b, "dur_ns": d,
                      "name": "offload: prefetch activation (Memcpy HtoD, inserted)",
                      "phase": "backward", "layer": s["layer"]})
-        edges.append((pa_, -1 - i_h2d, "wait", "start_start", 0))
+        edges.append((issue_at, -1 - i_h2d, "wait", "start_start", 0))
         edges.append((-1 - i_h2d, s["bwd_gpu"], "wait", "end_start", 0))
-        a1, lg1 = lag.get(pa_, (None, 0))
+        a1, lg1 = lag.get(issue_at, (None, 0))
         if a1 is not None:
             rows.append({"at": a1, "kind": "api", "unit_id": int(unit[a1]), "bytes": None,
                          "name": "cudaMemcpyAsync", "dur_ns": api_ns, "phase": "backward",
