@@ -117,9 +117,10 @@ def test_checkpointing_prediction(graphs, baselines):
     g = graphs["v100"]
     s_all = speedup(baselines["v100"], rewrite(g, "checkpointing"))
     s_conv = speedup(baselines["v100"], rewrite(g, "checkpointing(layers=conv, every=2)"))
-    # slower, more so when more is recomputed; this trace's main thread is CPU-bound (data
-    # loading on it), so the 30 ms of GPU recomputation per iteration mostly hides
-    assert 0.85 < s_all < s_conv < 1.0
+    # slower, more so when more is recomputed; the main thread waits in backward() until the
+    # autograd thread's last op (a wake edge), so the ~30 ms of GPU recomputation per
+    # iteration of 178 ms, and its dispatch on the backward thread, land on the iteration
+    assert 0.75 < s_all < s_conv < 1.0
     # with data loading off the main thread, recomputing every layer's forward (a third of the
     # GPU work, and its host dispatch on the backward thread) costs 15-35%
     dl = replay(rewrite(g, "dataloader(workers=8)")).mean("simulated_ns")
