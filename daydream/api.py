@@ -9,6 +9,7 @@ import orjson
 
 from collect.api import collect, collect_steps
 from collect.cli import collect_command
+from daydream import jobs as _jobs
 from ingest import schema, source
 from ingest.batch import FileResult, IngestReport, expand
 from ingest.batch import ingest as _ingest
@@ -16,7 +17,7 @@ from ingest.errors import DaydreamError
 from ingest.store import DEFAULT_STORE, Store
 
 __all__ = ["DaydreamError", "collect", "collect_command", "collect_steps", "expand", "ingest",
-           "info", "predict", "resolve_trace", "open_store", "sql", "DEFAULT_STORE"]
+           "info", "jobs", "predict", "resolve_trace", "open_store", "sql", "DEFAULT_STORE"]
 
 
 def open_store(store: str | Path | None = None) -> Store:
@@ -132,6 +133,13 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
     from simulate.timeline import write_timeline
 
     st = open_store(store)
+    job = _jobs.resolve(trace, st, lambda p: _ingest_folder(p, st))
+    if job is not None:  # the traces of all ranks of one run
+        if not (st.root / "graph.duckdb").exists() or not {m.trace_id for m in job[1]} <= \
+                _graph_ids(st):
+            build_graphs(st, strict=True)
+        jg = _jobs.build(st, *job)
+        return _jobs.predict_job(st, jg, opts, _trace_device(st, job[1][0].trace_id, None))
     tid = resolve_trace(trace, st, ingest_missing=True)
     if not (st.root / "graph.duckdb").exists() or tid not in _graph_ids(st):
         build_graphs(st, strict=True)
@@ -173,6 +181,7 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
             it["predicted_ms"] = p.simulated_ns / 1e6 if p else None
         out["phases"] = {"baseline": _phase_ms(g, base), "predicted": _phase_ms(g2, pred)}
         out["predicted_critical_path"] = pred.critical_path
+    _jobs.add_device_ranks(out, st, tid, g, opts, _trace_device(st, tid, g))
     if timeline is not None:
         obs_s = g["task"]["start_ns"].to_numpy() - t0
         obs_e = obs_s + g["task"]["obs_dur_ns"].to_numpy()
@@ -189,11 +198,25 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
     return out
 
 
+def jobs(store: str | Path | None = None) -> dict[str, list[dict]]:
+    """The store's jobs (the traces of all ranks of one run): name -> rank, trace_id, file."""
+    return {k: [{"rank": m.rank, "trace_id": m.trace_id, "file": m.file} for m in v]
+            for k, v in _jobs.find(open_store(store)).items()}
+
+
+def _ingest_folder(path: Path, st: Store) -> list[str]:
+    """Ingest a folder of rank traces (execution traces beside them skipped); their ids."""
+    files = [f for f in expand([path]) if ".et." not in Path(f).name]
+    rep = _ingest(files, st, jobs=None, strict=True)
+    build_graphs(st, rep, strict=True)
+    return sorted({r.trace_id for r in rep.results if r.trace_id})
+
+
 def _trace_device(st: Store, tid: str, g) -> dict | None:
     """The device properties of the GPU the trace's streams ran on, when the trace has them."""
     row = st.trace_row(tid)
     devs = orjson.loads(row["devices"]) if row["devices"] else []
-    used = set(g["unit"]["device"].drop_null().to_pylist())
+    used = set(g["unit"]["device"].drop_null().to_pylist()) if g is not None else set()
     return next((d for d in devs if d.get("id") in used), devs[0] if devs else None)
 
 

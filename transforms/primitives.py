@@ -246,7 +246,8 @@ class Graph:
             raise DaydreamError("insert: 'at' must name existing tasks")
         after = (t["place"] == "after").to_numpy()
         base = self.task[at]
-        fill = {c: base[c] for c in ("phase", "iteration", "layer")}
+        # a job graph's tasks carry their rank (graphstore.job): an inserted task joins at's
+        fill = {c: base[c] for c in ("phase", "iteration", "layer", "rank") if c in base.columns}
         row = {}
         for c, dt in self.task.schema.items():
             if c == "task_id":
