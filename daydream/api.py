@@ -166,7 +166,8 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
         from transforms import rewrite
         spec = "+".join(opts)
         notes: list[str] = []
-        g2 = rewrite(g, spec, device=_trace_device(st, tid, g), notes=notes)
+        g2 = rewrite(g, spec, device=_trace_device(st, tid, g), notes=notes,
+                     world_size=st.trace_row(tid)["world_size"])
         pred = replay(g2)
         by_idx = {i.index: i for i in pred.iterations}
         out["opts"] = spec

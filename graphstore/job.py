@@ -43,10 +43,6 @@ _TYPE_RE = re.compile(r"(?:nccl|rccl)\w*?Kernel_([A-Za-z]+)", re.IGNORECASE)
 _TYPES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
           "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "send_recv",
           "send": "send_recv", "recv": "send_recv", "alltoall": "all_to_all"}
-DTYPE_BYTES = {"float": 4, "float32": 4, "c10::float": 4, "half": 2, "float16": 2, "c10::half": 2,
-               "bfloat16": 2, "c10::bfloat16": 2, "double": 8, "float64": 8, "int": 4, "int32": 4,
-               "int64": 8, "long": 8, "int8": 1, "int8_t": 1, "uint8": 1, "uint8_t": 1,
-               "char": 1, "bool": 1}
 DEFAULT_COMM = "default"
 
 
@@ -156,45 +152,29 @@ def device_ranks(g: dict[str, pa.Table]) -> dict[int, int]:
 # ---- 2. collectives -----------------------------------------------------------------------------
 
 def comm_tasks(task: pl.DataFrame, kernel: pa.Table | None, rank: np.ndarray) -> pl.DataFrame:
-    """The comm tasks of a graph with rank, communicator, type and message bytes (from the
-    kernel activity rows, joined on correlation and start, where the trace has them)."""
+    """The comm tasks of a graph with rank, communicator (process group from the kernel
+    activity rows, joined on correlation and start, where the trace names it), type and message
+    bytes (the graph's, from the NCCL args)."""
     c = task.with_columns(pl.Series("rank", rank)).filter(pl.col("kind") == "comm")
-    c = c.select("task_id", "rank", "name", "start_ns", "obs_dur_ns", "correlation")
+    c = c.select("task_id", "rank", "name", "start_ns", "obs_dur_ns", "correlation",
+                 pl.when(pl.col("bytes") >= 0).then(pl.col("bytes")).alias("bytes"))
     meta = None
     if kernel is not None and kernel.num_rows:
-        k = pl.from_arrow(kernel.select(["correlation", "start_ns", "collective", "in_elems",
-                                         "out_elems", "dtype", "process_group"]))
-        k = k.filter(pl.col("collective").is_not_null() | pl.col("in_elems").is_not_null() |
-                     pl.col("process_group").is_not_null())
+        k = pl.from_arrow(kernel.select(["correlation", "start_ns", "collective",
+                                         "process_group"]))
+        k = k.filter(pl.col("collective").is_not_null() | pl.col("process_group").is_not_null())
         if k.height:
-            meta = k.with_columns(pl.col(x).cast(pl.Utf8) for x in ("collective", "dtype",
+            meta = k.with_columns(pl.col(x).cast(pl.Utf8) for x in ("collective",
                                                                      "process_group"))
     if meta is not None:
         c = c.join(meta, on=["correlation", "start_ns"], how="left")
     else:
         c = c.with_columns(pl.lit(None, pl.Utf8).alias("collective"),
-                           pl.lit(None, pl.Int64).alias("in_elems"),
-                           pl.lit(None, pl.Int64).alias("out_elems"),
-                           pl.lit(None, pl.Utf8).alias("dtype"),
                            pl.lit(None, pl.Utf8).alias("process_group"))
     types = [collective_type(n, k) for n, k in zip(c["name"].to_list(), c["collective"].to_list(),
                                                    strict=True)]
-    size = [_msg_bytes(t, i, o, d) for t, i, o, d in zip(
-        types, c["in_elems"].to_list(), c["out_elems"].to_list(), c["dtype"].to_list(),
-        strict=True)]
     return c.with_columns(pl.Series("type", types, pl.Utf8),
-                          pl.Series("bytes", size, pl.Int64),
                           pl.col("process_group").fill_null(DEFAULT_COMM).alias("comm"))
-
-
-def _msg_bytes(ctype: str, in_elems, out_elems, dtype) -> int | None:
-    """Bytes each rank contributes: the larger of input and output (all_gather's output is the
-    gathered tensor: the traffic model counts the full size)."""
-    if in_elems is None and out_elems is None:
-        return None
-    w = DTYPE_BYTES.get(str(dtype).lower(), 4) if dtype else 4
-    n = max(in_elems or 0, out_elems or 0)
-    return int(n * w)
 
 
 def match_collectives(comm: pl.DataFrame) -> tuple[pl.DataFrame, int, list[str]]:

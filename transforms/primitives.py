@@ -342,6 +342,24 @@ class Graph:
             e = pl.concat([e, ed.select(e.columns).cast(e.schema)])
         return self._with(task=allt, edge=e.sort(["src", "dst"])), ins_ids
 
+    def connect(self, edges: pl.DataFrame) -> Graph:
+        """Add edges between existing tasks: src, dst, and optionally kind, anchor, lag_ns,
+        binding (default ``inserted``, ``end_start``, 0, false)."""
+        if not edges.height:
+            return self
+        ed = edges
+        for c, v in (("kind", "inserted"), ("anchor", "end_start"), ("lag_ns", 0),
+                     ("binding", False)):
+            if c not in ed.columns:
+                ed = ed.with_columns(pl.lit(v).alias(c))
+        n = self.n_tasks
+        bad = ed.filter((pl.col("src") < 0) | (pl.col("src") >= n) | (pl.col("dst") < 0) |
+                        (pl.col("dst") >= n))
+        if bad.height:
+            raise DaydreamError(f"connect: edge {bad.row(0)} names a task outside 0..{n - 1}")
+        e = pl.concat([self.edge, ed.select(self.edge.columns).cast(self.edge.schema)])
+        return self._with(edge=e.sort(["src", "dst"]))
+
     # -- reschedule ----------------------------------------------------------------------------
     def set_priority(self, pred: Predicate, priority) -> Graph:
         """Priority (lower runs first on PRIORITY units) of the selected tasks."""

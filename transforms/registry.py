@@ -27,6 +27,7 @@ class Context:
 
     device: dict | None = None
     notes: list[str] = field(default_factory=list)
+    world_size: int | None = None  # ranks of the traced job (a trace's distributedInfo)
 
 
 @dataclass
@@ -146,25 +147,29 @@ def check(spec: str) -> list[tuple[Opt, dict]]:
 
 
 def rewrite_graph(g: Graph, spec: str, *, device: dict | None = None,
-                  notes: list[str] | None = None) -> Graph:
-    ctx = Context(device=device, notes=notes if notes is not None else [])
+                  notes: list[str] | None = None, world_size: int | None = None) -> Graph:
+    ctx = Context(device=device, notes=notes if notes is not None else [],
+                  world_size=world_size)
     for opt, kw in check(spec):
         g = opt.fn(g, ctx, **kw)
     return g
 
 
 def rewrite(tables: dict[str, pa.Table], spec: str, *, device: dict | None = None,
-            notes: list[str] | None = None) -> dict[str, pa.Table]:
+            notes: list[str] | None = None, world_size: int | None = None
+            ) -> dict[str, pa.Table]:
     """The graph tables rewritten by a spec chain (``amp+fused_adam``), applied left to right.
 
     ``device``: the trace's GPU as in the trace table's ``devices`` JSON (one entry, e.g.
     ``{"name": "Tesla V100-DGXS-32GB", "computeMajor": 7, ...}``), used by device-dependent
     models (amp); None means unknown (defaults documented per optimization). ``notes``, when
     given, receives one line per modelling choice an optimization made (e.g. the GPU family
-    it assumed)."""
+    it assumed). ``world_size``: ranks of the traced job, for the distributed models (a job
+    graph's own ranks count instead)."""
     steps = check(spec)  # all errors before any work
     g = Graph.from_tables(tables)
-    ctx = Context(device=device, notes=notes if notes is not None else [])
+    ctx = Context(device=device, notes=notes if notes is not None else [],
+                  world_size=world_size)
     for opt, kw in steps:
         g = opt.fn(g, ctx, **kw)
     return g.tables()
