@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import numpy as np
 import pytest
 
 from daydream import api
@@ -169,3 +170,42 @@ def test_collective_type_names():
     assert collective_type("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(x)") == "send_recv"
     assert collective_type("x", "allgather") == "all_gather"
     assert collective_type("void foo()") == "other"
+
+
+def test_bandwidth_on_a_job_moves_each_join_lag_with_its_kernel(job):
+    """In a job graph a kernel's transfer is both its duration and the lag of the join's
+    end_end edge into it: bandwidth(2x) rewrites both alike."""
+    import polars as pl
+
+    from transforms import rewrite
+    t2 = rewrite(job.tables, "bandwidth(2x)")
+    dur = t2["task"]["dur_ns"].to_numpy()
+    e = pl.from_arrow(t2["edge"]).filter(pl.col("kind") == "rank",
+                                         pl.col("anchor") == "end_end")
+    assert e.height == 64
+    assert e["lag_ns"].to_list() == [int(dur[d]) for d in e["dst"].to_list()]
+    old = job.tables["task"]["dur_ns"].to_numpy()
+    ids = job.collective["task_id"].to_numpy()
+    assert (dur[ids] <= old[ids]).all() and dur[ids].sum() < old[ids].sum()
+
+
+def test_no_straggler_scales_slow_ranks_to_the_median(job):
+    import polars as pl
+
+    from simulate.job import replay_job
+    from transforms import rewrite
+    t0 = pl.from_arrow(job.tables["task"])
+    t2 = pl.from_arrow(rewrite(job.tables, "no_straggler")["task"])
+
+    def busy(t):
+        own = t.filter(pl.col("rank") >= 0, pl.col("kind") != "comm",
+                       ~pl.col("name").is_in(["<trace start>", "<job start>"]))
+        return dict(own.group_by("rank").agg(pl.col("dur_ns").sum()).iter_rows())
+    b0, b2 = busy(t0), busy(t2)
+    med = float(np.median(list(b0.values())))
+    for r in range(8):
+        want = min(b0[r], med)
+        assert abs(b2[r] - want) <= 4000  # rounding: at most 1 ns per task
+    base = replay_job(job.tables)
+    pred = replay_job(rewrite(job.tables, "no_straggler"))
+    assert pred.mean("simulated_ns") < base.mean("simulated_ns")
