@@ -230,13 +230,21 @@ def _with_rank(t: pa.Table, rank) -> pa.Table:
 
 
 def build_job(name: str, members: list[Member], graphs: list[dict[str, pa.Table]],
-              kernels: list[pa.Table | None]) -> JobGraph:
+              kernels: list[pa.Table | None], replicas: int = 1) -> JobGraph:
     """The job graph from each member's graph tables (``graphstore.read.read_graph``) and its
-    kernel activity table (for message sizes and process groups; None where unknown).
+    kernel activity table (for process groups; None where unknown).
 
-    One member with ``device_ranks`` -> a multi-device trace split into ranks by device."""
+    One member with ``device_ranks`` -> a multi-device trace split into ranks by device.
+    ``replicas`` > 1 repeats the ranks (rank r of copy k is rank r + k * len(members)), every
+    collective joining all of them: a larger job built from real ranks, for scale tests."""
     if not members:
         raise DaydreamError(f"job {name}: no traces")
+    if replicas > 1:
+        n = len(members)
+        members = [Member(m.rank + k * n, m.trace_id, m.file, m.device)
+                   for k in range(replicas) for m in members]
+        graphs = graphs * replicas
+        kernels = kernels * replicas
     if len(graphs) == 1:
         g = graphs[0]
         ur = device_ranks(g)

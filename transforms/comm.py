@@ -37,7 +37,9 @@ def collective_type(name: str | None) -> str:
     m = _TYPE_RE.search(name)
     if m and m.group(1).lower() in _TYPES:
         return _TYPES[m.group(1).lower()]
-    return "other"
+    # tasks the distributed what-ifs insert name their type ("ddp: all_reduce bucket 3")
+    return next((t for t in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all",
+                             "send_recv", "broadcast") if t in name), "other")
 
 
 def cost_terms(ctype: str, n: int, algo: str = "ring") -> tuple[float, float]:

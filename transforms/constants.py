@@ -213,3 +213,15 @@ DISTRIBUTED = {
                     "Propagation for Distributed DNN Training', MLSys 2019: slices of 50,000 "
                     "parameters (200 KB of FP32) in their evaluation"},
 }
+
+# GPU memory bandwidth (GB/s) by family, for kernels a model inserts that stream over gradients.
+GPU_MEMORY_GBPS = {
+    "v100": {"value": 900.0, "source": "NVIDIA V100 datasheet: 900 GB/s HBM2"},
+    "a100": {"value": 1555.0, "source": "NVIDIA A100 datasheet: 1,555 GB/s (40 GB HBM2)"},
+    "h100": {"value": 3350.0, "source": "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3"},
+    "turing": {"value": 616.0, "source": "NVIDIA RTX 2080 Ti spec: 616 GB/s GDDR6"},
+    "mi300x": {"value": 5300.0, "source": "AMD Instinct MI300X datasheet: 5.3 TB/s HBM3"},
+    "default": {"value": 900.0, "source": "as v100"},
+    "achieved": {"value": 0.7, "source": "estimate: a streaming kernel reaches ~70% of peak "
+                 "memory bandwidth (STREAM-like kernels on V100/A100)"},
+}

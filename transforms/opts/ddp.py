@@ -105,6 +105,7 @@ def ddp(g: Graph, ctx: Context, *, world: int = 8, bandwidth: str = "", bucket_m
     ctx.notes.append(f"ddp: parameter sizes from {source}; {len(bs)} buckets over "
                      f"{len(set(b[0] for b in bs))} iterations, {world} GPUs, {lk.source} "
                      f"({lk.gbps:.2f} GB/s, {lk.latency_ns / 1e3:.1f} us per step)")
+    ctx.world_size = world  # the graph is now one rank of a WORLD-GPU job (for the chain)
     if world == 1:
         return g
     g, chan = g.add_unit("ddp all_reduce (inserted)", "channel", "fcfs")
