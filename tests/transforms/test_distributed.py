@@ -231,3 +231,83 @@ def test_bandwidth_on_the_resnet50_ddp_trace(graphs, baselines):
     c = (t0["kind"] == "comm").to_numpy()
     assert (t1["dur_ns"].to_numpy()[c] >= t0["dur_ns"].to_numpy()[c]).all()
     assert t1["dur_ns"].to_numpy()[c].sum() > t0["dur_ns"].to_numpy()[c].sum()
+
+
+# ---- p3, dgc, blueconnect on the toy after ddp ------------------------------------------------
+# ddp(world=8, bandwidth=25GB/s) with layer sizes l2 4 MB (ready after A), l1 2 MB (after B):
+# buckets of 70 + 1.75 x 4e6 / 25 = 350 us and 70 + 140 = 210 us. The fit on them is exact
+# (two sizes): 25 GB/s, latency 14 steps x 5 us.
+SIZES = {"l2": 4_000_000, "l1": 2_000_000}
+DDP8 = "ddp(world=8,bandwidth=25GB/s)"
+
+
+def test_p3_slices_priorities_and_schedule():
+    """slice_kb=1000: bucket 0 -> 4 slices, bucket 1 -> 2, each 70 + 1.75 x 1e6 / 25 = 140 us.
+    Priority: bucket 1 (ready last: the layers nearest the input) first. Channel: a bucket-0
+    slice 120-260 us; then bucket 1's two (260-540) before bucket 0's other three (540-960);
+    one iteration only: the optimizer still waits for every slice."""
+    g2 = rewrite(toy(comm=False, layer_bytes=SIZES), DDP8 + "+p3(slice_kb=1000)")
+    t = pl.from_arrow(g2["task"])
+    sl = t.filter(pl.col("kind") == "comm").sort("task_id")
+    assert sl.height == 6 and set(sl["dur_ns"]) == {140_000}
+    by_bucket = sl.with_columns(pl.col("bytes"))
+    assert sorted(by_bucket["bytes"].to_list()) == [1_000_000] * 6
+    chan = pl.from_arrow(g2["unit"]).filter(pl.col("name") == "p3 slices (inserted)")
+    assert chan["policy"].to_list() == ["priority"] and set(sl["unit_id"]) == {
+        chan["unit_id"][0]}
+    s = _starts(g2)
+    ids = sl["task_id"].to_numpy()
+    ends = sorted(int(x) for x in s.end_ns[ids])
+    assert ends == [260_000, 400_000, 540_000, 680_000, 820_000, 960_000]
+    prio = dict(zip(sl["task_id"].to_list(), sl["priority"].to_list(), strict=True))
+    first_two_after = sorted(ids, key=lambda i: s.start_ns[i])[1:3]
+    assert [prio[i] for i in first_two_after] == [0, 0]
+    opt = t.filter(pl.col("name") == "multi_tensor_apply_kernel")["task_id"][0]
+    assert s.start_ns[opt] == 960_000
+
+
+def test_p3_gates_the_next_forward_on_a_real_trace(graphs):
+    """ResNet-50 V100 (6 iterations): the slices of iterations 0-4 gate a forward kernel of the
+    next iteration instead of the optimizer; the last iteration's keep the optimizer wait."""
+    g2 = rewrite(graphs["v100"], "ddp(world=8,bandwidth=10Gbps,param_bytes=102000000)+"
+                 "p3(slice_kb=4000)")
+    t = pl.from_arrow(g2["task"]).with_row_index("i")
+    e = pl.from_arrow(g2["edge"]).filter(pl.col("kind") == "wait")
+    sl = t.filter(pl.col("kind") == "comm")
+    j = e.join(sl.select(pl.col("i").cast(pl.Int64).alias("src"), pl.col("iteration")
+                         .alias("it_s")), on="src").join(
+        t.select(pl.col("i").cast(pl.Int64).alias("dst"), pl.col("iteration").alias("it_d"),
+                 "phase"), on="dst")
+    assert j.filter(pl.col("it_s") < 5).select((pl.col("it_d") == pl.col("it_s") + 1).all(),
+                                               (pl.col("phase") == "forward").all()).row(0) \
+        == (True, True)
+    assert (j.filter(pl.col("it_s") == 5)["phase"] == "weight_update").all()
+    assert set(j["src"]) == set(sl["i"].cast(pl.Int64))  # every slice gates something
+
+
+def test_dgc_shrinks_traffic_and_inserts_selection_kernels():
+    """ratio 0.01, 8 ranks: latency 70 us x 7/14 (all-gather steps) = 35 us; transfer
+    x (2 x 0.01 x 8 x 7/8) / (14/8) = x 0.08: 280 -> 22.4 us, 140 -> 11.2 us. Selection:
+    4 MB x 0.25 / (900 GB/s x 0.7) = 1.6 us, raised to the 5 us minimum."""
+    g2 = rewrite(toy(comm=False, layer_bytes=SIZES), DDP8 + "+dgc(ratio=0.01)")
+    t = pl.from_arrow(g2["task"])
+    assert t.filter(pl.col("kind") == "comm")["dur_ns"].to_list() == [57_400, 46_200]
+    sel = t.filter(pl.col("name").str.starts_with("dgc:"))
+    assert sel["dur_ns"].to_list() == [5_000, 5_000]
+    assert set(sel["unit_id"]) == {2}  # on the compute stream, after the kernels A and B
+    s = _starts(g2)
+    a = t.filter(pl.col("name") == "bwd A")["task_id"][0]
+    assert s.start_ns[sel["task_id"][0]] == s.end_ns[a]
+
+
+def test_blueconnect_decomposes_over_nodes():
+    """16 ranks (2 nodes of 8), intra 100 GB/s, inter the buckets' 25 GB/s, 5 us per step:
+    reduce-scatter 35 + 0.875 S/100, all-reduce of S/8 over 2 nodes 10 + S/8/25, all-gather
+    35 + 0.875 S/100: 170 us for 4 MB, 125 us for 2 MB (the ring over 16 took 450 and 300)."""
+    g1 = rewrite(toy(comm=False, layer_bytes=SIZES), "ddp(world=16,bandwidth=25GB/s)")
+    assert pl.from_arrow(g1["task"]).filter(pl.col("kind") == "comm")["dur_ns"].to_list() == [
+        450_000, 300_000]
+    g2 = rewrite(toy(comm=False, layer_bytes=SIZES), "ddp(world=16,bandwidth=25GB/s)+"
+                 "blueconnect(gpus_per_node=8,intra=100GB/s)")
+    assert pl.from_arrow(g2["task"]).filter(pl.col("kind") == "comm")["dur_ns"].to_list() == [
+        170_000, 125_000]
