@@ -148,8 +148,8 @@ def sql(
 
 @app.command()
 def predict(
-    trace: Annotated[str, typer.Argument(help="Trace file (ingested if new) or stored trace "
-                                         "id.")],
+    trace: Annotated[str, typer.Argument(help="Trace file (ingested if new), stored trace "
+                                         "id, job name or folder of rank traces (a job).")],
     store: StoreOpt = api.DEFAULT_STORE,
     opt: Annotated[list[str] | None, typer.Option("--opt", help="Optimization to predict, "
                                                   "e.g. amp, fused_adam, dataloader(workers=4),"
@@ -169,6 +169,19 @@ def predict(
         return
     from daydream.report import print_prediction
     print_prediction(d)
+
+
+@app.command()
+def jobs(store: StoreOpt = api.DEFAULT_STORE,
+         json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List the jobs in the store: the traces of all ranks of one run (predict JOB replays
+    them together)."""
+    d = api.jobs(store)
+    if json:
+        typer.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode())
+        return
+    for name, ms in d.items():
+        typer.echo(f"{name}  {len(ms)} ranks  " + " ".join(m["trace_id"] for m in ms))
 
 
 @app.command()
