@@ -124,7 +124,7 @@ def sql(query: str, store: str | Path | None = None, *, fmt: str = "table",
 
 
 def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | None = None,
-            timeline: str | Path | None = None) -> dict:
+            timeline: str | Path | None = None, param_bytes: int | None = None) -> dict:
     """Baseline replay (and, with ``opts``, a what-if prediction) of one trace.
 
     TRACE is a trace file (ingested on the fly if the store lacks it) or a stored trace id."""
@@ -139,7 +139,8 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
                 _graph_ids(st):
             build_graphs(st, strict=True)
         jg = _jobs.build(st, *job)
-        return _jobs.predict_job(st, jg, opts, _trace_device(st, job[1][0].trace_id, None))
+        return _jobs.predict_job(st, jg, opts, _trace_device(st, job[1][0].trace_id, None),
+                                 param_bytes)
     tid = resolve_trace(trace, st, ingest_missing=True)
     if not (st.root / "graph.duckdb").exists() or tid not in _graph_ids(st):
         build_graphs(st, strict=True)
@@ -167,7 +168,7 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
         spec = "+".join(opts)
         notes: list[str] = []
         g2 = rewrite(g, spec, device=_trace_device(st, tid, g), notes=notes,
-                     world_size=st.trace_row(tid)["world_size"])
+                     world_size=st.trace_row(tid)["world_size"], param_bytes=param_bytes)
         pred = replay(g2)
         by_idx = {i.index: i for i in pred.iterations}
         out["opts"] = spec
@@ -182,7 +183,7 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
             it["predicted_ms"] = p.simulated_ns / 1e6 if p else None
         out["phases"] = {"baseline": _phase_ms(g, base), "predicted": _phase_ms(g2, pred)}
         out["predicted_critical_path"] = pred.critical_path
-    _jobs.add_device_ranks(out, st, tid, g, opts, _trace_device(st, tid, g))
+    _jobs.add_device_ranks(out, st, tid, g, opts, _trace_device(st, tid, g), param_bytes)
     if timeline is not None:
         obs_s = g["task"]["start_ns"].to_numpy() - t0
         obs_e = obs_s + g["task"]["obs_dur_ns"].to_numpy()

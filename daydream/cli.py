@@ -160,10 +160,13 @@ def predict(
     timeline: Annotated[Path | None, typer.Option(help="Write the measured and simulated "
                                                   "schedules as a Chrome trace (Perfetto).")]
     = None,
+    param_bytes: Annotated[int | None, typer.Option(help="The model's parameter bytes, for "
+                                                    "ddp(...) where the trace does not tell.")]
+    = None,
 ) -> None:
     """Predict the iteration time with --opt (or, without, replay the trace): measured,
     baseline and predicted time per iteration, phases, critical path, unit load."""
-    d = api.predict(trace, store, opts=opt or None, timeline=timeline)
+    d = api.predict(trace, store, opts=opt or None, timeline=timeline, param_bytes=param_bytes)
     if json:
         typer.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode())
         return

@@ -39,8 +39,8 @@ def resolve(target: str, st: Store, ingest_folder) -> tuple[str, list] | None:
                                 "NAME`", file=target)
         raise DaydreamError(f"the traces in {target} form several jobs: {', '.join(jobs)}; "
                             "predict one by name", file=target)
-    if p.exists():
-        return None
+    if p.exists() or any(t.startswith(target) for t in st.trace_ids()):
+        return None  # a trace file or a stored trace id
     jobs = find(st)
     if target in jobs:
         return target, jobs[target]
@@ -67,7 +67,8 @@ def _its(rep) -> list[dict]:
              "used": i.used, **({"note": i.note} if i.note else {})} for i in rep.iterations]
 
 
-def predict_job(st: Store, jg, opts: list[str] | None, device: dict | None) -> dict:
+def predict_job(st: Store, jg, opts: list[str] | None, device: dict | None,
+                param_bytes: int | None = None) -> dict:
     """Replay of a job (and, with ``opts``, a prediction): job and per-rank iteration times,
     collectives, straggler."""
     from simulate.job import replay_job
@@ -102,7 +103,7 @@ def predict_job(st: Store, jg, opts: list[str] | None, device: dict | None) -> d
         from transforms import rewrite
         spec = "+".join(opts)
         notes: list[str] = []
-        t2 = rewrite(jg.tables, spec, device=device, notes=notes)
+        t2 = rewrite(jg.tables, spec, device=device, notes=notes, param_bytes=param_bytes)
         pred = replay_job(t2)
         out["opts"] = spec
         out["notes"] += notes
@@ -129,7 +130,7 @@ def pl_n_unique(col: str):
 
 
 def add_device_ranks(out: dict, st: Store, tid: str, g, opts: list[str] | None,
-                     device: dict | None) -> None:
+                     device: dict | None, param_bytes: int | None = None) -> None:
     """A trace whose GPU work ran on several devices (an Nsight export of several processes)
     is a job by itself: add its ``ranks`` (and job fields) to the trace's prediction."""
     from graphstore.job import Member, build_job, device_ranks
@@ -137,7 +138,7 @@ def add_device_ranks(out: dict, st: Store, tid: str, g, opts: list[str] | None,
         return
     row = st.trace_row(tid)
     jg = build_job(tid, [Member(0, tid, row["file"])], [g], [st.read("kernel", tid)])
-    d = predict_job(st, jg, opts, device)
+    d = predict_job(st, jg, opts, device, param_bytes)
     for k in ("job", "world_size", "ranks", "collectives", "straggler", "predicted_straggler"):
         if k in d:
             out[k] = d[k]

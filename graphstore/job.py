@@ -94,17 +94,26 @@ class JobGraph:
 
 def find_jobs(trace_rows: list[dict]) -> dict[str, list[Member]]:
     """Jobs among the store's traces (rows of the ``trace`` table): by the ``job`` name given at
-    ingest, else by folder among traces that carry a rank and a world size > 1. A group whose
-    ranks repeat is not a job (two runs in one folder) and is left out."""
+    ingest, else by folder and world size among traces that carry a rank and a world size > 1.
+    A folder group is a job only when its ranks are distinct and its traces overlap in time
+    (one run); two runs in one folder are left out."""
     groups: dict[str, list[dict]] = defaultdict(list)
+    named = set()
     for r in trace_rows:
         if r.get("job"):
             groups[r["job"]].append(r)
+            named.add(r["job"])
         elif r.get("rank") is not None and (r.get("world_size") or 0) > 1:
             folder = Path(r.get("file") or "").parent.name or "job"
-            groups[f"{folder}"].append(r)
+            groups[(folder, r["world_size"])].append(r)
+    by_folder = defaultdict(int)
+    for k in groups:
+        if k not in named:
+            by_folder[k[0]] += 1
     out = {}
-    for name, rows in groups.items():
+    for key, rows in groups.items():
+        name = key if key in named else (key[0] if by_folder[key[0]] == 1 else
+                                         f"{key[0]}_of{key[1]}")
         ranks = [r.get("rank") for r in rows]
         if any(x is None for x in ranks):
             # --job without ranks in the traces: number them by file name
@@ -112,9 +121,18 @@ def find_jobs(trace_rows: list[dict]) -> dict[str, list[Member]]:
             ranks = list(range(len(rows)))
         if len(set(ranks)) != len(ranks):
             continue
+        if key not in named and len(rows) > 1 and not _overlap(rows):
+            continue
         out[name] = sorted((Member(int(k), r["trace_id"], r.get("file"))
                             for k, r in zip(ranks, rows, strict=True)), key=lambda m: m.rank)
     return out
+
+
+def _overlap(rows: list[dict]) -> bool:
+    """The traces' time windows share an instant (where they have windows)."""
+    w = [(r.get("start_ns"), r.get("end_ns")) for r in rows]
+    w = [(a, b) for a, b in w if a is not None and b is not None]
+    return not w or max(a for a, _ in w) < min(b for _, b in w)
 
 
 def device_ranks(g: dict[str, pa.Table]) -> dict[int, int]:

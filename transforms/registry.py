@@ -28,6 +28,7 @@ class Context:
     device: dict | None = None
     notes: list[str] = field(default_factory=list)
     world_size: int | None = None  # ranks of the traced job (a trace's distributedInfo)
+    param_bytes: int | None = None  # the model's parameter bytes, when the user gives them
 
 
 @dataclass
@@ -147,17 +148,18 @@ def check(spec: str) -> list[tuple[Opt, dict]]:
 
 
 def rewrite_graph(g: Graph, spec: str, *, device: dict | None = None,
-                  notes: list[str] | None = None, world_size: int | None = None) -> Graph:
+                  notes: list[str] | None = None, world_size: int | None = None,
+                  param_bytes: int | None = None) -> Graph:
     ctx = Context(device=device, notes=notes if notes is not None else [],
-                  world_size=world_size)
+                  world_size=world_size, param_bytes=param_bytes)
     for opt, kw in check(spec):
         g = opt.fn(g, ctx, **kw)
     return g
 
 
 def rewrite(tables: dict[str, pa.Table], spec: str, *, device: dict | None = None,
-            notes: list[str] | None = None, world_size: int | None = None
-            ) -> dict[str, pa.Table]:
+            notes: list[str] | None = None, world_size: int | None = None,
+            param_bytes: int | None = None) -> dict[str, pa.Table]:
     """The graph tables rewritten by a spec chain (``amp+fused_adam``), applied left to right.
 
     ``device``: the trace's GPU as in the trace table's ``devices`` JSON (one entry, e.g.
@@ -169,7 +171,7 @@ def rewrite(tables: dict[str, pa.Table], spec: str, *, device: dict | None = Non
     steps = check(spec)  # all errors before any work
     g = Graph.from_tables(tables)
     ctx = Context(device=device, notes=notes if notes is not None else [],
-                  world_size=world_size)
+                  world_size=world_size, param_bytes=param_bytes)
     for opt, kw in steps:
         g = opt.fn(g, ctx, **kw)
     return g.tables()

@@ -150,7 +150,10 @@ def test_find_jobs_by_name_and_by_folder():
     (two runs) are not a job."""
     from graphstore.job import find_jobs
     rows = [{"trace_id": f"t{i}", "file": f"runs/a/r{i}.json", "rank": i, "world_size": 2,
-             "job": None} for i in range(2)]
+             "job": None, "start_ns": 100 * i, "end_ns": 1000 + i} for i in range(2)]
+    # two ranks of another run in one folder: they do not overlap in time
+    rows += [{"trace_id": f"w{i}", "file": f"runs/c/r{i}.json", "rank": i, "world_size": 2,
+              "job": None, "start_ns": 5000 * i, "end_ns": 5000 * i + 10} for i in range(2)]
     rows += [{"trace_id": f"u{i}", "file": f"x/{i}.json", "rank": None, "world_size": None,
               "job": "mine"} for i in range(3)]
     rows += [{"trace_id": f"v{i}", "file": f"runs/b/{i}.json", "rank": 0, "world_size": 2,

@@ -192,7 +192,7 @@ def test_ddp_uses_layer_sizes_from_the_trace():
 
 def test_ddp_without_sizes_says_how_to_give_them():
     from ingest.errors import DaydreamError
-    with pytest.raises(DaydreamError, match="param_bytes="):
+    with pytest.raises(DaydreamError, match="--param-bytes N"):
         rewrite(toy(comm=False), "ddp(world=8)")
 
 
@@ -311,3 +311,13 @@ def test_blueconnect_decomposes_over_nodes():
                  "blueconnect(gpus_per_node=8,intra=100GB/s)")
     assert pl.from_arrow(g2["task"]).filter(pl.col("kind") == "comm")["dur_ns"].to_list() == [
         170_000, 125_000]
+
+
+def test_ddp_param_bytes_from_the_command_line_override():
+    """--param-bytes reaches ddp through the context; the note names it as the source."""
+    notes = []
+    g2 = rewrite(toy(comm=False), "ddp(world=8,bandwidth=100Gbps)", param_bytes=30_000_000,
+                 notes=notes)
+    ins = pl.from_arrow(g2["task"]).filter(pl.col("name").str.starts_with("ddp:"))
+    assert ins["dur_ns"].to_list() == [2_170_000, 2_170_000]
+    assert any("--param-bytes 30000000" in n for n in notes)

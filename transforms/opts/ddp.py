@@ -50,8 +50,8 @@ def gradient_bytes(g: Graph, bk: pl.DataFrame, param_bytes: int) -> tuple[np.nda
         if out.sum() > 0:
             return out, f"trace: parameter sizes of {lay.height} layers (layer markers)"
     raise DaydreamError("ddp: the trace tells no parameter sizes (no layer markers with "
-                        "parameter bytes); give the model's size, e.g. "
-                        "ddp(world=8, param_bytes=102000000)")
+                        "parameter bytes); give the model's size: "
+                        "--param-bytes N or ddp(world=8, param_bytes=N)")
 
 
 def buckets(bk: pl.DataFrame, grad: np.ndarray, bucket_mb: float) -> list[tuple[int, int, float]]:
@@ -98,7 +98,10 @@ def ddp(g: Graph, ctx: Context, *, world: int = 8, bandwidth: str = "", bucket_m
     bk = backward_kernels(g)
     if not bk.height:
         raise DaydreamError("ddp: no backward kernels found (the trace has no backward phase)")
-    grad, source = gradient_bytes(g, bk, param_bytes)
+    given = param_bytes or ctx.param_bytes or 0
+    grad, source = gradient_bytes(g, bk, given)
+    if given and not param_bytes:
+        source = source.replace("param_bytes=", "--param-bytes ")
     base = assumed_link(ctx)
     lk = comm.parse_bandwidth(bandwidth, base) if bandwidth else base
     bs = buckets(bk, grad, bucket_mb)
