@@ -9,6 +9,7 @@ import orjson
 
 from collect.api import collect, collect_steps
 from collect.cli import collect_command
+from daydream import jobs as _jobs
 from ingest import schema, source
 from ingest.batch import FileResult, IngestReport, expand
 from ingest.batch import ingest as _ingest
@@ -16,7 +17,7 @@ from ingest.errors import DaydreamError
 from ingest.store import DEFAULT_STORE, Store
 
 __all__ = ["DaydreamError", "collect", "collect_command", "collect_steps", "expand", "ingest",
-           "info", "predict", "resolve_trace", "open_store", "sql", "DEFAULT_STORE"]
+           "info", "jobs", "predict", "resolve_trace", "open_store", "sql", "DEFAULT_STORE"]
 
 
 def open_store(store: str | Path | None = None) -> Store:
@@ -123,7 +124,8 @@ def sql(query: str, store: str | Path | None = None, *, fmt: str = "table",
 
 
 def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | None = None,
-            timeline: str | Path | None = None, plot: str | Path | None = None) -> dict:
+            timeline: str | Path | None = None, plot: str | Path | None = None,
+            param_bytes: int | None = None) -> dict:
     """Baseline replay (and, with ``opts``, a what-if prediction) of one trace.
 
     TRACE is a trace file (ingested on the fly if the store lacks it) or a stored trace id.
@@ -134,6 +136,14 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
     from simulate.timeline import write_timeline
 
     st = open_store(store)
+    job = _jobs.resolve(trace, st, lambda p: _ingest_folder(p, st))
+    if job is not None:  # the traces of all ranks of one run
+        if not (st.root / "graph.duckdb").exists() or not {m.trace_id for m in job[1]} <= \
+                _graph_ids(st):
+            build_graphs(st, strict=True)
+        jg = _jobs.build(st, *job)
+        return _jobs.predict_job(st, jg, opts, _trace_device(st, job[1][0].trace_id, None),
+                                 param_bytes)
     tid = resolve_trace(trace, st, ingest_missing=True)
     if not (st.root / "graph.duckdb").exists() or tid not in _graph_ids(st):
         build_graphs(st, strict=True)
@@ -161,7 +171,8 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
         spec = "+".join(opts)
         notes: list[str] = []
         g2 = rewrite(g, spec, device=_trace_device(st, tid, g), notes=notes,
-                     activity=lambda name: st.read(name, tid))
+                     activity=lambda name: st.read(name, tid),
+                     world_size=st.trace_row(tid)["world_size"], param_bytes=param_bytes)
         pred = replay(g2)
         by_idx = {i.index: i for i in pred.iterations}
         out["opts"] = spec
@@ -176,6 +187,7 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
             it["predicted_ms"] = p.simulated_ns / 1e6 if p else None
         out["phases"] = {"baseline": _phase_ms(g, base), "predicted": _phase_ms(g2, pred)}
         out["predicted_critical_path"] = pred.critical_path
+    _jobs.add_device_ranks(out, st, tid, g, opts, _trace_device(st, tid, g), param_bytes)
     if timeline is not None:
         obs_s = g["task"]["start_ns"].to_numpy() - t0
         obs_e = obs_s + g["task"]["obs_dur_ns"].to_numpy()
@@ -211,11 +223,25 @@ def _plot(path: str | Path, out: dict, g, base, g2, pred) -> None:
     out["plot_iteration"] = it
 
 
+def jobs(store: str | Path | None = None) -> dict[str, list[dict]]:
+    """The store's jobs (the traces of all ranks of one run): name -> rank, trace_id, file."""
+    return {k: [{"rank": m.rank, "trace_id": m.trace_id, "file": m.file} for m in v]
+            for k, v in _jobs.find(open_store(store)).items()}
+
+
+def _ingest_folder(path: Path, st: Store) -> list[str]:
+    """Ingest a folder of rank traces (execution traces beside them skipped); their ids."""
+    files = [f for f in expand([path]) if ".et." not in Path(f).name]
+    rep = _ingest(files, st, jobs=None, strict=True)
+    build_graphs(st, rep, strict=True)
+    return sorted({r.trace_id for r in rep.results if r.trace_id})
+
+
 def _trace_device(st: Store, tid: str, g) -> dict | None:
     """The device properties of the GPU the trace's streams ran on, when the trace has them."""
     row = st.trace_row(tid)
     devs = orjson.loads(row["devices"]) if row["devices"] else []
-    used = set(g["unit"]["device"].drop_null().to_pylist())
+    used = set(g["unit"]["device"].drop_null().to_pylist()) if g is not None else set()
     return next((d for d in devs if d.get("id") in used), devs[0] if devs else None)
 
 

@@ -148,8 +148,8 @@ def sql(
 
 @app.command()
 def predict(
-    trace: Annotated[str, typer.Argument(help="Trace file (ingested if new) or stored trace "
-                                         "id.")],
+    trace: Annotated[str, typer.Argument(help="Trace file (ingested if new), stored trace "
+                                         "id, job name or folder of rank traces (a job).")],
     store: StoreOpt = api.DEFAULT_STORE,
     opt: Annotated[list[str] | None, typer.Option("--opt", help="Optimization to predict, "
                                                   "e.g. amp, fused_adam, dataloader(workers=4),"
@@ -163,15 +163,32 @@ def predict(
     plot: Annotated[Path | None, typer.Option(help="Draw the phase breakdown and one "
                                               "iteration's timeline, before and after, as a "
                                               "PNG.")] = None,
+    param_bytes: Annotated[int | None, typer.Option(help="The model's parameter bytes, for "
+                                                    "ddp(...) where the trace does not tell.")]
+    = None,
 ) -> None:
     """Predict the iteration time with --opt (or, without, replay the trace): measured,
     baseline and predicted time per iteration, phases, critical path, unit load."""
-    d = api.predict(trace, store, opts=opt or None, timeline=timeline, plot=plot)
+    d = api.predict(trace, store, opts=opt or None, timeline=timeline, plot=plot,
+                    param_bytes=param_bytes)
     if json:
         typer.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode())
         return
     from daydream.report import print_prediction
     print_prediction(d)
+
+
+@app.command()
+def jobs(store: StoreOpt = api.DEFAULT_STORE,
+         json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List the jobs in the store: the traces of all ranks of one run (predict JOB replays
+    them together)."""
+    d = api.jobs(store)
+    if json:
+        typer.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode())
+        return
+    for name, ms in d.items():
+        typer.echo(f"{name}  {len(ms)} ranks  " + " ".join(m["trace_id"] for m in ms))
 
 
 @app.command()

@@ -55,6 +55,8 @@ def print_prediction(d: dict) -> None:
         con.print(ph)
         for note in d.get("notes") or []:
             con.print(f"  note: {note}")
+    if d.get("ranks"):
+        print_ranks(con, d)
     cp = d.get("critical_path") or {}
     if cp:
         con.print(f"critical path of iteration {cp['iteration']} (replay): {cp['tasks']} tasks "
@@ -77,3 +79,32 @@ def print_prediction(d: dict) -> None:
         con.print(f"plot of iteration {d['plot_iteration']} written to {d['plot']}")
     if d.get("predicted_timeline"):
         con.print(f"predicted timeline written to {d['predicted_timeline']}")
+
+
+def print_ranks(con: Console, d: dict) -> None:
+    """A job's ranks, its collectives and its straggler."""
+    t = Table(title=f"job {d.get('job')}: {d.get('world_size')} ranks")
+    pred = "predicted_ms" in d
+    for col in ("rank", "measured ms", "baseline ms", "replay error") + (
+            ("predicted ms",) if pred else ()):
+        t.add_column(col, justify="right")
+    for r in d["ranks"]:
+        row = [str(r["rank"]), _ms(r["measured_ms"]), _ms(r["baseline_ms"]),
+               _pct(r.get("error_pct"))]
+        if pred:
+            row.append(_ms(r.get("predicted_ms")))
+        t.add_row(*row)
+    con.print(t)
+    c = d.get("collectives") or {}
+    if c.get("matched"):
+        con.print(f"collectives: {c['matched']} matched across ranks ({c['kernels_joined']} "
+                  f"kernels, {c['kernels_unmatched']} unmatched), "
+                  f"{c['waiting_ms']:.3f} ms spent waiting for the last rank")
+    s = d.get("straggler") or {}
+    if s:
+        cause = ", ".join(f"{x['name']} {x['ms']:.2f} ms" for x in s["cause"][:3])
+        con.print(f"straggler: rank {s['rank']} arrived last at {s['last_at']} of "
+                  f"{s['collectives']} collectives, the others waited {s['wait_caused_ms']:.3f}"
+                  f" ms for it; at {s['worst_collective']} it was {s['late_by_ms']:.3f} ms late "
+                  f"(its trace started {s['started_late_ms']:.3f} ms after the first rank's); "
+                  f"its work before: {cause}")

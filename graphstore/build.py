@@ -340,6 +340,25 @@ def _cpu_tasks(api: pa.Table, rng: pa.Table, stats: Stats):
         api_task
 
 
+# Bytes per element of the dtype names NCCL kernel args carry ('Float', 'Half', 'c10::BFloat16'...).
+DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8,
+               "float64": 8, "int": 4, "int32": 4, "int64": 8, "long": 8, "int8": 1,
+               "char": 1, "byte": 1, "uint8": 1, "bool": 1, "short": 2, "int16": 2}
+
+
+def _message_bytes(t: pa.Table) -> np.ndarray:
+    """Collective message bytes per rank: the larger of the input and output element counts
+    (an all-gather's output is the gathered tensor) times the dtype size; -1 where unknown.
+    An unknown dtype counts 4 bytes (NCCL args name the float types PyTorch sends)."""
+    if "in_elems" not in t.column_names:
+        return np.full(t.num_rows, -1, np.int64)
+    n = np.maximum(_col(t, "in_elems"), _col(t, "out_elems"))
+    codes, values = _dict(t, "dtype")
+    w = np.array([DTYPE_BYTES.get(str(v).lower().removeprefix("c10::"), 4) for v in values],
+                 np.int64)
+    return np.where(n >= 0, n * w[codes], -1)
+
+
 def _median(x: np.ndarray, default: int) -> int:
     return int(np.median(x)) if len(x) else default
 
@@ -369,8 +388,8 @@ def build(tables: dict[str, pa.Table]) -> Graph:
             kind[coll | is_comm] = KIND_COMM
         nbytes = _col(t, "bytes") if "bytes" in t.column_names else np.full(t.num_rows, -1)
         if tname == "kernel":
-            # collectives: bytes unknown here (elements x dtype size comes with the comm model)
-            nbytes = np.full(t.num_rows, -1, np.int64)
+            # collectives: message bytes per rank from the NCCL args where the trace has them
+            nbytes = _message_bytes(t)
         parts.append(dict(kind=kind, device=_col(t, "device", 0), stream=_col(t, "stream", 0),
                           start=_col(t, "start_ns"), dur=_col(t, "dur_ns"),
                           corr=_col(t, "correlation"), name=pool.add(codes, vocab),

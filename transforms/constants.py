@@ -124,3 +124,104 @@ CUDA_GRAPHS = {
 FUSION = {
     "min_chain": {"value": 2, "source": "a chain of two or more element-wise kernels"},
 }
+
+# Communication links: per-GPU, per-direction bandwidth (GB/s = 1e9 bytes/s) and the latency of
+# one step of a collective over the link (ns). Bandwidths are the vendors' peak numbers; what
+# NCCL achieves is ``efficiency`` of it (nccl-tests bus bandwidth against the peak).
+_NV_NVLINK = ("NVIDIA NVLink product page and the GPU datasheets (P100/V100/A100/H100/B200): "
+              "total NVLink bandwidth per GPU, both directions; half of it per direction")
+_NCCL_TESTS = ("NVIDIA nccl-tests doc/PERFORMANCE.md (bus bandwidth: what a collective moves "
+               "per rank over the slowest link, comparable to the link's peak)")
+COMM_LINK = {
+    "nvlink1": {"value": {"gbps": 80.0, "latency_ns": 3000}, "source": _NV_NVLINK +
+                ": P100 160 GB/s"},
+    "nvlink2": {"value": {"gbps": 150.0, "latency_ns": 3000}, "source": _NV_NVLINK +
+                ": V100 300 GB/s"},
+    "nvlink3": {"value": {"gbps": 300.0, "latency_ns": 3000}, "source": _NV_NVLINK +
+                ": A100 600 GB/s"},
+    "nvlink4": {"value": {"gbps": 450.0, "latency_ns": 3000}, "source": _NV_NVLINK +
+                ": H100 900 GB/s"},
+    "nvlink5": {"value": {"gbps": 900.0, "latency_ns": 3000}, "source": _NV_NVLINK +
+                ": B200 1.8 TB/s"},
+    "pcie3": {"value": {"gbps": 15.75, "latency_ns": 5000}, "source": "PCI-SIG: PCIe 3.0 x16, "
+              "8 GT/s x 16 lanes, 128b/130b encoding = 15.75 GB/s per direction"},
+    "pcie4": {"value": {"gbps": 31.5, "latency_ns": 5000}, "source": "PCI-SIG: PCIe 4.0 x16 "
+              "= 31.5 GB/s per direction"},
+    "pcie5": {"value": {"gbps": 63.0, "latency_ns": 5000}, "source": "PCI-SIG: PCIe 5.0 x16 "
+              "= 63 GB/s per direction"},
+    "ib_edr": {"value": {"gbps": 12.5, "latency_ns": 8000}, "source": "InfiniBand Trade "
+               "Association roadmap: EDR 100 Gb/s per port"},
+    "ib_hdr": {"value": {"gbps": 25.0, "latency_ns": 8000}, "source": "IBTA roadmap: HDR "
+               "200 Gb/s per port"},
+    "ib_ndr": {"value": {"gbps": 50.0, "latency_ns": 8000}, "source": "IBTA roadmap: NDR "
+               "400 Gb/s per port"},
+    "eth10": {"value": {"gbps": 1.25, "latency_ns": 30000}, "source": "IEEE 802.3: 10 GbE"},
+    "eth25": {"value": {"gbps": 3.125, "latency_ns": 30000}, "source": "IEEE 802.3by: 25 GbE"},
+    "eth100": {"value": {"gbps": 12.5, "latency_ns": 20000}, "source": "IEEE 802.3: 100 GbE"},
+    "efficiency": {"value": 0.8, "source": "estimate from " + _NCCL_TESTS + ": all-reduce "
+                   "bus bandwidth reaches ~75-85% of the link peak for large messages"},
+    "latency_note": {"value": None, "source": "latency_ns per step: estimate, NCCL LL/LL128 "
+                     "protocol step latency of a few us inside a node (NVLink, PCIe) and "
+                     "~5-10 us across InfiniBand; tens of us over TCP (Ethernet); fitted from "
+                     "the trace's own collectives where their sizes are known"},
+}
+
+def _log2(n: int) -> int:
+    return max(int(n - 1).bit_length(), 0)
+
+
+# Collective cost (alpha-beta model): (steps(n), wire_factor(n)) per algorithm and collective;
+# time = steps(n) * latency + wire_factor(n) * bytes / bw,
+# bytes = the message each rank holds (the gathered size for all_gather), n = ranks.
+# Source: Thakur, Rabenseifner, Gropp, "Optimization of Collective Communication Operations in
+# MPICH", IJHPCA 19(1), 2005 (ring/pairwise/binomial-tree costs); NCCL's bus-bandwidth factors
+# in nccl-tests doc/PERFORMANCE.md (all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n,
+# broadcast and reduce 1). ``tree`` all-reduce is NCCL's double binary tree: log2(n) steps up
+# and down, the whole message each way.
+COLLECTIVE = {
+    "ring": {"value": {
+        "all_reduce": (lambda n: 2 * (n - 1), lambda n: 2 * (n - 1) / n),
+        "reduce_scatter": (lambda n: n - 1, lambda n: (n - 1) / n),
+        "all_gather": (lambda n: n - 1, lambda n: (n - 1) / n),
+        "all_to_all": (lambda n: n - 1, lambda n: (n - 1) / n),
+        "broadcast": (lambda n: n - 1, lambda n: 1.0),
+        "reduce": (lambda n: n - 1, lambda n: 1.0),
+        "send_recv": (lambda n: 1, lambda n: 1.0),
+    }, "source": "Thakur et al. 2005 (ring and pairwise exchange); nccl-tests PERFORMANCE.md"},
+    "tree": {"value": {
+        "all_reduce": (lambda n: 2 * _log2(n), lambda n: 2.0),
+        "broadcast": (lambda n: _log2(n), lambda n: 1.0),
+        "reduce": (lambda n: _log2(n), lambda n: 1.0),
+    }, "source": "Thakur et al. 2005 (binomial tree); NCCL 2.4 double binary tree blog "
+                 "(developer.nvidia.com/blog/massively-scale-deep-learning-training-nccl-2-4)"},
+}
+
+DISTRIBUTED = {
+    "bucket_mb": {"value": 25, "source": "PyTorch DistributedDataParallel bucket_cap_mb "
+                  "default (pytorch.org/docs/stable/generated/"
+                  "torch.nn.parallel.DistributedDataParallel.html)"},
+    "first_bucket_mb": {"value": 1, "source": "PyTorch DDP: the first bucket is capped at 1 MB "
+                        "(dist._DEFAULT_FIRST_BUCKET_BYTES) so communication starts early"},
+    "grad_bytes_per_param": {"value": 4, "source": "FP32 gradients (DDP all-reduces the .grad "
+                             "tensors in the parameters' dtype)"},
+    "dgc_select_frac": {"value": 0.25, "source": "estimate: top-k selection by sampling, as in "
+                        "Lin et al., 'Deep Gradient Compression', ICLR 2018, sec. 3 (sampled "
+                        "threshold): about a quarter of one pass of an optimizer step over the "
+                        "gradients"},
+    "dgc_min_kernel_ns": {"value": 5000, "source": "estimate: one small selection kernel"},
+    "p3_slice_kb": {"value": 200, "source": "Jayarajan et al., 'Priority-based Parameter "
+                    "Propagation for Distributed DNN Training', MLSys 2019: slices of 50,000 "
+                    "parameters (200 KB of FP32) in their evaluation"},
+}
+
+# GPU memory bandwidth (GB/s) by family, for kernels a model inserts that stream over gradients.
+GPU_MEMORY_GBPS = {
+    "v100": {"value": 900.0, "source": "NVIDIA V100 datasheet: 900 GB/s HBM2"},
+    "a100": {"value": 1555.0, "source": "NVIDIA A100 datasheet: 1,555 GB/s (40 GB HBM2)"},
+    "h100": {"value": 3350.0, "source": "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3"},
+    "turing": {"value": 616.0, "source": "NVIDIA RTX 2080 Ti spec: 616 GB/s GDDR6"},
+    "mi300x": {"value": 5300.0, "source": "AMD Instinct MI300X datasheet: 5.3 TB/s HBM3"},
+    "default": {"value": 900.0, "source": "as v100"},
+    "achieved": {"value": 0.7, "source": "estimate: a streaming kernel reaches ~70% of peak "
+                 "memory bandwidth (STREAM-like kernels on V100/A100)"},
+}

@@ -254,7 +254,8 @@ class Graph:
             raise DaydreamError("insert: 'at' must name existing tasks")
         after = (t["place"] == "after").to_numpy()
         base = self.task[at]
-        fill = {c: base[c] for c in ("phase", "iteration", "layer")}
+        # a job graph's tasks carry their rank (graphstore.job): an inserted task joins at's
+        fill = {c: base[c] for c in ("phase", "iteration", "layer", "rank") if c in base.columns}
         row = {}
         for c, dt in self.task.schema.items():
             if c == "task_id":
@@ -348,6 +349,24 @@ class Graph:
             ed = ed.with_columns(pl.Series("src", m("src")), pl.Series("dst", m("dst")))
             e = pl.concat([e, ed.select(e.columns).cast(e.schema)])
         return self._with(task=allt, edge=e.sort(["src", "dst"])), ins_ids
+
+    def connect(self, edges: pl.DataFrame) -> Graph:
+        """Add edges between existing tasks: src, dst, and optionally kind, anchor, lag_ns,
+        binding (default ``inserted``, ``end_start``, 0, false)."""
+        if not edges.height:
+            return self
+        ed = edges
+        for c, v in (("kind", "inserted"), ("anchor", "end_start"), ("lag_ns", 0),
+                     ("binding", False)):
+            if c not in ed.columns:
+                ed = ed.with_columns(pl.lit(v).alias(c))
+        n = self.n_tasks
+        bad = ed.filter((pl.col("src") < 0) | (pl.col("src") >= n) | (pl.col("dst") < 0) |
+                        (pl.col("dst") >= n))
+        if bad.height:
+            raise DaydreamError(f"connect: edge {bad.row(0)} names a task outside 0..{n - 1}")
+        e = pl.concat([self.edge, ed.select(self.edge.columns).cast(self.edge.schema)])
+        return self._with(edge=e.sort(["src", "dst"]))
 
     # -- reschedule ----------------------------------------------------------------------------
     def set_priority(self, pred: Predicate, priority) -> Graph:

@@ -30,6 +30,8 @@ class Context:
     device: dict | None = None
     notes: list[str] = field(default_factory=list)
     activity: Callable[[str], pa.Table] | None = None
+    world_size: int | None = None  # ranks of the traced job (a trace's distributedInfo)
+    param_bytes: int | None = None  # the model's parameter bytes, when the user gives them
 
 
 @dataclass
@@ -150,8 +152,10 @@ def check(spec: str) -> list[tuple[Opt, dict]]:
 
 def rewrite_graph(g: Graph, spec: str, *, device: dict | None = None,
                   notes: list[str] | None = None,
-                  activity: Callable[[str], pa.Table] | None = None) -> Graph:
-    ctx = Context(device=device, notes=notes if notes is not None else [], activity=activity)
+                  activity: Callable[[str], pa.Table] | None = None,
+                  world_size: int | None = None, param_bytes: int | None = None) -> Graph:
+    ctx = Context(device=device, notes=notes if notes is not None else [], activity=activity,
+                  world_size=world_size, param_bytes=param_bytes)
     for opt, kw in check(spec):
         g = opt.fn(g, ctx, **kw)
     return g
@@ -159,7 +163,8 @@ def rewrite_graph(g: Graph, spec: str, *, device: dict | None = None,
 
 def rewrite(tables: dict[str, pa.Table], spec: str, *, device: dict | None = None,
             notes: list[str] | None = None,
-            activity: Callable[[str], pa.Table] | None = None) -> dict[str, pa.Table]:
+            activity: Callable[[str], pa.Table] | None = None, world_size: int | None = None,
+            param_bytes: int | None = None) -> dict[str, pa.Table]:
     """The graph tables rewritten by a spec chain (``amp+fused_adam``), applied left to right.
 
     ``device``: the trace's GPU as in the trace table's ``devices`` JSON (one entry, e.g.
@@ -167,10 +172,13 @@ def rewrite(tables: dict[str, pa.Table], spec: str, *, device: dict | None = Non
     models (amp); None means unknown (defaults documented per optimization). ``notes``, when
     given, receives one line per modelling choice an optimization made (e.g. the GPU family
     it assumed). ``activity``: reads one of the trace's activity tables by name (None: the
-    optimizations that use one fall back to their parameters)."""
+    optimizations that use one fall back to their parameters). ``world_size``: ranks of the
+    traced job, for the distributed models (a job graph's own ranks count instead);
+    ``param_bytes``: the model's parameter bytes, when the user gives them."""
     steps = check(spec)  # all errors before any work
     g = Graph.from_tables(tables)
-    ctx = Context(device=device, notes=notes if notes is not None else [], activity=activity)
+    ctx = Context(device=device, notes=notes if notes is not None else [], activity=activity,
+                  world_size=world_size, param_bytes=param_bytes)
     for opt, kw in steps:
         g = opt.fn(g, ctx, **kw)
     return g.tables()

@@ -1,0 +1,73 @@
+"""Deep gradient compression (Lin et al., ICLR 2018): sparse gradients, less traffic."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from ingest.errors import DaydreamError
+from transforms import comm
+from transforms.constants import DISTRIBUTED as C
+from transforms.constants import GPU_MEMORY_GBPS as MEM
+from transforms.opts.distributed import current_link, set_comm, world_of
+from transforms.primitives import Graph
+from transforms.registry import Context, register
+
+
+@register("dgc")
+def dgc(g: Graph, ctx: Context, *, ratio: float = 0.001) -> Graph:
+    """Deep gradient compression: each gradient all-reduce sends only RATIO of the gradients.
+
+    The top RATIO of each message (values and their indices: 2 x RATIO x bytes per rank) is
+    exchanged with an all-gather instead of the dense all-reduce, so the transfer becomes
+    (n-1) x 2 x RATIO x bytes / B where it was 2(n-1)/n x bytes / B; latency steps follow the
+    all-gather (n-1). Before each collective a selection kernel is inserted on the stream of
+    the kernel that made the gradients ready: it streams over the message dgc_select_frac
+    passes at the GPU's achieved memory bandwidth (constants DISTRIBUTED, GPU_MEMORY_GBPS).
+    Chain after ddp(...) for a single-GPU trace, or use on a DDP trace."""
+    if not 0 < ratio <= 1:
+        raise DaydreamError(f"dgc: ratio must be in (0, 1], got {ratio}")
+    n = world_of(g, ctx)
+    c = comm.comm_table(g.task).filter(pl.col("type") == "all_reduce")
+    if not c.height or not n or n < 2:
+        raise DaydreamError("dgc: no gradient all-reduce to compress; chain it after "
+                            "ddp(world=N, ...) for a single-GPU trace")
+    cur = current_link(g, ctx, n)
+    parts = comm.split(c, n, cur)
+    s_ag, w_ag = comm.cost_terms("all_gather", n)
+    s_ar, w_ar = comm.cost_terms("all_reduce", n)
+    new = (parts["rest_ns"].to_numpy() + parts["lat_ns"].to_numpy() * (s_ag / s_ar) +
+           parts["xfer_ns"].to_numpy() * (2 * ratio * n * w_ag) / w_ar)
+    g = set_comm(g, c["task_id"].to_numpy(), np.rint(new).astype(np.int64))
+    # selection kernels: on the stream of the GPU task that fed each collective
+    from transforms.opts.amp import family
+    fam = family(ctx.device)
+    bw = MEM.get(fam, MEM["default"])["value"] * MEM["achieved"]["value"]
+    nbytes = parts["bytes"].fill_null(0).to_numpy().astype(np.float64)
+    if not nbytes.any():  # no sizes: the transfer time at the link's bandwidth says how much
+        nbytes = parts["xfer_ns"].to_numpy() * cur.gbps / max(w_ar, 1e-9)
+    sel_ns = np.maximum(np.rint(nbytes * C["dgc_select_frac"]["value"] / bw),
+                        C["dgc_min_kernel_ns"]["value"]).astype(np.int64)
+    e = g.edge
+    feed = (e.filter(pl.col("dst").is_in(c["task_id"].to_list()), pl.col("anchor") ==
+                     "end_start").sort("lag_ns").unique("dst", keep="first")
+            .select("src", "dst"))
+    unit = g.task["unit_id"].to_numpy()
+    kinds = g.task["kind"].to_numpy()
+    feed = feed.filter(pl.col("src").map_batches(
+        lambda s: pl.Series(np.isin(kinds[s.to_numpy()], ["kernel", "memcpy", "memset"]))))
+    sel = dict(zip(c["task_id"].to_list(), sel_ns.tolist(), strict=True))
+    rows, edges = [], []
+    for j, (src, dst) in enumerate(feed.iter_rows()):
+        rows.append({"at": src, "place": "after", "kind": "kernel", "unit_id": int(unit[src]),
+                     "name": "dgc: top-k gradient selection (inserted)", "dur_ns": sel[dst]})
+        edges.append((-1 - j, dst))
+    ctx.notes.append(f"dgc: {c.height} all-reduces sparsified to ratio {ratio:g} "
+                     f"({n} ranks); {len(rows)} selection kernels inserted "
+                     f"({sel_ns.mean() / 1e3:.1f} us each on average)")
+    if not rows:
+        return g
+    ed = pl.DataFrame(edges, schema=["src", "dst"], orient="row").with_columns(
+        pl.lit("inserted").alias("kind"))
+    g2, _ = g.insert(pl.DataFrame(rows), ed)
+    return g2

@@ -1,0 +1,168 @@
+"""Distributed what-ifs on traces that already communicate: another bandwidth, another world
+size, no straggler. They work on a single rank's trace (its world size from the trace's
+distributedInfo) and on a job graph (graphstore.job: all ranks, collectives joined)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from ingest.errors import DaydreamError
+from transforms import comm
+from transforms.primitives import Graph
+from transforms.registry import Context, register
+
+# A link assumed for the trace when its collectives carry no message size, by GPU family.
+_ASSUMED = {"v100": "nvlink2", "a100": "nvlink3", "h100": "nvlink4"}
+
+
+def world_of(g: Graph, ctx: Context) -> int | None:
+    """Ranks of the traced job: a job graph's own ranks, else the trace's world size."""
+    if "rank" in g.task.columns:
+        r = g.task["rank"].drop_nulls()
+        return int(r.filter(r >= 0).n_unique()) or None
+    return ctx.world_size
+
+
+def assumed_link(ctx: Context) -> comm.Link:
+    """The link usual for the trace's GPU (NVLink of its generation; PCIe 4 when unknown)."""
+    from transforms.opts.amp import family
+    return comm.link(_ASSUMED.get(family(ctx.device), "pcie4"))
+
+
+def current_link(g: Graph, ctx: Context, n: int, algo: str = "ring") -> comm.Link:
+    """The trace's link: bandwidth fitted from its collectives where they carry sizes, else
+    the link usual for its GPU; step latency from that link (a note says which)."""
+    base = assumed_link(ctx)
+    f = comm.fit(g.task, n, base.latency_ns, algo)
+    if f.link is not None:
+        ctx.notes.append(f"comm: fitted bandwidth {f.link.gbps:.2f} GB/s from {f.points} "
+                         f"message sizes ({f.note}); step latency "
+                         f"{base.latency_ns / 1e3:.1f} us of {base.source}")
+        return f.link
+    ctx.notes.append(f"comm: {f.note}; assumed {base.source}, latency "
+                     f"{base.latency_ns / 1e3:.1f} us")
+    return base
+
+
+def optimizer_waits(g: Graph) -> Graph:
+    """DDP's optimizer step waits for the all-reduce of every gradient bucket
+    (``finalize_backward`` makes the compute stream wait for the communication stream). A
+    trace shows that wait only when a collective actually ended late; add it everywhere: each
+    backward collective -> the first weight-update GPU task of its iteration."""
+    t = g.task.with_row_index("i")
+    gpu = pl.col("kind").is_in(["kernel", "memcpy", "memset"])
+    wu = (t.filter(gpu, pl.col("phase") == "weight_update", pl.col("iteration").is_not_null())
+          .group_by("iteration").agg(pl.col("i").min().alias("dst"))
+          if "rank" not in t.columns else
+          t.filter(gpu, pl.col("phase") == "weight_update", pl.col("iteration").is_not_null())
+          .group_by("iteration", "rank").agg(pl.col("i").min().alias("dst")))
+    keys = ["iteration"] + (["rank"] if "rank" in t.columns else [])
+    c = t.filter(pl.col("kind") == "comm", pl.col("phase") == "backward",
+                 ~pl.col("name").str.starts_with("join "))
+    start = t["start_ns"].to_numpy()
+    e = c.join(wu, on=keys)
+    # only where the trace agrees (the collective ended before the optimizer started): edges
+    # forward in observed time close no cycle
+    e = e.filter(pl.col("start_ns") + pl.col("obs_dur_ns") <=
+                 pl.col("dst").map_batches(lambda d: pl.Series(start[d.to_numpy()])))
+    e = e.select(pl.col("i").cast(pl.Int64).alias("src"), pl.col("dst").cast(pl.Int64))
+    e = e.join(g.edge.select("src", "dst"), on=["src", "dst"], how="anti")
+    return g.connect(e.with_columns(pl.lit("wait").alias("kind")))
+
+
+def set_comm(g: Graph, ids: np.ndarray, dur: np.ndarray) -> Graph:
+    """New durations of comm kernels; in a job graph the join's end_end lag into each kernel
+    (its own transfer after the last arrival) follows."""
+    full = g.task["dur_ns"].to_numpy().copy()
+    full[ids] = dur
+    g = g.set_duration(ids, full)
+    e = g.edge
+    is_join = (e["kind"] == "rank") & (e["anchor"] == "end_end")
+    if not is_join.any():
+        return g
+    lag = e["lag_ns"].to_numpy().copy()
+    dst = e["dst"].to_numpy()
+    new = np.full(g.n_tasks, -1, np.int64)
+    new[ids] = dur
+    sel = is_join.to_numpy() & (new[dst] >= 0)
+    lag[sel] = new[dst[sel]]
+    return g._with(edge=e.with_columns(pl.Series("lag_ns", lag, pl.Int64)))
+
+
+def _rewrite_comm(g: Graph, ctx: Context, n_new: int | None, bandwidth: str | None,
+                  algo: str, what: str) -> Graph:
+    n = world_of(g, ctx)
+    if not n or n < 2:
+        raise DaydreamError(f"{what}: the trace is not distributed (no world size > 1); use "
+                            "ddp(world=N, ...) for a single-GPU trace")
+    c = comm.comm_table(g.task)
+    if not c.height:
+        raise DaydreamError(f"{what}: the trace has no collective (NCCL/RCCL kernel)")
+    cur = current_link(g, ctx, n, algo)
+    new = comm.parse_bandwidth(bandwidth, cur) if bandwidth else cur
+    parts = comm.split(c, n, cur, algo)
+    dur = comm.rescale(parts, n, n_new or n, cur, new, algo)
+    g = optimizer_waits(g)
+    ctx.notes.append(f"{what}: {c.height} collectives, {n} -> {n_new or n} ranks, "
+                     f"{cur.gbps:.2f} -> {new.gbps:.2f} GB/s; time in collectives "
+                     f"{c['dur_ns'].sum() / 1e6:.3f} -> {dur.sum() / 1e6:.3f} ms")
+    return set_comm(g, c["task_id"].to_numpy(), dur)
+
+
+@register("bandwidth")
+def bandwidth(g: Graph, ctx: Context, *, bw: str = "2x", algo: str = "ring") -> Graph:
+    """Another network bandwidth for a distributed trace: BW is '2x' (of the trace's own
+    bandwidth), '100Gbps', '25GB/s' or a link name (nvlink3, ib_hdr, eth100...).
+
+    Every collective is split by the alpha-beta model (transforms.comm) into latency steps,
+    transfer and the rest (waiting for other ranks, on a single-rank trace); the transfer
+    scales with the bandwidth ratio, the rest is kept. The trace's bandwidth is fitted from its
+    collectives' message sizes (NCCL args) where it has them, else the usual link of its GPU is
+    assumed (a note says which)."""
+    return _rewrite_comm(g, ctx, None, bw, algo, "bandwidth")
+
+
+@register("world")
+def world(g: Graph, ctx: Context, *, n: int = 8, bandwidth: str = "", algo: str = "ring"
+          ) -> Graph:
+    """The same job on N ranks (data parallel, the same batch per GPU): each collective's
+    latency steps and bytes on the wire follow the model for N ranks (ring all-reduce:
+    2(N-1) steps, 2(N-1)/N of the message), optionally on another BANDWIDTH; compute is
+    unchanged and the time a rank waited for others is kept."""
+    if n < 1:
+        raise DaydreamError(f"world: n must be >= 1, got {n}")
+    return _rewrite_comm(g, ctx, n, bandwidth or None, algo, "world")
+
+
+@register("no_straggler")
+def no_straggler(g: Graph, ctx: Context) -> Graph:
+    """Every rank of a job as fast as the median rank: a rank whose own work (CPU and GPU
+    tasks other than collectives) took longer than the median rank's is scaled down to the
+    median, and a rank whose trace started later than the median start (it came late to the
+    first collective) starts at the median."""
+    if "rank" not in g.task.columns:
+        raise DaydreamError("no_straggler: needs a job (the traces of all ranks), e.g. "
+                            "`daydream predict JOB_NAME --opt no_straggler`")
+    t = g.task
+    r = t["rank"].fill_null(-1).to_numpy()
+    own = ((r >= 0) & (t["kind"] != "comm").to_numpy() &
+           ~t["name"].is_in(["<trace start>", "<job start>"]).to_numpy())
+    busy = pl.DataFrame({"rank": r[own], "d": t["dur_ns"].to_numpy()[own]}).group_by(
+        "rank").agg(pl.col("d").sum()).sort("rank")
+    med = float(np.median(busy["d"].to_numpy()))
+    fac = {int(a): min(1.0, med / b) if b > 0 else 1.0 for a, b in busy.iter_rows()}
+    f = np.ones(g.n_tasks)
+    f[own] = np.array([fac[int(x)] for x in r[own]])
+    g = g.scale(own, f)
+    e = g.edge
+    orig = ((e["src"] == 0) & (e["kind"] == "origin")).to_numpy()
+    if orig.sum() > 1:
+        lag = e["lag_ns"].to_numpy().copy()
+        m = float(np.median(lag[orig]))
+        lag[orig] = np.minimum(lag[orig], int(m))
+        g = g._with(edge=e.with_columns(pl.Series("lag_ns", lag, pl.Int64)))
+    slow = [k for k, v in fac.items() if v < 1]
+    ctx.notes.append(f"no_straggler: ranks {slow} scaled to the median busy time "
+                     f"{med / 1e6:.3f} ms; late starts moved to the median")
+    return g
