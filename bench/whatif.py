@@ -24,28 +24,64 @@ from daydream import api  # noqa: E402
 WHATIF = ROOT / "tests" / "data" / "whatif"
 MEASURED = WHATIF / "measured.json"
 
-PAIRS: list[dict] = [
-    {"name": "adam",
-     "label": "Adam(foreach=False) -> Adam(fused=True), MLP, CPU",
-     "base_trace": WHATIF / "adam_foreach_false.json.gz",
-     "real_trace": WHATIF / "adam_fused.json.gz",
-     "spec": "fused_adam"},
-    {"name": "dataloader",
-     "label": "DataLoader num_workers 0 -> 2, costly __getitem__, CPU",
-     "base_trace": WHATIF / "dataloader_w0.json.gz",
-     "real_trace": WHATIF / "dataloader_w2.json.gz",
-     "spec": "dataloader(workers=2)",
-     "note": "recorded on a 2-vCPU VM shared with other jobs, where the two workers often had "
-             "no free core: the real trace is slower than the base (the unprofiled rounds with "
-             "an idle CPU ran 1.3x faster); see tests/data/whatif/README.md"},
-]
+
+def _meta(key: str, default=None):
+    """A machine property measured while recording (measured.json _meta), e.g. the effective
+    cores of the recording machine."""
+    try:
+        return json.loads(MEASURED.read_text())["_meta"][key]
+    except (OSError, KeyError, TypeError, ValueError):
+        return default
+
+
+def _load_factor() -> float | None:
+    """Per-batch loading time of the cheaper dataset over the default one, timed without the
+    profiler (measured.json): the factor a user would measure and give to scale(...)."""
+    try:
+        return float(json.loads(MEASURED.read_text())["dataloader_light"]["load_factor"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _pairs() -> list[dict]:
+    cores = _meta("effective_cores")
+    k = _load_factor()
+    cores_arg = f",cores={cores}" if cores else ""
+    out = []
+    for kind, cls in (("adam", "Adam"), ("adamw", "AdamW"), ("sgd", "SGD(momentum=0.9)")):
+        out.append({"name": kind,
+                    "label": f"{cls}(foreach=False) -> fused=True, MLP, CPU",
+                    "base_trace": WHATIF / f"{kind}_foreach_false.json.gz",
+                    "real_trace": WHATIF / f"{kind}_fused.json.gz",
+                    "spec": f"fused_{kind}"})
+    for w in (1, 2):
+        out.append({"name": f"dataloader_w{w}",
+                    "label": f"DataLoader num_workers 0 -> {w}, costly __getitem__, CPU",
+                    "base_trace": WHATIF / "dataloader_w0.json.gz",
+                    "real_trace": WHATIF / f"dataloader_w{w}.json.gz",
+                    "spec": f"dataloader(workers={w}{cores_arg})",
+                    "note": f"cores = {cores}: the recording machine's effective cores, measured "
+                            "while recording (2 vCPUs shared with other jobs; "
+                            "tests/data/whatif/README.md)" if cores else None})
+    out.append({"name": "scale_loading",
+                "label": "__getitem__ on half the pixels (113x113 vs 160x160), CPU",
+                "base_trace": WHATIF / "dataloader_w0.json.gz",
+                "real_trace": WHATIF / "dataloader_light.json.gz",
+                "spec": (f"scale(select=\"phase = 'data_loading'\",factor={k})"
+                         if k else None),
+                "note": f"factor {k} = per-batch loading time of the cheaper dataset over the "
+                        "default one, timed without the profiler (measured.json)"})
+    return out
+
+
+PAIRS: list[dict] = _pairs()
 
 
 def _wall(name: str) -> float | None:
     """Unprofiled wall-clock ms per step of one recorded variant (measured.json)."""
     try:
         m = json.loads(MEASURED.read_text())
-        return float(m[name]["unprofiled_mean_ms"])
+        return float(m[name]["unprofiled_min_ms"])
     except (OSError, KeyError, TypeError, ValueError):
         return None
 

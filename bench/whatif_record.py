@@ -158,6 +158,34 @@ def job_dataloader(variant: str):
     return step, desc, cleanup
 
 
+def _sample_ms(n: int, q) -> None:
+    ds = CostlyDataset(DL["n"], DL["d_in"], DL["work"])
+    t0 = time.perf_counter()
+    for i in range(n):
+        ds[i]
+    q.put(1e3 * (time.perf_counter() - t0) / n)
+
+
+def effective_cores(samples: int = 60) -> float:
+    """How many cores' worth of the data-loading work the machine runs at once: os.cpu_count()
+    processes each running the dataset's __getitem__ concurrently, against one alone
+    (cores = n x solo ms per sample / concurrent ms per sample). On a shared VM this is below
+    the vCPU count: there, two busy vCPUs each ran ~1.5x slower than one."""
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    out = []
+    for n in (1, os.cpu_count() or 1):
+        q = ctx.Queue()
+        ps = [ctx.Process(target=_sample_ms, args=(samples, q)) for _ in range(n)]
+        for p in ps:
+            p.start()
+        out.append(float(np.mean([q.get() for _ in ps])))
+        for p in ps:
+            p.join()
+    n = os.cpu_count() or 1
+    return n * out[0] / out[1]
+
+
 def load_factor(rounds: int, batches: int = 20) -> dict:
     """Per-batch loading time of the light dataset over the default one, both with
     num_workers=0 and no profiler, timed in alternating rounds (median round): the factor a
@@ -234,7 +262,7 @@ def _trace_once(job, variant: str, dst: Path, active: int = ACTIVE) -> tuple[lis
 
 
 def record(pair: list, out: Path, takes: int, active: int = ACTIVE,
-           keep: str = "min") -> dict[str, dict]:
+           keep: str = "min", each_round=None) -> dict[str, dict]:
     """Record ``takes`` traces of fresh runs of every variant of a pair, interleaved (take k of
     each variant before take k+1 of any, so that load from other jobs on a shared machine hits
     all variants alike), and keep per variant the take whose mean active step is the smallest
@@ -243,6 +271,8 @@ def record(pair: list, out: Path, takes: int, active: int = ACTIVE,
     runs: dict[str, list] = {name: [] for name, _, _ in pair}
     descs = {}
     for k in range(takes):
+        if each_round is not None:
+            each_round()
         for name, job, variant in pair:
             dst = out / f".{name}.take{k}.json.gz"
             load = os.getloadavg()[0]
@@ -323,13 +353,19 @@ def main() -> None:
                                     f"--pairs {' '.join(a.pairs)}"}
     for pair in a.pairs:
         unprof = time_unprofiled(PAIRS[pair], a.rounds)
+        cores: list[float] = []
+        hook = ((lambda cs=cores: cs.append(effective_cores())) if pair == "dataloader"
+                else None)
         for name, m in record(PAIRS[pair], a.out, a.takes,
-                                        ACTIVE_OF.get(pair, ACTIVE), a.keep).items():
+                              ACTIVE_OF.get(pair, ACTIVE), a.keep, hook).items():
             measured[name] = m = m | unprof[name]
             print(f"{name}: profiled {m['profiled_mean_ms']:.2f} ms/step (takes "
                   f"{m['profiled_take_means_ms']}), unprofiled {m['unprofiled_mean_ms']:.2f} "
                   f"ms/step, {m['trace_bytes'] / 1e3:.0f} kB  ({m['description']})")
         if pair == "dataloader":
+            measured["_meta"]["effective_cores_per_round"] = [round(c, 3) for c in cores]
+            measured["_meta"]["effective_cores"] = round(float(np.median(cores)), 3)
+            print(f"effective cores: {measured['_meta']['effective_cores']} ({cores})")
             measured["dataloader_light"] |= load_factor(a.rounds)
             print(f"dataloader_light: load factor {measured['dataloader_light']['load_factor']}")
     measured["_meta"]["loadavg_after"] = list(os.getloadavg())
