@@ -166,11 +166,12 @@ def _sample_ms(n: int, q) -> None:
     q.put(1e3 * (time.perf_counter() - t0) / n)
 
 
-def effective_cores(samples: int = 60) -> float:
-    """How many cores' worth of the data-loading work the machine runs at once: os.cpu_count()
-    processes each running the dataset's __getitem__ concurrently, against one alone
-    (cores = n x solo ms per sample / concurrent ms per sample). On a shared VM this is below
-    the vCPU count: there, two busy vCPUs each ran ~1.5x slower than one."""
+def sample_ms(samples: int = 60) -> tuple[float, float]:
+    """ms per sample of the dataset's __getitem__ in one process alone and in each of
+    os.cpu_count() processes running at once: how many cores' worth of the data-loading work
+    the machine runs at once is cpu_count x solo / concurrent (``effective_cores``). On a
+    shared VM this is below the vCPU count: there, two busy vCPUs each ran ~1.4x slower than
+    one."""
     import multiprocessing as mp
     ctx = mp.get_context("fork")
     out = []
@@ -182,14 +183,14 @@ def effective_cores(samples: int = 60) -> float:
         out.append(float(np.mean([q.get() for _ in ps])))
         for p in ps:
             p.join()
-    n = os.cpu_count() or 1
-    return n * out[0] / out[1]
+    return out[0], out[1]
 
 
-def load_factor(rounds: int, batches: int = 20) -> dict:
+def load_factor(rounds: int, batches: int = 20, keep: str = "min") -> dict:
     """Per-batch loading time of the light dataset over the default one, both with
-    num_workers=0 and no profiler, timed in alternating rounds (median round): the factor a
-    user would measure for a faster transform and hand to scale(...)."""
+    num_workers=0 and no profiler, timed in alternating rounds (the fastest or the median round
+    of each, as ``keep`` picks the takes): the factor a user would measure for a faster
+    transform and hand to scale(...)."""
     per: dict[int, list[float]] = {160: [], 113: []}
     its = {w: iter(_loader(0, w)) for w in per}
     for _ in range(rounds):
@@ -198,7 +199,8 @@ def load_factor(rounds: int, batches: int = 20) -> dict:
             for _ in range(batches):
                 next(it)
             per[w].append(1e3 * (time.perf_counter() - t0) / batches)
-    base, light = (float(np.median(per[w])) for w in (160, 113))
+    stat = np.min if keep == "min" else np.median
+    base, light = (float(stat(per[w])) for w in (160, 113))
     return {"load_ms_per_batch": round(base, 4), "light_load_ms_per_batch": round(light, 4),
             "load_factor": round(light / base, 4),
             "round_ms": {str(w): [round(x, 4) for x in v] for w, v in per.items()}}
@@ -353,8 +355,8 @@ def main() -> None:
                                     f"--pairs {' '.join(a.pairs)}"}
     for pair in a.pairs:
         unprof = time_unprofiled(PAIRS[pair], a.rounds)
-        cores: list[float] = []
-        hook = ((lambda cs=cores: cs.append(effective_cores())) if pair == "dataloader"
+        cores: list[tuple[float, float]] = []
+        hook = ((lambda cs=cores: cs.append(sample_ms())) if pair == "dataloader"
                 else None)
         for name, m in record(PAIRS[pair], a.out, a.takes,
                               ACTIVE_OF.get(pair, ACTIVE), a.keep, hook).items():
@@ -363,10 +365,14 @@ def main() -> None:
                   f"{m['profiled_take_means_ms']}), unprofiled {m['unprofiled_mean_ms']:.2f} "
                   f"ms/step, {m['trace_bytes'] / 1e3:.0f} kB  ({m['description']})")
         if pair == "dataloader":
-            measured["_meta"]["effective_cores_per_round"] = [round(c, 3) for c in cores]
-            measured["_meta"]["effective_cores"] = round(float(np.median(cores)), 3)
+            # the fastest (or median) solo and concurrent rounds, as the takes
+            stat = min if a.keep == "min" else np.median
+            solo, conc = (float(stat([c[i] for c in cores])) for i in (0, 1))
+            measured["_meta"]["sample_ms_solo_concurrent_per_round"] = [
+                [round(x, 4) for x in c] for c in cores]
+            measured["_meta"]["effective_cores"] = round((os.cpu_count() or 1) * solo / conc, 3)
             print(f"effective cores: {measured['_meta']['effective_cores']} ({cores})")
-            measured["dataloader_light"] |= load_factor(a.rounds)
+            measured["dataloader_light"] |= load_factor(a.rounds, keep=a.keep)
             print(f"dataloader_light: load factor {measured['dataloader_light']['load_factor']}")
     measured["_meta"]["loadavg_after"] = list(os.getloadavg())
     if a.autogroup_nice is not None:
