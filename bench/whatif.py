@@ -48,7 +48,8 @@ def _pairs() -> list[dict]:
     k = _load_factor()
     cores_arg = f",cores={cores}" if cores else ""
     out = []
-    for kind, cls in (("adam", "Adam"), ("adamw", "AdamW"), ("sgd", "SGD(momentum=0.9)")):
+    for kind, cls in (("adam", "Adam"), ("adamw", "AdamW"), ("sgd", "SGD(momentum=0.9)"),
+                      ("adagrad", "Adagrad")):
         out.append({"name": kind,
                     "label": f"{cls}(foreach=False) -> fused=True, MLP, CPU",
                     "base_trace": WHATIF / f"{kind}_foreach_false.json.gz",

@@ -102,6 +102,7 @@ OPTIMIZERS = {
     "adam": (torch.optim.Adam, dict(lr=1e-3)),
     "adamw": (torch.optim.AdamW, dict(lr=1e-3, weight_decay=1e-2)),
     "sgd": (torch.optim.SGD, dict(lr=1e-3, momentum=0.9)),
+    "adagrad": (torch.optim.Adagrad, dict(lr=1e-2)),
 }
 
 
@@ -323,7 +324,8 @@ def time_unprofiled(pair: list, rounds: int) -> dict[str, dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "whatif")
-    ap.add_argument("--pairs", nargs="+", default=["adam", "adamw", "sgd", "dataloader"],
+    ap.add_argument("--pairs", nargs="+",
+                    default=["adam", "adamw", "sgd", "adagrad", "dataloader"],
                     choices=list(PAIRS),
                     help="zero_grad (set_to_none False vs True) is opt-in: no measurable effect "
                          "here and no Daydream optimization models it")
@@ -344,7 +346,10 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     mpath = a.out / "measured.json"
     measured = json.loads(mpath.read_text()) if mpath.exists() else {}
-    measured["_meta"] = {"torch": torch.__version__, "threads": a.threads,
+    # merged, not replaced: a run of some pairs keeps what earlier runs measured (each
+    # variant also records its own command and load)
+    measured["_meta"] = measured.get("_meta", {}) | {"torch": torch.__version__,
+                         "threads": a.threads,
                          "cpus": os.cpu_count(), "autogroup_nice": a.autogroup_nice,
                          "loadavg_before": list(os.getloadavg()),
                          "schedule": {"wait": WAIT, "warmup": WARMUP, "active": ACTIVE,
@@ -360,7 +365,7 @@ def main() -> None:
                 else None)
         for name, m in record(PAIRS[pair], a.out, a.takes,
                               ACTIVE_OF.get(pair, ACTIVE), a.keep, hook).items():
-            measured[name] = m = m | unprof[name]
+            measured[name] = m = m | unprof[name] | {"command": measured["_meta"]["command"]}
             print(f"{name}: profiled {m['profiled_mean_ms']:.2f} ms/step (takes "
                   f"{m['profiled_take_means_ms']}), unprofiled {m['unprofiled_mean_ms']:.2f} "
                   f"ms/step, {m['trace_bytes'] / 1e3:.0f} kB  ({m['description']})")

@@ -31,7 +31,8 @@ def cpu_graphs(tmp_path_factory):
     from graphstore.read import read_graph
     store = tmp_path_factory.mktemp("whatif_store")
     out = {}
-    for f in ("adam_foreach_false", "sgd_foreach_false", "dataloader_w0"):
+    for f in ("adam_foreach_false", "adagrad_foreach_false", "sgd_foreach_false",
+              "dataloader_w0"):
         d = api.predict(WHATIF / f"{f}.json.gz", store)
         out[f] = read_graph(store, d["trace_id"])
     return out
@@ -64,7 +65,7 @@ def expected_fused_ns(top, kind):
     addcdiv_) are kept; every other op counts its duration above the shortest op of its name."""
     names = [n for n, _ in top]
     kept = set()
-    if kind == "adam":
+    if kind in ("adam", "adagrad"):
         kept = {i for i, n in enumerate(names)
                 if n == "aten::add_" and (i == 0 or names[i - 1] == "aten::addcdiv_")}
     math = [(n, d) for i, (n, d) in enumerate(top) if i not in kept]
@@ -76,7 +77,11 @@ def expected_fused_ns(top, kind):
             len(kept), len(math))
 
 
+OPS_PER_PARAM = {"adam": 9, "adagrad": 6, "sgd": 3}
+
+
 @pytest.mark.parametrize("kind,trace", [("adam", "adam_foreach_false"),
+                                        ("adagrad", "adagrad_foreach_false"),
                                         ("sgd", "sgd_foreach_false")])
 def test_fused_optimizer_cpu_graph(cpu_graphs, kind, trace):
     g = cpu_graphs[trace]
@@ -92,8 +97,8 @@ def test_fused_optimizer_cpu_graph(cpu_graphs, kind, trace):
     assert set(fused["phase"]) == {"weight_update"} and fused["iteration"].to_list() == [0, 1, 2]
     for top, got in zip(steps, fused["dur_ns"].to_list(), strict=True):
         exp, n_kept, _ = expected_fused_ns(top, kind)
-        assert len(top) == {"adam": 9, "sgd": 3}[kind] * 52  # 52 parameter tensors
-        assert n_kept == {"adam": 52, "sgd": 0}[kind]
+        assert len(top) == OPS_PER_PARAM[kind] * 52  # 52 parameter tensors
+        assert n_kept == (0 if kind == "sgd" else 52)
         assert got == pytest.approx(exp, abs=1)  # ns: the graph's task times are rounded
     # what stays: the step's first and last gap (Python set-up, wrap-up), the step-counter
     # increments, zero_grad and everything outside the weight update, all unchanged
@@ -110,12 +115,12 @@ def test_fused_optimizer_cpu_graph(cpu_graphs, kind, trace):
     step_name = [n for n in wu["name"] if n.startswith("Optimizer.step#")][0]
     gaps = wu.filter(pl.col("name") == step_name)
     # per step: 52*ops_per_param - 1 gaps between ops dropped, the first and last kept
-    per = {"adam": 9, "sgd": 3}[kind] * 52
+    per = OPS_PER_PARAM[kind] * 52
     assert zeroed.filter(pl.col("name") == step_name).height == 3 * (per - 1)
     assert kept.filter(pl.col("name") == step_name).height == 6
     assert gaps.height == 3 * (per + 1)
     # every kept op task is a step counter (add_ and its nested to/_to_copy/...) or zero_grad
-    if kind == "adam":
+    if kind != "sgd":
         assert kept.filter(pl.col("name") == "aten::add_").height == 3 * 52 * 2  # self time
         assert not kept.filter(pl.col("name").is_in(["aten::lerp_", "aten::sqrt",
                                                      "aten::addcdiv_"])).height
@@ -125,7 +130,8 @@ def test_fused_optimizer_cpu_graph(cpu_graphs, kind, trace):
     # the prediction: the step shrinks, the iteration gets faster, nothing else moves
     s = replay(Graph.from_tables(g).tables()).mean("simulated_ns") / replay(g2).mean(
         "simulated_ns")
-    assert {"adam": 1.3, "sgd": 1.05}[kind] < s < {"adam": 2.0, "sgd": 1.3}[kind]
+    assert {"adam": 1.3, "adagrad": 1.15, "sgd": 1.05}[kind] < s < {"adam": 2.0, "adagrad": 1.6,
+                                                                    "sgd": 1.3}[kind]
 
 
 def test_contention_model_hand_drawn():
