@@ -19,6 +19,7 @@ from tests.conftest import DATA
 from transforms import rewrite
 from transforms.constants import DATALOADER, FUSED_OPTIMIZER
 from transforms.opts import dataloader as dl_mod
+from transforms.opts import fused_optimizer as fo_mod
 from transforms.primitives import Graph
 
 WHATIF = DATA / "whatif"
@@ -190,3 +191,47 @@ def test_dataloader_cores_graph(cpu_graphs):
     free = replay(rewrite(g, "dataloader(workers=2)")).mean("simulated_ns")
     tight = replay(g2).mean("simulated_ns")
     assert free < tight < base
+
+
+def test_cpu_step_segments_hand_drawn():
+    """Hand-drawn (an edge case no real trace here has): one iteration with two optimizers'
+    steps on one thread, ranges 10 and 20 with the same name. Step 10: gap, add_ (with a nested
+    to, and add_'s self time after it), gap, addcdiv_, gap. Step 20: gap, mul_, gap, mul_, gap.
+    Each step is cut on its own gaps; nested tasks stay in their op's segment."""
+    S = "Optimizer.step#SGD.step"
+    rows = [  # name, range_id, start_ns, dur_ns
+        ("<trace start>", None, 0, 0),
+        (S, 10, 100, 5), ("aten::add_", 11, 105, 2), ("aten::to", 12, 107, 3),
+        ("aten::add_", 11, 110, 1), (S, 10, 111, 4), ("aten::addcdiv_", 13, 115, 6),
+        (S, 10, 121, 9),
+        (S, 20, 200, 7), ("aten::mul_", 21, 207, 10), (S, 20, 217, 3),
+        ("aten::mul_", 22, 220, 4), (S, 20, 224, 2),
+    ]
+    task = pl.DataFrame({
+        "task_id": list(range(len(rows))), "kind": ["host"] * len(rows),
+        "unit_id": [0] * len(rows), "name": [r[0] for r in rows],
+        "phase": [None] + ["weight_update"] * (len(rows) - 1),
+        "iteration": [None] + [0] * (len(rows) - 1),
+        "start_ns": [r[2] for r in rows], "dur_ns": [r[3] for r in rows],
+        "range_id": [r[1] for r in rows]}, schema_overrides={"iteration": pl.Int32})
+    g = Graph(task, pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), pl.DataFrame())
+    seg = fo_mod.cpu_step_segments(g)
+    got = [(r["step_id"], r["seq"], r["is_gap"], r["name"], r["ids"], r["dur_ns"])
+           for r in seg.iter_rows(named=True)]
+    assert got == [
+        (10, 0, True, S, [1], 5), (10, 1, False, "aten::add_", [2, 3, 4], 6),
+        (10, 2, True, S, [5], 4), (10, 3, False, "aten::addcdiv_", [6], 6),
+        (10, 4, True, S, [7], 9),
+        (20, 0, True, S, [8], 7), (20, 1, False, "aten::mul_", [9], 10),
+        (20, 2, True, S, [10], 3), (20, 3, False, "aten::mul_", [11], 4),
+        (20, 4, True, S, [12], 2)]
+    fixed = FUSED_OPTIMIZER["fused_cpu_ns"]["value"]
+    # adam's rule: the add_ opening the step is its counter (kept); addcdiv_ seen once counts
+    # whole; the middle gap goes; step 20's mul_s count above the shorter one (10 - 4)
+    a = fo_mod.cpu_plan(seg, "adam")
+    assert [(p["keep"], p["drop"], p["var_ns"]) for p in a] == [([2, 3, 4], [5, 6], 6),
+                                                                ([], [9, 10, 11], 6)]
+    assert [p["fused_ns"] for p in a] == [fixed + round(6 * FUSED_OPTIMIZER["adam"]["value"])] * 2
+    s = fo_mod.cpu_plan(seg, "sgd")  # no step counter: add_ (6) and addcdiv_ (6) count whole
+    assert [(p["keep"], p["drop"], p["var_ns"]) for p in s] == [([], [2, 3, 4, 5, 6], 12),
+                                                                ([], [9, 10, 11], 6)]

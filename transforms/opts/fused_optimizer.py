@@ -102,33 +102,36 @@ def cpu_step_segments(g: Graph) -> pl.DataFrame:
     The step is the ``Optimizer.step#...`` range torch records; its host tasks labelled with that
     range are Python time between ops (gaps), the others belong to the ops it calls (an op's
     nested ops are tasks of their own). A run of op tasks between two gaps is one top-level op
-    (a segment). One row per segment or gap, in order: iteration, unit_id, seq (position in the
-    step), is_gap, name (the segment's first task's name), ids, dur_ns (sum over its tasks)."""
+    (a segment). One row per segment or gap, in order: step_id (the step range's id), unit_id,
+    seq (position in the step), iteration, is_gap, name (the segment's first task's name),
+    ids, dur_ns (sum over its tasks)."""
     t = g.task.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
     wu = t.filter(pl.col("kind") == "host", pl.col("phase") == "weight_update",
                   pl.col("iteration").is_not_null())
     step = wu.filter(pl.col("name").fill_null("").str.starts_with(STEP_RANGE))
     if not step.height:
         return pl.DataFrame()
-    bounds = step.group_by("iteration", "unit_id").agg(
+    # one step per Optimizer.step range (two optimizers make two steps in an iteration)
+    bounds = step.group_by("range_id", "unit_id").agg(
         pl.col("name").first().alias("step_name"), pl.col("start_ns").min().alias("lo"),
-        pl.col("start_ns").max().alias("hi"))
-    r = (wu.join(bounds, on=["iteration", "unit_id"])
+        pl.col("start_ns").max().alias("hi")).rename({"range_id": "step_id"})
+    keys = ["step_id", "unit_id"]
+    r = (wu.join(bounds, on="unit_id")
          .filter(pl.col("start_ns").is_between(pl.col("lo"), pl.col("hi")))
-         .sort("iteration", "unit_id", "start_ns", "id")
-         .with_columns((pl.col("name") == pl.col("step_name")).alias("is_gap")))
+         .sort("step_id", "start_ns", "id")
+         .with_columns(((pl.col("name") == pl.col("step_name"))
+                        & (pl.col("range_id") == pl.col("step_id"))).alias("is_gap")))
     # a new segment starts at every gap task and at the first op task after a gap
     r = r.with_columns((pl.col("is_gap") | pl.col("is_gap").shift(1, fill_value=True)
-                        .over("iteration", "unit_id")).alias("_new"))
-    r = r.with_columns((pl.col("_new").cast(pl.Int32).cum_sum().over("iteration", "unit_id")
-                        - 1).alias("seq"))
-    return (r.group_by("iteration", "unit_id", "seq", maintain_order=True)
-            .agg(pl.col("is_gap").first(), pl.col("name").first(), pl.col("id").alias("ids"),
-                 pl.col("dur_ns").sum()))
+                        .over(keys)).alias("_new"))
+    r = r.with_columns((pl.col("_new").cast(pl.Int32).cum_sum().over(keys) - 1).alias("seq"))
+    return (r.group_by("step_id", "unit_id", "seq", maintain_order=True)
+            .agg(pl.col("iteration").first(), pl.col("is_gap").first(), pl.col("name").first(),
+                 pl.col("id").alias("ids"), pl.col("dur_ns").sum()))
 
 
 def cpu_plan(seg: pl.DataFrame, kind: str) -> list[dict]:
-    """Per step (iteration, thread), what the fused optimizer keeps, drops and adds.
+    """Per optimizer step, what the fused optimizer keeps, drops and adds.
 
     - ``keep``: the gaps before the first op and after the last (the step's Python set-up and
       wrap-up, ``_init_group``, which the fused path runs too) and, for optimizers with a
@@ -141,8 +144,9 @@ def cpu_plan(seg: pl.DataFrame, kind: str) -> list[dict]:
     """
     spec = C_CPU[kind]["value"]
     plans = []
-    for (it, unit), s in seg.group_by(["iteration", "unit_id"], maintain_order=True):
+    for (_, unit), s in seg.group_by(["step_id", "unit_id"], maintain_order=True):
         s = s.sort("seq")
+        it = s["iteration"][0]
         ops = s.filter(~pl.col("is_gap"))
         if not ops.height:
             continue
