@@ -67,9 +67,14 @@ def _pairs() -> list[dict]:
                     "base_trace": WHATIF / "dataloader_w0.json.gz",
                     "real_trace": WHATIF / f"dataloader_w{w}.json.gz",
                     "spec": f"dataloader(workers={w}{cores_arg})", "phase": "data_loading",
-                    "note": f"cores = {cores}: the recording machine's effective cores, measured "
-                            "while recording (2 vCPUs shared with other jobs; "
-                            "tests/data/whatif/README.md)" if cores else None})
+                    "note": (f"cores = {cores}: the recording machine's effective cores, "
+                             "measured while recording (2 vCPUs shared with other jobs); the "
+                             "fair share the model gives every thread slows the training "
+                             "thread more and the workers less than the trace shows "
+                             "(tests/data/whatif/README.md)") if cores and w == 1 else
+                            (f"cores = {cores}, as above; the model expects two workers to keep "
+                             "up with the training thread, the trace still waits for data")
+                            if cores else None})
     out.append({"name": "scale_loading",
                 "label": "__getitem__ on half the pixels (113x113 vs 160x160), CPU",
                 "base_trace": WHATIF / "dataloader_w0.json.gz",
@@ -77,7 +82,9 @@ def _pairs() -> list[dict]:
                 "spec": (f"scale(select=\"phase = 'data_loading'\",factor={k})"
                          if k else None), "phase": "data_loading",
                 "note": f"factor {k} = per-batch loading time of the cheaper dataset over the "
-                        "default one, timed without the profiler (measured.json)"})
+                        "default one, timed without the profiler (measured.json); in the "
+                        "traces loading shrank less (see the last column): the profiler's "
+                        "per-op cost does not shrink with the pixels"})
     return out
 
 

@@ -106,10 +106,13 @@ FUSED_OPTIMIZER = {
             "torch/optim/sgd.py _single_tensor_sgd, momentum)"},
     "adagrad": {"value": 5 / 11, "source": "estimate from passes over memory (see comment)"},
     "fused_cpu_ns": {"value": 30000, "source": "estimate: one optimizer.step() of a fused "
-                     "optimizer on the host (Python step + one multi_tensor launch per chunk); "
-                     "on the CPU the fused path's extra Python (grouping tensors by device "
-                     "and dtype, the two calls) measured 40-70 us per step at 52 tensors in "
-                     "tests/data/whatif/adam_fused.json.gz, of the same order"},
+                     "optimizer on the host (Python step + one multi_tensor launch per chunk). "
+                     "On the CPU the fused path's Python beyond the for-loop's set-up and "
+                     "wrap-up (grouping tensors by device and dtype, the two calls) measured "
+                     "40-70 us per step at 52 tensors in a recording of tests/data/whatif on a "
+                     "lightly loaded machine and 220-290 us in the committed one (load 5.5-6); "
+                     "kept at 30 us: the CPU model's fused op time over-estimates by a similar "
+                     "amount (see FUSED_OPTIMIZER_CPU)"},
     "min_kernel_ns": {"value": 2000, "source": "estimate, as AMP min_kernel_ns"},
 }
 
@@ -117,12 +120,20 @@ FUSED_OPTIMIZER = {
 # what torch's fused=True path still runs per parameter. torch/optim/adam.py _fused_adam (also
 # adamw, adagrad) first does torch._foreach_add_(state_steps, 1): foreach ops have no CPU
 # kernel, so it runs one add_ per step tensor, as the for-loop's `step_t += 1` did (measured
-# in tests/data/whatif: 240-340 us per step in adam_fused vs 270-305 us for the for-loop's
-# step add_ ops in adam_foreach_false). Then one _fused_adam_ op, which loops over the
-# tensors in C++ (aten/src/ATen/native/FusedAdam.cpp): the for-loop's Python between ops and
-# its per-op dispatch are gone. kept_op: the op of the step-counter increment, found as the op
-# that opens a parameter's update (the step's first op, or the op right after the previous
-# parameter's last op last_op); kept_foreach: the same in the foreach form.
+# in tests/data/whatif: 560-610 us per step for _foreach_add_ in adam_fused vs 500-700 us for
+# the for-loop's step add_ ops in adam_foreach_false). Then one _fused_adam_ op, which loops
+# over the tensors in C++ (aten/src/ATen/native/FusedAdam.cpp): the for-loop's Python between
+# ops and its per-op dispatch are gone. kept_op: the op of the step-counter increment, found
+# as the op that opens a parameter's update (the step's first op, or the op right after the
+# previous parameter's last op last_op); kept_foreach: the same in the foreach form.
+# The fused op's element-proportional time (transforms/opts/fused_optimizer.py cpu_plan: each
+# dropped op's duration above the shortest op of its name, times the traffic factor above)
+# over-estimates on these small tensors: 600-720 us predicted vs 340-380 us measured for
+# _fused_adam_ in tests/data/whatif, because per-op jitter above the shortest op counts as
+# element work. Cross-check of the factors on the CPU: bench/fused_cpu_factor.py (per-element
+# slope between 4096 and 65536 elements, this 2-vCPU VM) gave fused/for-loop 0.29-0.33 for
+# Adam (7/18 = 0.39 here), 0.30-0.36 for AdamW (0.35), and 1.0-1.1 for SGD (0.625): on the CPU
+# fused SGD saves dispatch, not per-element work. The pass counts are kept for both devices.
 FUSED_OPTIMIZER_CPU = {
     "adam": {"value": {"kept_op": "aten::add_", "last_op": "aten::addcdiv_",
                        "kept_foreach": "aten::_foreach_add_"},
