@@ -5,7 +5,10 @@
 2. Share of GPU time mapped to a layer and to a phase, per trace.
 3. What-if error on real pairs, where the transforms issue has added them (bench/whatif.py).
 
-    python bench/accuracy.py [--store DIR]
+    python bench/accuracy.py [--store DIR] [--only whatif]
+
+``--only whatif`` reruns the what-if section alone and merges it into the existing
+docs/accuracy.md (the baseline section, which takes minutes, is kept as it was).
 """
 
 from __future__ import annotations
@@ -90,7 +93,17 @@ def baseline_rows(store: Path) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--store", type=Path, default=ROOT / ".daydream-accuracy")
+    ap.add_argument("--only", choices=["whatif"], default=None,
+                    help="rerun one section and merge it into the existing file")
     a = ap.parse_args()
+    if a.only == "whatif" and OUT.exists():
+        import whatif
+        text = OUT.read_text()
+        head = text.split("## What-if pairs")[0]
+        OUT.write_text(head + "\n".join(whatif.rows(a.store)))
+        print(f"accuracy: merged the what-if section into {OUT.relative_to(ROOT)}",
+              file=sys.stderr)
+        return
     out = ["# Accuracy", "",
            f"Written by `make accuracy` on {dt.date.today()}. Traces from ../shared/traces "
            "(see its README); the store is kept in `.daydream-accuracy/` between runs.", ""]

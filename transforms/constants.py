@@ -89,22 +89,64 @@ AMP = {
 }
 
 # Fused optimizers: fused kernel duration = sum(removed kernels) * traffic factor.
-# Derivation: count full passes over parameter-sized tensors. Unfused (per-op / foreach) Adam:
-# exp_avg mul_+add_ (2+3), exp_avg_sq mul_+addcmul_ (2+4), denom sqrt+div+add (2+2+2),
-# param addcdiv_ (4) = 21 passes (weight decay adds 3); fused Adam reads p, g, m, v and writes
-# p, m, v = 7 passes -> 7/21. SGD momentum: add (wd) 3, buf mul_+add_ 2+3, param add_ 3 = 11;
-# fused reads p, g, buf and writes p, buf = 5 -> 5/11. Adagrad: addcmul_ 4, sqrt+add 2+2,
-# addcdiv_ 4 = 12; fused 5 -> 5/12.
+# Derivation: count full passes over parameter-sized tensors (each tensor an op reads or
+# writes) in torch.optim's for-loop form (torch 2.x, default hyper-parameters: no weight decay
+# for Adam/SGD/Adagrad). Adam: exp_avg.lerp_(grad) 3, exp_avg_sq.mul_ 2 + addcmul_(grad, grad)
+# 3, denom = sqrt 2 + div 2 + add_(eps) 2, param.addcdiv_(exp_avg, denom) 4 = 18 passes; the
+# fused kernel reads p, g, m, v and writes p, m, v = 7 -> 7/18. AdamW adds param.mul_(1 - lr*wd)
+# (2) -> 7/20. SGD with momentum: buf.mul_ 2 + buf.add_(grad) 3, param.add_(buf) 3 = 8; fused
+# reads p, g, buf and writes p, buf = 5 -> 5/8. Adagrad: state_sum.addcmul_ 3, sqrt 2 + add_ 2,
+# param.addcdiv_(grad, std) 4 = 11; fused reads p, g, state_sum, writes p, state_sum = 5 -> 5/11.
 FUSED_OPTIMIZER = {
-    "adam": {"value": 7 / 21, "source": "estimate from passes over memory (see comment); "
-             "apex FusedAdam / torch.optim.Adam(fused=True) docs"},
-    "adamw": {"value": 7 / 24, "source": "as adam, plus 3 passes of decoupled weight decay "
-              "in the unfused form"},
-    "sgd": {"value": 5 / 11, "source": "estimate from passes over memory (see comment)"},
-    "adagrad": {"value": 5 / 12, "source": "estimate from passes over memory (see comment)"},
+    "adam": {"value": 7 / 18, "source": "estimate from passes over memory (see comment; "
+             "torch/optim/adam.py _single_tensor_adam vs _fused_adam)"},
+    "adamw": {"value": 7 / 20, "source": "as adam, plus 2 passes of decoupled weight decay "
+              "in the unfused form (torch/optim/adamw.py)"},
+    "sgd": {"value": 5 / 8, "source": "estimate from passes over memory (see comment; "
+            "torch/optim/sgd.py _single_tensor_sgd, momentum)"},
+    "adagrad": {"value": 5 / 11, "source": "estimate from passes over memory (see comment)"},
     "fused_cpu_ns": {"value": 30000, "source": "estimate: one optimizer.step() of a fused "
-                     "optimizer on the host (Python step + one multi_tensor launch per chunk)"},
+                     "optimizer on the host (Python step + one multi_tensor launch per chunk). "
+                     "On the CPU the fused path's Python beyond the for-loop's set-up and "
+                     "wrap-up (grouping tensors by device and dtype, the two calls) measured "
+                     "40-70 us per step at 52 tensors in a recording of tests/data/whatif on a "
+                     "lightly loaded machine and 220-290 us in the committed one (load 5.5-6); "
+                     "kept at 30 us: the CPU model's fused op time over-estimates by a similar "
+                     "amount (see FUSED_OPTIMIZER_CPU)"},
     "min_kernel_ns": {"value": 2000, "source": "estimate, as AMP min_kernel_ns"},
+}
+
+# Fused optimizers on the CPU (CPU-only traces; transforms/opts/fused_optimizer.py cpu_plan):
+# what torch's fused=True path still runs per parameter. torch/optim/adam.py _fused_adam (also
+# adamw, adagrad) first does torch._foreach_add_(state_steps, 1): foreach ops have no CPU
+# kernel, so it runs one add_ per step tensor, as the for-loop's `step_t += 1` did (measured
+# in tests/data/whatif: 560-610 us per step for _foreach_add_ in adam_fused vs 500-700 us for
+# the for-loop's step add_ ops in adam_foreach_false). Then one _fused_adam_ op, which loops
+# over the tensors in C++ (aten/src/ATen/native/FusedAdam.cpp): the for-loop's Python between
+# ops and its per-op dispatch are gone. kept_op: the op of the step-counter increment, found
+# as the op that opens a parameter's update (the step's first op, or the op right after the
+# previous parameter's last op last_op); kept_foreach: the same in the foreach form.
+# The fused op's element-proportional time (transforms/opts/fused_optimizer.py cpu_plan: each
+# dropped op's duration above the shortest op of its name, times the traffic factor above)
+# over-estimates on these small tensors: 600-720 us predicted vs 340-380 us measured for
+# _fused_adam_ in tests/data/whatif, because per-op jitter above the shortest op counts as
+# element work. Cross-check of the factors on the CPU: bench/fused_cpu_factor.py (per-element
+# slope between 4096 and 65536 elements, this 2-vCPU VM) gave fused/for-loop 0.29-0.33 for
+# Adam (7/18 = 0.39 here), 0.30-0.36 for AdamW (0.35), and 1.0-1.1 for SGD (0.625): on the CPU
+# fused SGD saves dispatch, not per-element work. The pass counts are kept for both devices.
+FUSED_OPTIMIZER_CPU = {
+    "adam": {"value": {"kept_op": "aten::add_", "last_op": "aten::addcdiv_",
+                       "kept_foreach": "aten::_foreach_add_"},
+             "source": "torch 2.13 torch/optim/adam.py _single_tensor_adam / _fused_adam"},
+    "adamw": {"value": {"kept_op": "aten::add_", "last_op": "aten::addcdiv_",
+                        "kept_foreach": "aten::_foreach_add_"},
+              "source": "torch 2.13 torch/optim/adamw.py (Adam with decoupled weight decay)"},
+    "adagrad": {"value": {"kept_op": "aten::add_", "last_op": "aten::addcdiv_",
+                          "kept_foreach": "aten::_foreach_add_"},
+                "source": "torch 2.13 torch/optim/adagrad.py _single_tensor_adagrad / "
+                          "_fused_adagrad"},
+    "sgd": {"value": {"kept_op": None, "last_op": None, "kept_foreach": None},
+            "source": "torch 2.13 torch/optim/sgd.py _fused_sgd: no step counter"},
 }
 
 DATALOADER = {

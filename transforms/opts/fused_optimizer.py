@@ -6,6 +6,7 @@ import numpy as np
 import polars as pl
 
 from transforms.constants import FUSED_OPTIMIZER as C
+from transforms.constants import FUSED_OPTIMIZER_CPU as C_CPU
 from transforms.primitives import Graph
 from transforms.registry import Context, register
 
@@ -92,21 +93,117 @@ def fuse(g: Graph, ctx: Context, kind: str) -> Graph:
     return g._with(task=g.task.drop("_rm"))
 
 
+STEP_RANGE = "Optimizer.step#"
+
+
+def cpu_step_segments(g: Graph) -> pl.DataFrame:
+    """A CPU-only trace's optimizer steps, cut into the top-level ops of each step.
+
+    The step is the ``Optimizer.step#...`` range torch records; its host tasks labelled with that
+    range are Python time between ops (gaps), the others belong to the ops it calls (an op's
+    nested ops are tasks of their own). A run of op tasks between two gaps is one top-level op
+    (a segment). One row per segment or gap, in order: step_id (the step range's id), unit_id,
+    seq (position in the step), iteration, is_gap, name (the segment's first task's name),
+    ids, dur_ns (sum over its tasks)."""
+    t = g.task.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+    wu = t.filter(pl.col("kind") == "host", pl.col("phase") == "weight_update",
+                  pl.col("iteration").is_not_null())
+    step = wu.filter(pl.col("name").fill_null("").str.starts_with(STEP_RANGE))
+    if not step.height:
+        return pl.DataFrame()
+    # one step per Optimizer.step range (two optimizers make two steps in an iteration)
+    bounds = step.group_by("range_id", "unit_id").agg(
+        pl.col("name").first().alias("step_name"), pl.col("start_ns").min().alias("lo"),
+        pl.col("start_ns").max().alias("hi")).rename({"range_id": "step_id"})
+    keys = ["step_id", "unit_id"]
+    r = (wu.join(bounds, on="unit_id")
+         .filter(pl.col("start_ns").is_between(pl.col("lo"), pl.col("hi")))
+         .sort("step_id", "start_ns", "id")
+         .with_columns(((pl.col("name") == pl.col("step_name"))
+                        & (pl.col("range_id") == pl.col("step_id"))).alias("is_gap")))
+    # a new segment starts at every gap task and at the first op task after a gap
+    r = r.with_columns((pl.col("is_gap") | pl.col("is_gap").shift(1, fill_value=True)
+                        .over(keys)).alias("_new"))
+    r = r.with_columns((pl.col("_new").cast(pl.Int32).cum_sum().over(keys) - 1).alias("seq"))
+    return (r.group_by("step_id", "unit_id", "seq", maintain_order=True)
+            .agg(pl.col("iteration").first(), pl.col("is_gap").first(), pl.col("name").first(),
+                 pl.col("id").alias("ids"), pl.col("dur_ns").sum()))
+
+
+def cpu_plan(seg: pl.DataFrame, kind: str) -> list[dict]:
+    """Per optimizer step, what the fused optimizer keeps, drops and adds.
+
+    - ``keep``: the gaps before the first op and after the last (the step's Python set-up and
+      wrap-up, ``_init_group``, which the fused path runs too) and, for optimizers with a
+      step counter, its increments (FUSED_OPTIMIZER_CPU kept_op);
+    - ``drop``: the gaps between ops (the per-parameter Python loop) and every other op;
+    - ``fused_ns``: the fused op: FUSED_OPTIMIZER fused_cpu_ns of host call plus the dropped
+      ops' element-proportional time times the traffic factor of KIND. An op's
+      element-proportional time is its duration less the shortest op of that name in the step
+      (the same op on the smallest tensor, mostly dispatch); an op name seen once counts whole.
+    """
+    spec = C_CPU[kind]["value"]
+    plans = []
+    for (_, unit), s in seg.group_by(["step_id", "unit_id"], maintain_order=True):
+        s = s.sort("seq")
+        it = s["iteration"][0]
+        ops = s.filter(~pl.col("is_gap"))
+        if not ops.height:
+            continue
+        first, last = ops["seq"].min(), ops["seq"].max()
+        names = ops["name"].to_list()
+        kept_seg = set()
+        if spec["kept_op"]:
+            for i, nm in enumerate(names):
+                opens = i == 0 or names[i - 1] == spec["last_op"]
+                if (nm == spec["kept_op"] and opens) or (i == 0 and nm == spec["kept_foreach"]):
+                    kept_seg.add(int(ops["seq"][i]))
+        math = ops.filter(~pl.col("seq").is_in(list(kept_seg)))
+        floor = math.group_by("name").agg(pl.col("dur_ns").min().alias("floor"), pl.len())
+        math = math.join(floor, on="name").with_columns(
+            pl.when(pl.col("len") > 1).then(pl.col("dur_ns") - pl.col("floor"))
+            .otherwise(pl.col("dur_ns")).alias("var_ns"))
+        gaps_mid = s.filter(pl.col("is_gap"), pl.col("seq") > first, pl.col("seq") < last)
+        drop = [i for ids in math["ids"] for i in ids] + [i for ids in gaps_mid["ids"]
+                                                          for i in ids]
+        var_ns = int(math["var_ns"].sum())
+        plans.append({
+            "iteration": it, "unit_id": unit, "at": int(min(drop)) if drop else None,
+            "keep": [i for ids in ops.filter(pl.col("seq").is_in(list(kept_seg)))["ids"]
+                     for i in ids],
+            "drop": sorted(drop), "n_ops": ops.height, "var_ns": var_ns,
+            "fused_ns": C["fused_cpu_ns"]["value"] + int(round(var_ns * C[kind]["value"]))})
+    return plans
+
+
 def _fuse_cpu(g: Graph, ctx: Context, kind: str) -> Graph:
-    """A CPU-only trace (the optimizer runs on the CPU): the per-parameter ops of each step
-    become one fused op. Its time is the step's host time times the same traffic factor: the
-    unfused step's time is dominated by per-op passes over parameter-sized tensors and per-op
-    dispatch, both of which the fused op does once per group of tensors."""
-    t = g.task
-    mask = ((t["kind"] == "host") & (t["phase"] == "weight_update")
-            & ~t["name"].fill_null("").str.contains(ZERO_GRAD)).to_numpy()
-    if not mask.any():
-        ctx.notes.append(f"fused_{kind}: no weight-update work found; unchanged")
-        return g
-    f = C[kind]["value"]
-    ctx.notes.append(f"fused_{kind}: CPU-only trace: {int(mask.sum())} weight-update host "
-                     f"tasks scaled by {f:.3f}")
-    return g.scale(mask, f)
+    """A CPU-only trace (the optimizer runs on the CPU): each step's per-parameter for-loop of
+    ops becomes one fused op (see ``cpu_plan``), as torch's ``fused=True`` does on the CPU."""
+    seg = cpu_step_segments(g)
+    plans = cpu_plan(seg, kind) if seg.height else []
+    plans = [p for p in plans if p["drop"]]
+    if not plans:
+        t = g.task
+        mask = ((t["kind"] == "host") & (t["phase"] == "weight_update")
+                & ~t["name"].fill_null("").str.contains(ZERO_GRAD)).to_numpy()
+        if not mask.any():
+            ctx.notes.append(f"fused_{kind}: no weight-update work found; unchanged")
+            return g
+        f = C[kind]["value"]
+        ctx.notes.append(f"fused_{kind}: CPU-only trace without an Optimizer.step range: "
+                         f"{int(mask.sum())} weight-update host tasks scaled by {f:.3f}")
+        return g.scale(mask, f)
+    drop = np.zeros(g.n_tasks, bool)
+    drop[[i for p in plans for i in p["drop"]]] = True
+    g = g.scale(drop, 0.0)  # zeroed, not removed: a CPU task may time an iteration
+    rows = [{"at": p["at"], "kind": "host", "unit_id": p["unit_id"],
+             "name": f"fused_{kind}: _fused_{kind}_ (inserted)", "dur_ns": p["fused_ns"]}
+            for p in plans]
+    g, _ = g.insert(pl.DataFrame(rows))
+    ctx.notes.append(f"fused_{kind}: CPU-only trace: {len(plans)} optimizer steps, "
+                     f"{sum(p['n_ops'] for p in plans)} ops -> one fused op each "
+                     f"(+{sum(len(p['keep']) for p in plans)} step-counter tasks kept)")
+    return g
 
 
 def _make(kind: str):
