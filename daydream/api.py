@@ -27,19 +27,41 @@ def open_store(store: str | Path | None = None) -> Store:
 def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
            jobs: int | None = None, force: bool = False, strict: bool = False,
            job: str | None = None,
-           on_progress: Callable[[FileResult], None] | None = None) -> IngestReport:
-    """Convert trace files into the store's activity tables (``ingest.batch.ingest``), then
-    build the dependency graph of every stored trace that lacks one (``graphstore.load``)."""
+           on_progress: Callable[[FileResult], None] | None = None,
+           ray: str | None = None) -> IngestReport:
+    """Convert trace files into the store's activity tables (``ingest.batch.ingest``) and build
+    their dependency graphs (``graphstore.load``): each worker (``jobs`` local processes, or Ray
+    tasks with ``ray``) converts a file and builds its graph; this process commits the traces
+    and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph."""
+    from graphstore import load as gload
+
     st = open_store(store)
-    rep = _ingest(paths, st, jobs=jobs, force=force, strict=strict, job=job,
-                  on_progress=on_progress)
-    build_graphs(st, rep, strict=strict)
+    st.root.mkdir(parents=True, exist_ok=True)
+    with gload.Loader(st) as loader:
+        def tick(r: FileResult) -> None:
+            extra = r.extra or {}
+            if extra.get("graph_error"):
+                r.status, r.error = "failed", f"{r.path}: graph: {extra['graph_error']}"
+                if strict:
+                    raise DaydreamError(r.error)
+            elif extra.get("graph"):
+                loader.add(r.trace_id, extra["graph"])
+            if on_progress:
+                on_progress(r)
+
+        rep = _ingest(paths, st, jobs=jobs, force=force, strict=strict, job=job,
+                      on_progress=tick, ray=ray, hook=gload.stage_graph,
+                      hook_args=(str(loader.root),))
+        loader.flush()
+    build_graphs(st, rep, strict=strict, skip=loader.loaded)
     return rep
 
 
-def build_graphs(st: Store, rep: IngestReport | None = None, *, strict: bool = False) -> list[str]:
-    """Build graphs for stored traces that have none (or were just re-ingested). A trace whose
-    graph fails its checks is reported as failed in ``rep``; its activity tables stay."""
+def build_graphs(st: Store, rep: IngestReport | None = None, *, strict: bool = False,
+                 skip: set[str] | frozenset = frozenset()) -> list[str]:
+    """Build graphs for stored traces that have none (or were just re-ingested), except those in
+    ``skip`` (built already). A trace whose graph fails its checks is reported as failed in
+    ``rep``; its activity tables stay."""
     from graphstore import load as gload
 
     todo = set(gload.missing(st.root))
@@ -50,6 +72,9 @@ def build_graphs(st: Store, rep: IngestReport | None = None, *, strict: bool = F
                 by_id.setdefault(r.trace_id, r)
                 if r.status == "ingested":
                     todo.add(r.trace_id)
+                elif r.status == "failed" and r.extra:  # its graph failed in the worker
+                    todo.discard(r.trace_id)
+    todo -= set(skip)
     built = []
     for tid in sorted(todo):
         try:

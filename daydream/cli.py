@@ -22,6 +22,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                        "optimization, from one profile of the unmodified job.")
 
 StoreOpt = Annotated[Path, typer.Option("--store", help="Store folder.", show_default=True)]
+RayOpt = Annotated[str | None, typer.Option("--ray", help="Run the work as Ray tasks: 'auto' "
+                                            "(the running cluster, else a local one) or the "
+                                            "cluster's address. See docs/fleets.md.")]
 
 
 def _err(msg: str) -> None:
@@ -33,12 +36,13 @@ def ingest(
     paths: Annotated[list[str], typer.Argument(help="Trace files, folders (searched "
                                                "recursively) or globs.")],
     store: StoreOpt = api.DEFAULT_STORE,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Parallel conversions "
-                                      "(default: all cores).")] = 0,
+    jobs: Annotated[int, typer.Option("--workers", "--jobs", "-j", help="Worker processes "
+                                      "converting files (default: all cores).")] = 0,
     force: Annotated[bool, typer.Option(help="Replace traces already in the store.")] = False,
     strict: Annotated[bool, typer.Option(help="Stop at the first file that fails.")] = False,
     job: Annotated[str | None, typer.Option(help="Name of the job these traces belong "
                                             "to (one run's ranks).")] = None,
+    ray: RayOpt = None,
 ) -> None:
     """Convert traces (Kineto/PyTorch profiler JSON, Nsight Systems SQLite, raw CUPTI records
     from `daydream collect`) into the store and build their dependency graphs."""
@@ -60,7 +64,7 @@ def ingest(
 
     try:
         rep = api.ingest(files, store, jobs=jobs or os.cpu_count(), force=force,
-                         strict=strict, job=job, on_progress=tick)
+                         strict=strict, job=job, on_progress=tick, ray=ray)
     finally:
         if progress is not None:
             progress.stop()
@@ -148,8 +152,9 @@ def sql(
 
 @app.command()
 def predict(
-    trace: Annotated[str, typer.Argument(help="Trace file (ingested if new), stored trace "
-                                         "id, job name or folder of rank traces (a job).")],
+    trace: Annotated[str | None, typer.Argument(help="Trace file (ingested if new), stored "
+                                                "trace id, job name or folder of rank traces "
+                                                "(a job); or --all.")] = None,
     store: StoreOpt = api.DEFAULT_STORE,
     opt: Annotated[list[str] | None, typer.Option("--opt", help="Optimization to predict, "
                                                   "e.g. amp, fused_adam, dataloader(workers=4),"
@@ -166,9 +171,31 @@ def predict(
     param_bytes: Annotated[int | None, typer.Option(help="The model's parameter bytes, for "
                                                     "ddp(...) where the trace does not tell.")]
     = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every stored trace (see --where) "
+                                       "against every --opt; results into the store's "
+                                       "prediction table.")] = False,
+    where: Annotated[str | None, typer.Option(help="With --all: SQL predicate over the trace "
+                                              "table, e.g. \"job = 'nightly'\".")] = None,
+    workers: Annotated[int, typer.Option(help="With --all: worker processes (default: all "
+                                         "cores).")] = 0,
+    ray: RayOpt = None,
+    force: Annotated[bool, typer.Option(help="With --all: recompute pairs already "
+                                        "predicted.")] = False,
+    top: Annotated[int, typer.Option(help="With --all: rows to print (best gain first); "
+                                     "0 for all.")] = 30,
 ) -> None:
     """Predict the iteration time with --opt (or, without, replay the trace): measured,
-    baseline and predicted time per iteration, phases, critical path, unit load."""
+    baseline and predicted time per iteration, phases, critical path, unit load. With --all,
+    every stored trace against every --opt, printed by gain and kept for `daydream sql`."""
+    if all_ or trace is None:
+        if not all_:
+            raise DaydreamError("give a TRACE, or --all for every stored trace")
+        if trace is not None:
+            raise DaydreamError("give either a TRACE or --all, not both")
+        _predict_all(store, opt or [], where, workers, ray, force, top, json)
+        return
+    if where is not None:
+        raise DaydreamError("--where selects traces for --all")
     d = api.predict(trace, store, opts=opt or None, timeline=timeline, plot=plot,
                     param_bytes=param_bytes)
     if json:
@@ -176,6 +203,31 @@ def predict(
         return
     from daydream.report import print_prediction
     print_prediction(d)
+
+
+def _predict_all(store: Path, opts: list[str], where: str | None, workers: int,
+                 ray: str | None, force: bool, top: int, json: bool) -> None:
+    from daydream import fleet
+    from daydream.report import fleet_progress, print_fleet
+
+    with fleet_progress(enabled=sys.stderr.isatty() and not json) as (plan, tick):
+        def on_pair(r) -> None:
+            tick()
+            if r.status == "failed":
+                _err(r.error or f"{r.trace_id} {r.spec}")
+
+        rep = fleet.predict_all(store, opts, where=where, workers=workers or None, ray=ray,
+                                force=force, on_progress=on_pair, on_plan=plan)
+    if json:
+        typer.echo(orjson.dumps(rep.table.to_pylist(), option=orjson.OPT_INDENT_2,
+                                default=str).decode())
+    else:
+        print_fleet(rep.table, top)
+    typer.echo(f"{len(rep.traces)} traces x {len(rep.specs)} specs: "
+               f"{rep.count('predicted')} predicted, {rep.count('stored')} already stored, "
+               f"{rep.count('failed')} failed -> table prediction in {store}", err=True)
+    if rep.failed:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 from rich.console import Console
 from rich.table import Table
 
@@ -108,3 +111,47 @@ def print_ranks(con: Console, d: dict) -> None:
                   f" ms for it; at {s['worst_collective']} it was {s['late_by_ms']:.3f} ms late "
                   f"(its trace started {s['started_late_ms']:.3f} ms after the first rank's); "
                   f"its work before: {cause}")
+
+
+@contextlib.contextmanager
+def fleet_progress(enabled: bool) -> Iterator[tuple[Callable[[int], None], Callable[[], None]]]:
+    """A progress bar over (trace, spec) pairs: yields ``plan(total)`` and ``tick()``."""
+    if not enabled:
+        yield (lambda n: None), (lambda: None)
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    progress = Progress("[progress.description]{task.description}", BarColumn(),
+                        MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                        transient=True, console=Console(stderr=True))
+    task = progress.add_task("predicting", total=None)
+    with progress:
+        yield (lambda n: progress.update(task, total=n)), (lambda: progress.advance(task))
+
+
+def print_fleet(t, top: int) -> None:
+    """Prediction rows (``daydream.fleet.results``), best gain first."""
+    con = Console()
+    rows = t.to_pylist()
+    shown = rows if top <= 0 else rows[:top]
+    tab = Table(title="predictions, best gain first")
+    for col in ("trace", "file", "spec", "measured ms", "baseline ms", "predicted ms",
+                "speedup"):
+        tab.add_column(col, justify="right" if ("ms" in col or col == "speedup") else "left")
+    for r in shown:
+        tab.add_row(r["trace_id"][:10], _short(r.get("file")), r["spec"], _ms(r["measured_ms"]),
+                    _ms(r["baseline_ms"]), _ms(r["predicted_ms"]),
+                    f"{r['speedup']:.3f}x" if r["speedup"] else "")
+    con.print(tab)
+    if len(shown) < len(rows):
+        con.print(f"({len(rows)} rows, first {len(shown)} shown; all of them: daydream sql "
+                  "'SELECT * FROM prediction ORDER BY speedup DESC')")
+
+
+def _short(path: str | None) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1] if path else ""

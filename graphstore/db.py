@@ -33,7 +33,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from graphstore.schema import GRAPH_SCHEMA_VERSION, GRAPH_TABLES, GTable
+from graphstore.schema import GRAPH_SCHEMA_VERSION, GRAPH_TABLES, RESULT_TABLES, GTable
 from ingest import schema as activity_schema
 from ingest.errors import DaydreamError
 from ingest.store import PART, Store
@@ -201,7 +201,7 @@ def create_schema(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> N
         con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
         con.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)",
                     [META_KEY, str(GRAPH_SCHEMA_VERSION)])
-        for t in GRAPH_TABLES.values():
+        for t in (*GRAPH_TABLES.values(), *RESULT_TABLES.values()):
             con.execute(t.ddl())
             if t.name not in tables:
                 _comment(con, t)
@@ -338,35 +338,53 @@ def write_trace(store_root: str | Path, trace_id: str, tables: Mapping[str, pa.T
     ``trace_id``). A table left out is written as empty. Rows are inserted straight from Arrow
     (DuckDB scans the buffers, no copy through Python). Any failure rolls the whole trace back:
     the database is left exactly as it was. Takes the store's writer lock. Returns rows written
-    per table.
+    per table. The trace's predictions are dropped (they were made on the old graph).
     """
-    unknown = sorted(set(tables) - set(GRAPH_TABLES))
-    if unknown:
-        raise DaydreamError(f"unknown graph table(s) {', '.join(unknown)}; the graph tables "
-                            f"are {', '.join(WRITE_ORDER)}")
-    prepared = {name: _prepare(name, tables[name], trace_id)
-                for name in WRITE_ORDER if name in tables}
-    counts: dict[str, int] = {}
+    return write_traces(store_root, {trace_id: tables}, timeout_s=timeout_s)[trace_id]
+
+
+def write_traces(store_root: str | Path, graphs: Mapping[str, Mapping[str, pa.Table]],
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, dict[str, int]]:
+    """:func:`write_trace` for many traces in one transaction (one open of the database, one
+    commit): how a batch loader keeps the write lock for a short time per many traces."""
+    prepared: dict[str, dict[str, pa.Table]] = {}
+    for trace_id, tables in graphs.items():
+        unknown = sorted(set(tables) - set(GRAPH_TABLES))
+        if unknown:
+            raise DaydreamError(f"unknown graph table(s) {', '.join(unknown)}; the graph tables "
+                                f"are {', '.join(WRITE_ORDER)}")
+        prepared[trace_id] = {name: _prepare(name, tables[name], trace_id)
+                              for name in WRITE_ORDER if name in tables}
+    counts: dict[str, dict[str, int]] = {}
+    if not prepared:
+        return counts
     with Store(Path(store_root)).lock(), connect(store_root, read_only=False,
                                                  timeout_s=timeout_s) as con:
         # Registered outside the transaction: unregistering inside an aborted one would fail
         # and hide the error that aborted it.
-        for name, t in prepared.items():
-            con.register(f"_in_{name}", t)
-        name = None
+        views = {}
+        for i, (trace_id, tabs) in enumerate(prepared.items()):
+            for name, t in tabs.items():
+                views[trace_id, name] = f"_in_{i}_{name}"
+                con.register(views[trace_id, name], t)
+        trace_id = name = None
         try:
             con.execute("BEGIN")
             try:
-                for name in WRITE_ORDER:
-                    con.execute(f"DELETE FROM {name} WHERE trace_id = ?", [trace_id])
-                for name in WRITE_ORDER:
-                    t = prepared.get(name)
-                    counts[name] = 0 if t is None else t.num_rows
-                    if not counts[name]:
-                        continue
-                    cols = ", ".join(c for c in GRAPH_TABLES[name].names if c != "trace_id")
-                    con.execute(f"INSERT INTO {name} (trace_id, {cols}) "
-                                f"SELECT ?, {cols} FROM _in_{name}", [trace_id])
+                for trace_id, tabs in prepared.items():
+                    counts[trace_id] = {}
+                    for name in (*WRITE_ORDER, *RESULT_TABLES):
+                        con.execute(f"DELETE FROM {name} WHERE trace_id = ?", [trace_id])
+                    for name in WRITE_ORDER:
+                        t = tabs.get(name)
+                        counts[trace_id][name] = 0 if t is None else t.num_rows
+                        if not counts[trace_id][name]:
+                            continue
+                        cols = ", ".join(c for c in GRAPH_TABLES[name].names
+                                         if c != "trace_id")
+                        con.execute(f"INSERT INTO {name} (trace_id, {cols}) "
+                                    f"SELECT ?, {cols} FROM {views[trace_id, name]}",
+                                    [trace_id])
                 con.execute("COMMIT")
             except duckdb.Error as e:
                 con.execute("ROLLBACK")
@@ -376,9 +394,47 @@ def write_trace(store_root: str | Path, trace_id: str, tables: Mapping[str, pa.T
                 con.execute("ROLLBACK")
                 raise
         finally:
-            for name in prepared:
-                con.unregister(f"_in_{name}")
+            for v in views.values():
+                con.unregister(v)
     return counts
+
+
+def write_results(store_root: str | Path, table: str, rows: pa.Table, key: tuple[str, ...],
+                  timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
+    """Insert result rows (e.g. ``prediction``) in one transaction, replacing rows with the same
+    ``key`` values. Rows of traces that have no graph (deleted meanwhile) are dropped. Takes the
+    store's writer lock. Returns rows written."""
+    decl = RESULT_TABLES[table]
+    missing = [c for c in decl.names if c not in rows.column_names]
+    if missing:
+        raise DaydreamError(f"result table {table}: missing column(s) {', '.join(missing)}")
+    if not rows.num_rows:
+        return 0
+    rows = rows.select(decl.names)
+    cols = ", ".join(decl.names)
+    on = " AND ".join(f"t.{k} = i.{k}" for k in key)
+    with Store(Path(store_root)).lock(), connect(store_root, read_only=False,
+                                                 timeout_s=timeout_s) as con:
+        con.register("_in", rows)
+        try:
+            con.execute("BEGIN")
+            try:
+                con.execute(f"DELETE FROM {table} t WHERE EXISTS "
+                            f"(SELECT 1 FROM _in i WHERE {on})")
+                n = con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _in "
+                                "WHERE trace_id IN (SELECT trace_id FROM iteration UNION "
+                                "SELECT trace_id FROM task)").fetchall()[0][0]
+                con.execute("COMMIT")
+            except duckdb.Error as e:
+                con.execute("ROLLBACK")
+                raise DaydreamError(f"writing {table} failed, nothing written: "
+                                    f"{_first_line(str(e))}") from None
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        finally:
+            con.unregister("_in")
+    return int(n)
 
 
 def delete_trace(store_root: str | Path, trace_id: str,
@@ -392,7 +448,7 @@ def delete_trace(store_root: str | Path, trace_id: str,
         try:
             n = con.execute("SELECT count(*) FROM task WHERE trace_id = ?",
                             [trace_id]).fetchall()[0][0]
-            for name in WRITE_ORDER:
+            for name in (*WRITE_ORDER, *RESULT_TABLES):
                 con.execute(f"DELETE FROM {name} WHERE trace_id = ?", [trace_id])
             con.execute("COMMIT")
         except BaseException:

@@ -7,17 +7,22 @@ tables in one transaction.
 
 from __future__ import annotations
 
+import os
+import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from graphstore import db, labels
 from graphstore.build import ANCHOR_NAMES, EDGE_KIND_NAMES, KIND_NAMES, Graph, build
 from graphstore.check import check_acyclic, check_launch_edges
 from ingest import schema as activity_schema
-from ingest.store import Store
+from ingest.errors import DaydreamError
+from ingest.store import PART, Store
 
 ACTIVITY = [t for t in activity_schema.COMMIT_ORDER if t != "trace"]
 
@@ -34,17 +39,17 @@ UNUSED = {"range": ("input_dims", "input_types")}
 
 
 def activity_tables(store: Store, trace_id: str) -> dict[str, pa.Table]:
-    out = {}
-    for t in ACTIVITY:
-        tab = store.read(t, trace_id)
-        drop = [c for c in UNUSED.get(t, ()) if c in tab.column_names]
-        if drop:
-            tab = tab.drop_columns(drop)
-            for c in drop:  # keep the declared schema: the columns stay, as nulls
-                tab = tab.append_column(activity_schema.TABLES[t].schema.field(c),
-                                        pa.nulls(tab.num_rows, pa.string()))
-        out[t] = tab
-    return out
+    return {t: _for_graph(t, store.read(t, trace_id)) for t in ACTIVITY}
+
+
+def _for_graph(t: str, tab: pa.Table) -> pa.Table:
+    drop = [c for c in UNUSED.get(t, ()) if c in tab.column_names]
+    if drop:
+        tab = tab.drop_columns(drop)
+        for c in drop:  # keep the declared schema: the columns stay, as nulls
+            tab = tab.append_column(activity_schema.TABLES[t].schema.field(c),
+                                    pa.nulls(tab.num_rows, pa.string()))
+    return tab
 
 
 def graph_tables(tables: dict[str, pa.Table]) -> tuple[Graph, dict[str, pa.Table]]:
@@ -213,6 +218,75 @@ def load(store_root: Path | str, trace_id: str) -> Loaded:
     del tables  # the activity tables are not needed while the graph is written
     db.write_trace(st.root, trace_id, gt)
     return Loaded(trace_id, g, gt)
+
+
+def stage_graph(staged: Path, trace_id: str, out_root: str) -> dict:
+    """Worker side of a batch ingest (``ingest.batch`` calls it where the trace was converted):
+    build the graph of a staged trace and write its tables as Parquet to
+    ``out_root/<trace_id>/<table>.parquet`` for :class:`Loader` to put into DuckDB. Returns
+    ``{"graph": folder}``, or ``{"graph_error": message}`` when the graph fails its checks (the
+    trace is still stored; the error is reported against its file)."""
+    try:
+        tables = {t: _for_graph(t, pq.read_table(Path(staged) / t / PART,
+                                                 schema=activity_schema.TABLES[t].schema))
+                  for t in ACTIVITY}
+        _, gt = graph_tables(tables)
+        del tables
+    except DaydreamError as e:
+        return {"graph_error": str(e)}
+    except Exception as e:  # a bug, not bad input: still report it against the file
+        return {"graph_error": f"internal error: {type(e).__name__}: {e}"}
+    out = Path(out_root) / trace_id
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name, t in gt.items():
+        pq.write_table(t, tmp / f"{name}.parquet", compression="lz4")
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    return {"graph": str(out)}
+
+
+class Loader:
+    """The one process that writes DuckDB in a batch ingest: graphs staged by the workers
+    (:func:`stage_graph`) are written in batches, each one transaction, so the database is
+    opened read-write briefly and rarely and readers get their turn in between. Traces are
+    committed to the activity store first: one killed before its graph is written has no graph,
+    and the next ingest (``missing``) builds it."""
+
+    def __init__(self, store: Store, batch: int = 64, every_s: float = 2.0) -> None:
+        self.store = store
+        self.root = store.staging / f"{os.getpid()}-graph"
+        self.batch, self.every_s = batch, every_s
+        self._queue: list[tuple[str, Path]] = []
+        self._last = time.monotonic()
+        self.loaded: set[str] = set()
+
+    def __enter__(self) -> Loader:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def add(self, trace_id: str, folder: str) -> None:
+        self._queue.append((trace_id, Path(folder)))
+        if len(self._queue) >= self.batch or time.monotonic() - self._last >= self.every_s:
+            self.flush()
+
+    def flush(self) -> list[str]:
+        self._last = time.monotonic()
+        if not self._queue:
+            return []
+        graphs = {tid: {name: pq.read_table(d / f"{name}.parquet") for name in db.WRITE_ORDER}
+                  for tid, d in self._queue}
+        db.write_traces(self.store.root, graphs)
+        done = [tid for tid, _ in self._queue]
+        for _, d in self._queue:
+            shutil.rmtree(d, ignore_errors=True)
+        self._queue.clear()
+        self.loaded.update(done)
+        return done
 
 
 def missing(store_root: Path | str) -> list[str]:

@@ -118,3 +118,22 @@ LAYER = GTable("layer", "DNN layers found in a trace.", (
 ))
 
 GRAPH_TABLES = {t.name: t for t in (TASK, EDGE, UNIT, ITERATION, LAYER)}
+
+# Results the later stages keep beside the graph (in the same database, so one SQL query joins
+# them with the traces). A trace's rows are dropped whenever its graph is replaced: a
+# prediction is only valid for the graph it was simulated on.
+PREDICTION = GTable("prediction", "One what-if prediction: a stored trace simulated with one "
+                    "optimization spec (`daydream predict --all`).", (
+    Col("trace_id", "VARCHAR NOT NULL", "Trace."),
+    Col("spec", "VARCHAR NOT NULL", "Optimization spec as given, e.g. 'amp' or "
+        "'amp+fused_adam'."),
+    Col("measured_ms", "DOUBLE", "Mean measured iteration time (used iterations), ms."),
+    Col("baseline_ms", "DOUBLE", "Mean simulated time of the unmodified graph, ms."),
+    Col("predicted_ms", "DOUBLE", "Mean simulated time with the optimization, ms."),
+    Col("speedup", "DOUBLE", "baseline_ms / predicted_ms (the predicted gain; > 1 is faster)."),
+    Col("iterations", "INTEGER", "Iterations the means are over."),
+    Col("notes", "VARCHAR", "Modelling choices the optimization made, one per line."),
+    Col("created", "TIMESTAMP WITH TIME ZONE NOT NULL", "When the prediction was made (UTC)."),
+))
+
+RESULT_TABLES = {t.name: t for t in (PREDICTION,)}

@@ -11,13 +11,13 @@ import glob
 import os
 import shutil
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ingest import source
 from ingest.convert import read_trace
 from ingest.errors import DaydreamError
+from ingest.runner import make_runner
 from ingest.store import Store, write_staged
 
 # File names a folder is searched for. Named files are always tried, whatever their name.
@@ -35,6 +35,7 @@ class FileResult:
     trace_id: str | None = None
     error: str | None = None
     events: int = 0
+    extra: dict | None = None  # what the worker hook returned (see ``ingest``)
 
 
 @dataclass
@@ -76,8 +77,13 @@ def expand(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
-def _convert_one(path: str, staging_root: str, trace_id: str, job: str | None) -> dict:
-    """Worker: convert a file into a fresh staging folder. Never raises for bad input."""
+def _convert_one(path: str, staging_root: str, trace_id: str, job: str | None,
+                 hook: Callable | None = None, hook_args: tuple = ()) -> dict:
+    """Worker: convert a file into a fresh staging folder. Never raises for bad input.
+
+    ``hook(staged, trace_id, *hook_args)``, when given, runs next (in the worker) on the staged
+    tables; what it returns comes back as ``extra`` (the later stages use it to build the graph
+    where the conversion ran)."""
     staged = Path(staging_root) / f"{os.getpid()}-{trace_id}"
     try:
         if staged.exists():
@@ -85,7 +91,10 @@ def _convert_one(path: str, staging_root: str, trace_id: str, job: str | None) -
         conv = read_trace(Path(path))
         staged.mkdir(parents=True)
         write_staged(conv, staged, path, os.path.getsize(path), job)
-        return {"ok": True, "staged": str(staged), "events": conv.events}
+        events = conv.events
+        del conv  # the hook reads the staged tables; the converted ones are garbage now
+        extra = hook(staged, trace_id, *hook_args) if hook is not None else None
+        return {"ok": True, "staged": str(staged), "events": events, "extra": extra}
     except DaydreamError as e:
         shutil.rmtree(staged, ignore_errors=True)
         return {"ok": False, "error": str(e)}
@@ -96,8 +105,14 @@ def _convert_one(path: str, staging_root: str, trace_id: str, job: str | None) -
 
 def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None,
            force: bool = False, strict: bool = False, job: str | None = None,
-           on_progress: Callable[[FileResult], None] | None = None) -> IngestReport:
-    """Convert and store every file in ``paths``. Re-ingesting a stored file is a no-op."""
+           on_progress: Callable[[FileResult], None] | None = None,
+           ray: str | None = None, hook: Callable | None = None,
+           hook_args: tuple = ()) -> IngestReport:
+    """Convert and store every file in ``paths``. Re-ingesting a stored file is a no-op.
+
+    ``jobs`` local worker processes convert (default: every core), or Ray tasks with ``ray``
+    (see :mod:`ingest.runner`); this process commits each finished trace under the store lock.
+    ``hook`` is passed to the workers (:func:`_convert_one`) and must be picklable."""
     files = expand(paths)
     report = IngestReport()
     store.root.mkdir(parents=True, exist_ok=True)
@@ -134,39 +149,43 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
             else:
                 uniq[tid] = f
         items = [(f, tid) for tid, f in uniq.items()]
-        jobs = max(1, jobs or os.cpu_count() or 1)
 
         def finish(f: Path, tid: str, res: dict) -> None:
             if not res["ok"]:
-                r = FileResult(str(f), "failed", tid, error=res["error"])
+                r = FileResult(str(f), "failed", tid, error=f"{f}: {res['error']}"
+                               if res["error"].startswith("worker failed") else res["error"])
                 done(r)
                 if strict:
-                    raise DaydreamError(res["error"])
+                    raise DaydreamError(r.error)
                 return
             fresh = store.commit(tid, Path(res["staged"]), force)
             done(FileResult(str(f), "ingested" if fresh else "exists", tid,
-                            events=res["events"]))
+                            events=res["events"], extra=res.get("extra")))
 
         # A large file is converted in a worker process even alone: its memory goes back to
-        # the system when the worker exits, before the graph is built from the tables.
-        big = any(f.stat().st_size > SUBPROCESS_BYTES for f, _ in items)
-        if (jobs == 1 or len(items) <= 1) and not big:
-            for f, tid in items:
-                finish(f, tid, _convert_one(str(f), str(staging_root), tid, job))
-        else:
-            with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(items)))) as pool:
-                pending = {pool.submit(_convert_one, str(f), str(staging_root), tid, job):
-                           (f, tid) for f, tid in items}
-                try:
-                    while pending:
-                        finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                        for fut in finished:
-                            f, tid = pending.pop(fut)
-                            finish(f, tid, fut.result())
-                except BaseException:
-                    for fut in pending:
-                        fut.cancel()
-                    raise
+        # the system when the worker exits, before the graph is built from the tables. Its
+        # graph is built here, after (no hook), so the two peaks never add up.
+        big = {tid for f, tid in items if f.stat().st_size > SUBPROCESS_BYTES}
+        n = len(items)
+        runner = make_runner(jobs, ray, tasks=n, isolate=bool(big))
+        # never more in flight than the workers can take, plus one each queued: memory stays
+        # bounded over thousands of files and an interrupt loses little work
+        limit = 2 * runner.workers
+        with runner:
+            queue = iter(items)
+            while True:
+                while runner.pending() < limit:
+                    nxt = next(queue, None)
+                    if nxt is None:
+                        break
+                    f, tid = nxt
+                    h = None if tid in big else hook
+                    runner.submit((f, tid), _convert_one, str(f), str(staging_root), tid, job,
+                                  h, hook_args)
+                if not runner.pending():
+                    break
+                for (f, tid), res in runner.next_done():
+                    finish(f, tid, res)
     finally:
         shutil.rmtree(staging_root, ignore_errors=True)
     return report

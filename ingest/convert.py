@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ingest import source
-from ingest.errors import TraceFormatError
+from ingest.errors import DaydreamError, TraceFormatError
 from ingest.model import Converted
 
 FORMATS = ("kineto_json", "nsys_sqlite", "cupti_raw")
@@ -14,6 +14,16 @@ FORMATS = ("kineto_json", "nsys_sqlite", "cupti_raw")
 def read_trace(path: Path | str) -> Converted:
     """Convert one file. Raises ``TraceFormatError`` naming the file, record and field."""
     path = Path(path)
+    try:
+        return _read(path)
+    except DaydreamError as e:
+        if e.file is not None:
+            raise
+        # raised below the readers (schema casts): the file is named here
+        raise type(e)(e.reason, file=str(path), record=e.record, field=e.field) from None
+
+
+def _read(path: Path) -> Converted:
     if not path.exists():
         raise TraceFormatError("no such file", file=str(path))
     if path.is_dir():

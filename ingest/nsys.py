@@ -124,6 +124,10 @@ def read_nsys(path: Path) -> Converted:
         return _Reader(path, con).read()
     except sqlite3.DatabaseError as e:
         raise TraceFormatError(f"unreadable SQLite database: {e}", file=str(path)) from e
+    except UnicodeDecodeError as e:  # sqlite3 decodes TEXT as UTF-8: a damaged page or string
+        raise TraceFormatError(f"damaged export: text that is not UTF-8 ({e.reason} at byte "
+                               f"{e.start} of a {len(e.object)}-byte string)",
+                               file=str(path)) from None
     finally:
         con.close()
 
@@ -550,7 +554,9 @@ class _Reader:
     def _export_metadata(self) -> dict[str, str]:
         if not self._has("META_DATA_EXPORT"):
             return {}
-        return {k: v for k, v in self.con.execute("SELECT name, value FROM META_DATA_EXPORT")}
+        # text only: a key or value of another type is not metadata we can use
+        return {k: v for k, v in self.con.execute("SELECT name, value FROM META_DATA_EXPORT")
+                if isinstance(k, str) and isinstance(v, str | None)}
 
     def _devices(self) -> list[dict] | None:
         if self._has("TARGET_INFO_GPU"):

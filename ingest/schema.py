@@ -224,15 +224,27 @@ def conform(table: str, data: pa.Table | dict) -> pa.Table:
                         pa.array([], col.type)
                     if isinstance(arr, pa.ChunkedArray):
                         arr = arr.combine_chunks() if arr.num_chunks else pa.array([], col.type)
-                    arr = arr.cast(col.type)
+                    arr = _cast(arr, col, table)
                 else:
-                    arr = arr.cast(col.type)
+                    arr = _cast(arr, col, table)
             if pa.types.is_dictionary(col.type):
                 arr = _no_null_dictionary(arr, col.type)
             arrays.append(arr)
         else:
             arrays.append(pa.nulls(n, col.type))
     return pa.Table.from_arrays(arrays, schema=spec.schema)
+
+
+def _cast(arr, col: Column, table: str):
+    """Cast to the declared type; a value that does not fit (a 64-bit number in a 32-bit
+    column of a damaged file) is a format error naming the column, not an Arrow traceback."""
+    try:
+        return arr.cast(col.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        from ingest.errors import TraceFormatError
+        msg = str(e).strip().splitlines()[0]
+        raise TraceFormatError(f"a value does not fit the column's type {col.type}: {msg}",
+                               field=f"{table}.{col.name}") from None
 
 
 def _no_null_dictionary(arr, type_):

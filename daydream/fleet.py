@@ -1,0 +1,293 @@
+"""What-if predictions over a fleet of stored traces: every trace against every spec.
+
+``predict_all`` is the batch form of ``daydream.api.predict``: for each stored trace (those a
+``--where`` predicate over the ``trace`` table selects) it replays the unmodified graph once and
+simulates it rewritten by each spec. Results go to the ``prediction`` table of the store's
+DuckDB file (declared in ``graphstore.schema``), so ``daydream sql`` answers questions such as
+"which of last week's jobs would gain most from AMP?".
+
+Work is split the way batch ingest splits it (``ingest.runner``): this process reads graphs
+and writes results; workers (local processes or Ray tasks) get a trace's graph tables and specs
+and return rows, never touching the database. Results are written in batches, each one short
+transaction, so read-only queries run between them. A (trace, spec) pair already in the table is
+skipped: an interrupted run, run again, resumes where it stopped (``force`` recomputes).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+
+from graphstore import db
+from graphstore.schema import PREDICTION
+from ingest.errors import DaydreamError
+from ingest.runner import make_runner
+from ingest.store import Store
+
+KEY = ("trace_id", "spec")
+FLUSH_ROWS = 256
+FLUSH_S = 2.0
+# Graphs are read in chunks on one read-only connection (each open costs a catalog check).
+READ_CHUNK = 16
+
+
+@dataclass
+class PairResult:
+    trace_id: str
+    spec: str
+    status: str  # predicted, stored (from an earlier run), failed
+    error: str | None = None
+    row: dict | None = None
+
+
+@dataclass
+class FleetReport:
+    traces: list[str] = field(default_factory=list)
+    specs: list[str] = field(default_factory=list)
+    results: list[PairResult] = field(default_factory=list)
+    table: pa.Table | None = None  # the prediction rows of these traces and specs, best first
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+    @property
+    def failed(self) -> list[PairResult]:
+        return [r for r in self.results if r.status == "failed"]
+
+
+def select_traces(store_root: Path, where: str | None = None) -> list[str]:
+    """Stored traces that have a graph, filtered by ``where``: a SQL predicate over the
+    ``trace`` table (file, source_format, job, rank, world_size, ingested_at, ...)."""
+    have = set(db.trace_ids(store_root))
+    if where is None:
+        return sorted(have)
+    try:
+        t = db.run_sql(store_root, f"SELECT DISTINCT trace_id FROM trace WHERE {where}")
+    except DaydreamError as e:
+        raise DaydreamError(f"--where {where!r}: {e}") from None
+    return sorted(set(t.column(0).to_pylist()) & have)
+
+
+def stored_pairs(store_root: Path, trace_ids: list[str] | None = None) -> set[tuple[str, str]]:
+    """(trace, spec) pairs the prediction table already holds."""
+    if not db.db_path(store_root).exists():
+        return set()
+    with db.connect(store_root) as con:
+        if not _has_prediction(con):
+            return set()
+        rows = con.execute("SELECT trace_id, spec FROM prediction").fetchall()
+    want = None if trace_ids is None else set(trace_ids)
+    return {(a, b) for a, b in rows if want is None or a in want}
+
+
+def _has_prediction(con) -> bool:
+    # a database written by an older daydream gets the table at its next write
+    return bool(con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = 'prediction' "
+                            "AND schema_name = 'main'").fetchall())
+
+
+def predict_trace(trace_id: str, graph: dict[str, pa.Table], device: dict | None,
+                  specs: list[str]) -> dict:
+    """Worker: baseline replay once, then one simulation per spec. Never raises for bad input:
+    returns ``{"ok": True, "rows": [...], "errors": {spec: message}}`` or ``{"ok": False,
+    "error": message}`` when even the baseline fails."""
+    from simulate.replay import replay
+    from transforms import rewrite
+
+    try:
+        base = replay(graph)
+    except DaydreamError as e:
+        return {"ok": False, "error": f"trace {trace_id}: baseline: {e}"}
+    except Exception as e:  # a bug, not bad input: still reported against the trace
+        return {"ok": False, "error": f"trace {trace_id}: baseline: internal error: "
+                                      f"{type(e).__name__}: {e}"}
+    used = [i.index for i in base.iterations if i.used]
+    measured_ms = base.mean("measured_ns") / 1e6
+    baseline_ms = base.mean("simulated_ns") / 1e6
+    rows, errors = [], {}
+    for spec in specs:
+        notes: list[str] = []
+        try:
+            pred = replay(rewrite(graph, spec, device=device, notes=notes))
+        except DaydreamError as e:
+            errors[spec] = str(e)
+            continue
+        except Exception as e:
+            errors[spec] = f"internal error: {type(e).__name__}: {e}"
+            continue
+        by_idx = {i.index: i.simulated_ns for i in pred.iterations}
+        p = [by_idx[k] for k in used if k in by_idx]
+        predicted_ms = float(sum(p) / len(p) / 1e6) if p else None
+        rows.append({
+            "trace_id": trace_id, "spec": spec,
+            "measured_ms": _num(measured_ms), "baseline_ms": _num(baseline_ms),
+            "predicted_ms": predicted_ms,
+            "speedup": baseline_ms / predicted_ms if predicted_ms else None,
+            "iterations": len(used),
+            "notes": "\n".join(notes) or None,
+        })
+    return {"ok": True, "rows": rows, "errors": errors}
+
+
+def _num(x: float) -> float | None:
+    return None if x != x else x  # NaN (no used iteration) is stored as NULL
+
+
+def predict_all(store_root: str | Path, specs: list[str], *, where: str | None = None,
+                workers: int | None = None, ray: str | None = None, force: bool = False,
+                on_progress: Callable[[PairResult], None] | None = None,
+                on_plan: Callable[[int], None] | None = None) -> FleetReport:
+    """Predict every selected stored trace with every spec; results into ``prediction``.
+
+    ``on_plan(n)`` is told how many (trace, spec) pairs there are before the work starts, and
+    ``on_progress`` gets each pair as it is done (or found stored)."""
+    from transforms.registry import check
+
+    root = Path(store_root)
+    specs = list(dict.fromkeys(s.strip() for s in specs))
+    if not specs:
+        raise DaydreamError("predict --all needs at least one --opt")
+    for s in specs:
+        check(s)  # every spec error before any work
+    st = Store(root)
+    if not db.db_path(root).exists():
+        raise DaydreamError(f"no graph in {root}: ingest traces first "
+                            f"(`daydream ingest TRACE... --store {root}`)")
+    traces = select_traces(root, where)
+    rep = FleetReport(traces=traces, specs=specs)
+    have = set() if force else stored_pairs(root, traces)
+    todo: dict[str, list[str]] = {}
+    if on_plan:
+        on_plan(len(traces) * len(specs))
+
+    def done(r: PairResult) -> None:
+        rep.results.append(r)
+        if on_progress:
+            on_progress(r)
+
+    for tid in traces:
+        for s in specs:
+            if (tid, s) in have:
+                done(PairResult(tid, s, "stored"))
+            else:
+                todo.setdefault(tid, []).append(s)
+
+    buf: list[dict] = []
+    last = time.monotonic()
+
+    def flush() -> None:
+        nonlocal last
+        last = time.monotonic()
+        if buf:
+            now = dt.datetime.now(dt.UTC)
+            for row in buf:
+                row["created"] = now
+            db.write_results(root, "prediction", _rows_table(buf), KEY)
+            buf.clear()
+
+    def finish(tid: str, res: dict) -> None:
+        if not res["ok"]:
+            for s in todo[tid]:
+                done(PairResult(tid, s, "failed", error=res["error"]))
+            return
+        for row in res["rows"]:
+            buf.append(row)
+            done(PairResult(tid, row["spec"], "predicted", row=row))
+        for s, err in res["errors"].items():
+            done(PairResult(tid, s, "failed", error=f"trace {tid}: {s}: {err}"))
+
+    items = list(todo)
+    runner = make_runner(workers, ray, tasks=len(items))
+    limit = 2 * runner.workers
+    try:
+        with runner:
+            queue = iter(items)
+            ready: list[tuple[str, dict, dict | None]] = []
+            while True:
+                while runner.pending() < limit:
+                    if not ready:
+                        ready = _read_chunk(st, [t for _, t in zip(range(READ_CHUNK), queue,
+                                                                   strict=False)])
+                        if not ready:
+                            break
+                    tid, g, device = ready.pop(0)
+                    runner.submit(tid, predict_trace, tid, g, device, todo[tid])
+                if not runner.pending():
+                    break
+                for tid, res in runner.next_done():
+                    finish(tid, res)
+                if len(buf) >= FLUSH_ROWS or time.monotonic() - last >= FLUSH_S:
+                    flush()
+    finally:
+        flush()  # what finished before an interrupt is kept: the rerun resumes after it
+    rep.table = results(root, traces, specs)
+    return rep
+
+
+def _read_chunk(st: Store, tids: list[str]) -> list[tuple[str, dict, dict | None]]:
+    """Graph tables and device of a few traces, read on one read-only connection."""
+    from graphstore.read import ORDER
+    from graphstore.schema import GRAPH_TABLES
+
+    if not tids:
+        return []
+    out = []
+    with db.connect(st.root) as con:
+        for tid in tids:
+            g = {}
+            for name, t in GRAPH_TABLES.items():
+                cols = ", ".join(c for c in t.names if c != "trace_id")
+                g[name] = con.sql(f"SELECT {cols} FROM {name} WHERE trace_id = $tid "
+                                  f"ORDER BY {ORDER[name]}", params={"tid": tid}).to_arrow_table()
+            out.append((tid, g, _device(st, tid, g)))
+    return out
+
+
+def _device(st: Store, tid: str, g: dict[str, pa.Table]) -> dict | None:
+    """The trace's GPU (as ``daydream.api`` picks it): the one its streams ran on."""
+    if not st.has_trace(tid):
+        return None
+    row = st.trace_row(tid)
+    devs = orjson.loads(row["devices"]) if row["devices"] else []
+    used = set(g["unit"]["device"].drop_null().to_pylist())
+    return next((d for d in devs if d.get("id") in used), devs[0] if devs else None)
+
+
+def _rows_table(rows: list[dict]) -> pa.Table:
+    types = {"VARCHAR": pa.string(), "DOUBLE": pa.float64(), "INTEGER": pa.int32()}
+    fields = [pa.field(c.name, pa.timestamp("us", tz="UTC") if c.name == "created"
+                       else types[c.sql.split()[0]]) for c in PREDICTION.columns]
+    return pa.Table.from_pylist(rows, schema=pa.schema(fields))
+
+
+def results(store_root: str | Path, traces: list[str] | None = None,
+            specs: list[str] | None = None) -> pa.Table:
+    """Prediction rows (of ``traces`` and ``specs`` when given), best gain first, with the
+    trace's file and job."""
+    root = Path(store_root)
+    where = []
+    if traces is not None:
+        where.append("p.trace_id IN (SELECT unnest($traces))")
+    if specs is not None:
+        where.append("p.spec IN (SELECT unnest($specs))")
+    sql = ("SELECT p.trace_id, t.file, t.job, p.spec, p.measured_ms, p.baseline_ms, "
+           "p.predicted_ms, p.speedup, p.created FROM prediction p "
+           "LEFT JOIN trace t ON t.trace_id = p.trace_id"
+           + (" WHERE " + " AND ".join(where) if where else "")
+           + " ORDER BY p.speedup DESC NULLS LAST, p.trace_id, p.spec")
+    params = {}
+    if traces is not None:
+        params["traces"] = traces
+    if specs is not None:
+        params["specs"] = specs
+    with db.connect(root) as con:
+        if not _has_prediction(con):
+            return _rows_table([]).select(["trace_id", "spec"])
+        db.register_activity(con, root)
+        return con.sql(sql, params=params).to_arrow_table()

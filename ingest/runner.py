@@ -1,0 +1,169 @@
+"""Where batch work runs: inline, in a local process pool, or as Ray tasks.
+
+Batch ingest and batch prediction hand a runner picklable top-level functions and their
+arguments and take the results back in the order they finish. The three runners behave the
+same to the caller, so the drivers (ingest.batch, daydream.fleet) have one code path and only
+the driver process ever writes the store's DuckDB file.
+
+- ``workers == 1``: inline, in the calling process (no pickling; what tests and one trace use);
+- ``workers > 1``: a ``ProcessPoolExecutor`` on this machine;
+- ``ray``: Ray tasks on a cluster (``auto``: the cluster named by ``RAY_ADDRESS`` or started
+  with ``ray start`` here, else a local one; or an address such as ``ray://head:10001``).
+  Files and the store must be at the same path on every node (a shared file system).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any
+
+from ingest.errors import DaydreamError
+
+
+class Runner:
+    """Submit ``fn(*args)``; iterate over ``(tag, result)`` as tasks finish."""
+
+    workers = 1
+
+    def submit(self, tag: Any, fn: Callable, *args) -> None:
+        raise NotImplementedError
+
+    def pending(self) -> int:
+        raise NotImplementedError
+
+    def next_done(self) -> Iterator[tuple[Any, Any]]:
+        """Block until at least one task has finished; yield every finished one."""
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """Drop tasks not started yet (on an interrupt or a strict failure)."""
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is not None:
+            self.cancel()
+        self.close()
+
+
+class InlineRunner(Runner):
+    def __init__(self) -> None:
+        self._done: list[tuple[Any, Any]] = []
+
+    def submit(self, tag, fn, *args) -> None:
+        self._done.append((tag, fn(*args)))
+
+    def pending(self) -> int:
+        return len(self._done)
+
+    def next_done(self):
+        done, self._done = self._done, []
+        yield from done
+
+
+class PoolRunner(Runner):
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        # spawned, not forked: a forked child inherits the locks of the parent's thread pools
+        # (polars', Arrow's) in whatever state they were and can hang on its first query
+        self._pool = ProcessPoolExecutor(max_workers=workers,
+                                         mp_context=multiprocessing.get_context("spawn"))
+        self._futs: dict[Future, Any] = {}
+
+    def submit(self, tag, fn, *args) -> None:
+        self._futs[self._pool.submit(fn, *args)] = tag
+
+    def pending(self) -> int:
+        return len(self._futs)
+
+    def next_done(self):
+        finished, _ = wait(self._futs, return_when=FIRST_COMPLETED)
+        for f in finished:
+            tag = self._futs.pop(f)
+            try:
+                yield tag, f.result()
+            except Exception as e:  # a worker died (killed, out of memory): report, go on
+                yield tag, _failed(e)
+
+    def cancel(self) -> None:
+        for f in self._futs:
+            f.cancel()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class RayRunner(Runner):
+    def __init__(self, address: str) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise DaydreamError("--ray needs Ray: pip install 'daydream[fleet]'") from None
+        self._ray = ray
+        if not ray.is_initialized():
+            try:
+                if address == "auto":
+                    ray.init(log_to_driver=False)
+                else:
+                    ray.init(address=address, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                raise DaydreamError(f"cannot connect to the Ray cluster at {address}: "
+                                    f"{str(e).strip().splitlines()[0]}") from None
+        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._remote: dict[Callable, Any] = {}
+        self._refs: dict[Any, Any] = {}
+
+    def submit(self, tag, fn, *args) -> None:
+        r = self._remote.get(fn)
+        if r is None:
+            r = self._remote[fn] = self._ray.remote(num_cpus=1, max_retries=1)(fn)
+        self._refs[r.remote(*args)] = tag
+
+    def pending(self) -> int:
+        return len(self._refs)
+
+    def next_done(self):
+        ready, rest = self._ray.wait(list(self._refs), num_returns=1)
+        if rest:  # take whatever else has finished too, without waiting
+            more, _ = self._ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready = [*ready, *more]
+        for ref in ready:
+            tag = self._refs.pop(ref)
+            try:
+                yield tag, self._ray.get(ref)
+            except Exception as e:  # the task's worker died or the task raised
+                yield tag, _failed(e)
+
+    def cancel(self) -> None:
+        for ref in self._refs:
+            try:
+                self._ray.cancel(ref)
+            except Exception:  # already finished or gone: nothing to cancel
+                pass
+        self._refs.clear()
+
+
+def _failed(e: BaseException) -> dict:
+    """The result a task function gives for a failure (every task function returns a dict with
+    ``ok`` and, when not ok, ``error``)."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return {"ok": False, "error": f"worker failed: {type(e).__name__}: {msg}"}
+
+
+def make_runner(workers: int | None = None, ray: str | None = None, tasks: int = 2,
+                isolate: bool = False) -> Runner:
+    """A runner for ``tasks`` tasks: Ray when ``ray`` is given, else ``workers`` local processes
+    (default: every core), inline when one would do unless ``isolate`` (work whose memory
+    should go back to the system when it is done)."""
+    if ray:
+        return RayRunner(ray)
+    n = max(1, workers or os.cpu_count() or 1)
+    n = min(n, max(1, tasks))
+    return InlineRunner() if n == 1 and not isolate else PoolRunner(n)

@@ -1,0 +1,169 @@
+"""predict --all: every stored trace against every spec, into the prediction table."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from daydream import api, fleet
+from graphstore import db
+from ingest.errors import DaydreamError
+from tests.conftest import DATA
+
+SMALL = [DATA / "kineto" / n for n in ("simple_add_a100.json.gz", "triton_example.json.gz",
+                                        "event_sync_multi_stream.json.gz",
+                                        "mi250_toy_train_rocm.json.gz", "backward_thread.json")]
+SMALL.append(DATA / "nsys" / "mock_rtx3080.sqlite")
+SPECS = ["amp", "cuda_graphs"]
+BAD = 'scale(select="nosuch = 1", factor=0.5)'  # parses; fails on every graph (no such column)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fleet") / "s"
+    rep = api.ingest(SMALL, root, jobs=1)
+    assert not rep.failed
+    return root
+
+
+@pytest.fixture
+def fresh(store, tmp_path):
+    """A copy of the module's store (each test changes its prediction table)."""
+    dst = tmp_path / "s"
+    shutil.copytree(store, dst)
+    return dst
+
+
+def test_every_trace_against_every_spec_agrees_with_single_predict(fresh):
+    rep = fleet.predict_all(fresh, SPECS, workers=1)
+    ids = api.open_store(fresh).trace_ids()
+    assert rep.count("predicted") == len(ids) * len(SPECS) and not rep.failed
+    t = db.run_sql(fresh, "SELECT * FROM prediction ORDER BY trace_id, spec").to_pylist()
+    assert [(r["trace_id"], r["spec"]) for r in t] == [(i, s) for i in ids for s in sorted(SPECS)]
+    # the batch path gives the numbers the one-trace path gives
+    for r in t:
+        d = api.predict(r["trace_id"], fresh, opts=[r["spec"]])
+        assert r["measured_ms"] == pytest.approx(d["measured_ms"], rel=1e-12)
+        assert r["baseline_ms"] == pytest.approx(d["baseline_ms"], rel=1e-12)
+        assert r["predicted_ms"] == pytest.approx(d["predicted_ms"], rel=1e-12)
+        assert r["speedup"] == pytest.approx(r["baseline_ms"] / r["predicted_ms"])
+        assert r["created"] is not None
+    # the report's table is sorted by gain, best first
+    sp = rep.table.column("speedup").to_pylist()
+    assert sp == sorted(sp, reverse=True) and len(sp) == len(t)
+    # cuda_graphs removes launch overhead on the toy training trace: a real gain, ranked first
+    top = rep.table.slice(0, 1).to_pylist()[0]
+    assert top["spec"] == "cuda_graphs" and top["speedup"] > 1.5
+
+
+def test_rerun_skips_stored_pairs_and_force_recomputes(fresh):
+    fleet.predict_all(fresh, ["amp"], workers=1)
+    before = {(r["trace_id"], r["created"]) for r in
+              db.run_sql(fresh, "SELECT trace_id, created FROM prediction").to_pylist()}
+    rep = fleet.predict_all(fresh, ["amp", "cuda_graphs"], workers=1)
+    n = len(rep.traces)
+    assert rep.count("stored") == n and rep.count("predicted") == n
+    kept = {(r["trace_id"], r["created"]) for r in db.run_sql(
+        fresh, "SELECT trace_id, created FROM prediction WHERE spec = 'amp'").to_pylist()}
+    assert kept == before  # not recomputed
+    rep = fleet.predict_all(fresh, ["amp"], workers=1, force=True)
+    assert rep.count("predicted") == n
+    rows = db.run_sql(fresh, "SELECT count(*) AS n, count(DISTINCT (trace_id, spec)) AS k "
+                      "FROM prediction").to_pylist()[0]
+    assert rows == {"n": 2 * n, "k": 2 * n}  # replaced, not duplicated
+
+
+def test_interrupted_run_keeps_what_finished_and_resumes(fresh):
+    seen = []
+
+    def stop_after_three(r):
+        seen.append(r)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fleet.predict_all(fresh, SPECS, workers=1, on_progress=stop_after_three)
+    stored = db.run_sql(fresh, "SELECT count(*) FROM prediction").column(0)[0].as_py()
+    assert stored >= 3  # everything that finished before the interrupt was written
+    rep = fleet.predict_all(fresh, SPECS, workers=1)
+    assert rep.count("stored") == stored
+    assert rep.count("predicted") == len(rep.traces) * len(SPECS) - stored
+
+
+def test_where_selects_traces_by_the_trace_table(fresh):
+    rep = fleet.predict_all(fresh, ["amp"], where="source_format = 'nsys_sqlite'", workers=1)
+    assert len(rep.traces) == 1
+    got = db.run_sql(fresh, "SELECT t.file FROM prediction p JOIN trace t USING (trace_id)")
+    assert got.column(0).to_pylist()[0].endswith("mock_rtx3080.sqlite")
+    with pytest.raises(DaydreamError, match="--where 'nosuch = 1'"):
+        fleet.predict_all(fresh, ["amp"], where="nosuch = 1")
+
+
+def test_a_failing_spec_is_reported_and_the_rest_are_stored(fresh):
+    rep = fleet.predict_all(fresh, ["amp", BAD], workers=1)
+    n = len(rep.traces)
+    assert rep.count("predicted") == n and len(rep.failed) == n
+    assert all("nosuch" in f.error and f.trace_id in f.error for f in rep.failed)
+    specs = db.run_sql(fresh, "SELECT DISTINCT spec FROM prediction").column(0).to_pylist()
+    assert specs == ["amp"]
+    with pytest.raises(DaydreamError, match="unknown optimization"):
+        fleet.predict_all(fresh, ["amp", "no_such_opt"])
+
+
+def test_reingest_drops_the_traces_predictions(fresh):
+    fleet.predict_all(fresh, ["amp"], workers=1)
+    api.ingest([SMALL[0]], fresh, jobs=1, force=True)
+    left = db.run_sql(fresh, "SELECT count(*) FROM prediction").column(0)[0].as_py()
+    assert left == len(SMALL) - 1  # its graph was rebuilt: its prediction is gone
+
+
+def test_process_pool_gives_the_same_rows(fresh):
+    fleet.predict_all(fresh, SPECS, workers=1)
+    one = db.run_sql(fresh, "SELECT trace_id, spec, predicted_ms FROM prediction "
+                     "ORDER BY ALL").to_pylist()
+    rep = fleet.predict_all(fresh, SPECS, workers=2, force=True)
+    assert not rep.failed
+    two = db.run_sql(fresh, "SELECT trace_id, spec, predicted_ms FROM prediction "
+                     "ORDER BY ALL").to_pylist()
+    assert one == two
+
+
+def test_cli_prints_by_gain_and_sql_sees_the_table(fresh):
+    p = subprocess.run([sys.executable, "-m", "daydream", "predict", "--all", "--store",
+                        str(fresh), "--opt", "amp", "--opt", "cuda_graphs", "--workers", "1",
+                        "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    import orjson
+    rows = orjson.loads(p.stdout)
+    assert [r["speedup"] for r in rows] == sorted((r["speedup"] for r in rows), reverse=True)
+    assert "12 predicted" in p.stderr
+    q = subprocess.run([sys.executable, "-m", "daydream", "sql", "--store", str(fresh),
+                        "--format", "csv",
+                        "SELECT spec, count(*) AS n FROM prediction GROUP BY 1 ORDER BY 1"],
+                       capture_output=True, text=True)
+    assert q.stdout == "spec,n\namp,6\ncuda_graphs,6\n", q.stderr
+    bad = subprocess.run([sys.executable, "-m", "daydream", "predict", "--all", "--store",
+                          str(fresh), "--opt", BAD, "--workers", "1"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "error: trace " in bad.stderr and "Traceback" not in bad.stderr
+    neither = subprocess.run([sys.executable, "-m", "daydream", "predict", "--store",
+                              str(fresh)], capture_output=True, text=True)
+    assert neither.returncode == 1 and "--all" in neither.stderr
+
+
+def test_prediction_table_is_declared_with_docs(fresh):
+    fleet.predict_all(fresh, ["amp"], workers=1)
+    con = duckdb.connect(str(db.db_path(fresh)), read_only=True)
+    try:
+        cols = con.execute("SELECT column_name, comment FROM duckdb_columns() "
+                           "WHERE table_name = 'prediction'").fetchall()
+    finally:
+        con.close()
+    names = [c for c, _ in cols]
+    assert names[:6] == ["trace_id", "spec", "measured_ms", "baseline_ms", "predicted_ms",
+                         "speedup"] and "created" in names
+    assert all(doc for _, doc in cols)
