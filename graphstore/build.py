@@ -57,6 +57,9 @@ WAIT_TOL_NS = 3_000
 # thread of the process ended is taken as that thread waiting for the other (the autograd
 # thread idle until backward() is called, the main thread blocked until backward is done).
 MIN_WAIT_NS = 20_000
+# A thread's first task is tied to an event on another thread of its process at most this long
+# before it (the autograd thread's first op ~0.5 ms after backward() was called, A100 DDP).
+FIRST_WAKE_TOL_NS = 1_000_000
 # A stream holds about 1024 launched but unfinished kernels; a launch into a full stream blocks
 # until the oldest one finishes (stackoverflow.com/questions/53970187, measured: "the buffer
 # size is about 1000 kernels" per stream; NVIDIA forums thread 68937). Without this bound a
@@ -606,6 +609,19 @@ def build(tables: dict[str, pa.Table]) -> Graph:
         add(s_, d_, EK_WAKE, A_START_START, start[d_] - start[s_], np.ones(len(w), bool))
         dur[k_dst[w]] = 0
 
+    # ---- a thread's first task: woken by what just happened on another thread of its process
+    f_src, f_dst, f_via = _first_task_triggers(kind, unit, start, end, nthr, threads)
+    stats.add("thread_start_edges", len(f_src), severity="info",
+              detail="threads whose first task follows an event on another thread of the "
+                     "process (within FIRST_WAKE_TOL_NS), tied to it instead of to the trace "
+                     "start")
+    for via_start, anchor in ((False, A_END_START), (True, A_START_START)):
+        m = f_via == via_start
+        if m.any():
+            t_src = start[f_src[m]] if via_start else end[f_src[m]]
+            add(f_src[m], f_dst[m], EK_WAKE, anchor, start[f_dst[m]] - t_src,
+                np.ones(int(m.sum()), bool))
+
     # ---- origin: every task without a predecessor hangs off the trace start
     all_dst = np.concatenate(dst) if dst else np.zeros(0, np.int64)
     has_pred = np.zeros(len(kind), bool)
@@ -661,6 +677,44 @@ def _queue_edges(unit, start, end, gpu_mask, launch_of):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), full
     src, dst = np.concatenate(src), np.concatenate(dst)
     return src, dst, full
+
+
+def _first_task_triggers(kind, unit, start, end, nthr, threads):
+    """For each thread whose first task starts within FIRST_WAKE_TOL_NS after a task on another
+    thread of its process ended (or after a long host task there started: the caller going
+    to wait, as backward() wakes the autograd thread), that task: (src, first task, via_start).
+    Without it the first task would hang off the trace start at its observed offset, and a
+    what-if that makes the work before it faster could not move it."""
+    empty = np.zeros(0, np.int64)
+    if nthr < 2:
+        return empty, empty, np.zeros(0, bool)
+    ids = np.arange(len(unit))
+    cpu = np.flatnonzero((unit < nthr) & (ids > 0))
+    if not len(cpu):
+        return empty, empty, np.zeros(0, bool)
+    order = cpu[np.argsort(unit[cpu], kind="stable")]
+    u_sorted = unit[order]
+    heads = order[np.r_[True, u_sorted[1:] != u_sorted[:-1]]]
+    pid = threads[:, 0]
+    long_host = (kind[cpu] == KIND_HOST) & (end[cpu] - start[cpu] >= MIN_WAIT_NS)
+    ev_task = np.concatenate([cpu, cpu[long_host]])
+    ev_time = np.concatenate([end[cpu], start[cpu[long_host]]])
+    ev_via = np.r_[np.zeros(len(cpu), bool), np.ones(int(long_host.sum()), bool)]
+    o = np.argsort(ev_time, kind="stable")
+    ev_task, ev_time, ev_via = ev_task[o], ev_time[o], ev_via[o]
+    src, dst, via = [], [], []
+    for f in heads:
+        k = int(np.searchsorted(ev_time, start[f], side="left")) - 1
+        lo = start[f] - FIRST_WAKE_TOL_NS
+        while k >= 0 and ev_time[k] >= lo:
+            y = ev_task[k]
+            if unit[y] != unit[f] and pid[unit[y]] == pid[unit[f]]:
+                src.append(y)
+                dst.append(f)
+                via.append(ev_via[k])
+                break
+            k -= 1
+    return (np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(via, bool))
 
 
 def _wake_edges(kind, unit, start, end, nthr, threads, blocking):

@@ -3,7 +3,9 @@
 Iteration times are measured and simulated by one rule, so a baseline replay compares like with
 like: iteration i starts when its first CPU task starts (the one at or after the iteration's
 marker) and ends when iteration i+1 starts; the last one ends when its last task (GPU work it
-launched included) ends.
+launched included) ends, and no earlier than every task of the iterations so far has ended
+(work a CPU running ahead left queued on the GPU), less what the trace itself left running past
+that end.
 """
 
 from __future__ import annotations
@@ -143,8 +145,15 @@ def iteration_times(g: dict[str, pa.Table], sim_start: np.ndarray, sim_end: np.n
             mine = np.flatnonzero((c.iteration == idx[k]) & (c.obs_end <= end_ns))
             if len(mine):
                 last = mine[np.argmax(c.obs_end[mine])]
+                # ... and no earlier than the work of every iteration so far is done, less
+                # what the trace itself left running past the end: a CPU that runs ahead (up
+                # to the launch queue) leaves GPU work behind it, which the window's last
+                # iteration must still wait for
+                done = np.flatnonzero((c.iteration >= 0) & (c.iteration <= idx[k]))
+                slack = int(c.obs_end[done].max()) - end_ns
                 meas = end_ns - c.obs_start[a]
-                simt = sim_end[last] + (end_ns - c.obs_end[last]) - sim_start[a]
+                simt = max(int(sim_end[last]) + (end_ns - int(c.obs_end[last])),
+                           int(sim_end[done].max()) - max(slack, 0)) - sim_start[a]
             else:
                 meas = simt = 0
         out.append(Iteration(int(idx[k]), labels[k], int(meas), int(simt)))
