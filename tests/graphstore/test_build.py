@@ -315,3 +315,19 @@ def test_host_gap_between_two_tasks_of_a_phase_takes_that_phase(tmp_path):
     assert rows == [(0, 10_000, "forward"), (10_000, 12_000, "forward"),
                     (12_000, 20_000, "forward"), (20_000, 25_000, "other"),
                     (25_000, 40_000, "backward")]
+
+
+def test_thread_first_task_follows_the_event_that_woke_it(tmp_path):
+    # Hand-made trace (us): the main thread (tid 1) computes 0-100, then waits in backward()
+    # 100-1000 (a long host stretch in "## backward ##"); the autograd thread (tid 2) appears at
+    # 400 (woken 300 us after the wait began). A third thread (tid 3) first appears at 5000,
+    # more than FIRST_WAKE_TOL_NS after anything: it stays tied to the trace start.
+    ev = [X("cpu_op", "fwd op", 0, 100),
+          X("user_annotation", "## backward ##", 100, 900),
+          X("cpu_op", "bwd op", 400, 500, tid=2),
+          X("cpu_op", "late op", 5000, 10, tid=3)]
+    g = build(read_trace(write(tmp_path, ev)).tables)
+    got = [e for e in edges(g, {"wake", "origin"}) if e[5] in ("bwd op", "late op")]
+    assert got == sorted([("wake", "start_start", 300_000, True, "## backward ##", "bwd op"),
+                          ("origin", "end_start", 5_000_000, True, "<trace start>",
+                           "late op")])

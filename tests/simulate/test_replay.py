@@ -82,3 +82,36 @@ def test_unknown_trace_is_a_clear_error(store):
                         str(store)], capture_output=True, text=True)
     assert p.returncode == 1
     assert p.stderr.startswith("error: no trace file or stored trace id matches 'nope123'")
+
+
+def test_last_iteration_waits_for_work_left_queued(tmp_path):
+    # Hand-made trace (us): ProfilerStep#1 0-100 launches kernel A (300 us) on stream 7;
+    # ProfilerStep#2 100-400 launches kernel B (10 us) on stream 8; A ends (at 315) inside
+    # iteration 2. With the host time scaled away the CPU runs ahead: B ends at about 20 us,
+    # but the window is not over before A (work of iteration 1) has ended, 305 us after the
+    # first anchor. The two predicted iterations must add up to at least A's end.
+    from graphstore.load import graph_tables
+    from ingest.convert import read_trace
+    from simulate.replay import replay
+    from transforms.registry import rewrite
+
+    def X(cat, name, ts, dur, pid=1, tid=1, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts,
+                "dur": dur, "args": args}
+
+    ev = [X("user_annotation", "ProfilerStep#1", 0, 100),
+          X("cuda_runtime", "cudaLaunchKernel", 10, 5, correlation=1),
+          X("kernel", "A", 15, 300, pid=0, tid=7, stream=7, correlation=1, device=0),
+          X("user_annotation", "ProfilerStep#2", 100, 300),
+          X("cuda_runtime", "cudaLaunchKernel", 110, 5, correlation=2),
+          X("kernel", "B", 115, 10, pid=0, tid=8, stream=8, correlation=2, device=0)]
+    f = tmp_path / "queued.json"
+    f.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    _, t = graph_tables(read_trace(f).tables)
+    base = replay(t)
+    assert [i.simulated_ns for i in base.iterations] == [i.measured_ns for i in base.iterations]
+    pred = replay(rewrite(t, "scale(select=\"kind = 'host'\", factor=0)"))
+    a = t["task"]["name"].to_pylist().index("A")
+    first = pred.schedule.start_ns[1]  # the first CPU task (task 0 is the origin marker)
+    total = sum(i.simulated_ns for i in pred.iterations)
+    assert total >= pred.schedule.end_ns[a] - first
