@@ -108,11 +108,11 @@ FUSED_OPTIMIZER = {
     "fused_cpu_ns": {"value": 30000, "source": "estimate: one optimizer.step() of a fused "
                      "optimizer on the host (Python step + one multi_tensor launch per chunk). "
                      "On the CPU the fused path's Python beyond the for-loop's set-up and "
-                     "wrap-up (grouping tensors by device and dtype, the two calls) measured "
+                     "wrap-up (not broken down: no Python stacks in the traces) measured "
                      "40-70 us per step at 52 tensors in a recording of tests/data/whatif on a "
-                     "lightly loaded machine and 220-290 us in the committed one (load 5.5-6); "
-                     "kept at 30 us: the CPU model's fused op time over-estimates by a similar "
-                     "amount (see FUSED_OPTIMIZER_CPU)"},
+                     "lightly loaded machine and 140-200 us in the committed one (load "
+                     "5.5-6); kept at 30 us, the host cost of the call itself (see the comment "
+                     "of FUSED_OPTIMIZER_CPU)"},
     "min_kernel_ns": {"value": 2000, "source": "estimate, as AMP min_kernel_ns"},
 }
 
@@ -127,13 +127,17 @@ FUSED_OPTIMIZER = {
 # as the op that opens a parameter's update (the step's first op, or the op right after the
 # previous parameter's last op last_op); kept_foreach: the same in the foreach form.
 # The fused op's element-proportional time (transforms/opts/fused_optimizer.py cpu_plan: each
-# dropped op's duration above the shortest op of its name, times the traffic factor above)
-# over-estimates on these small tensors: 600-720 us predicted vs 340-380 us measured for
-# _fused_adam_ in tests/data/whatif, because per-op jitter above the shortest op counts as
-# element work. Cross-check of the factors on the CPU: bench/fused_cpu_factor.py (per-element
-# slope between 4096 and 65536 elements, this 2-vCPU VM) gave fused/for-loop 0.29-0.33 for
-# Adam (7/18 = 0.39 here), 0.30-0.36 for AdamW (0.35), and 1.0-1.1 for SGD (0.625): on the CPU
-# fused SGD saves dispatch, not per-element work. The pass counts are kept for both devices.
+# dropped op's duration above the lower median of its op name, times the traffic factor above)
+# predicts 380-410 us per step for _fused_adam_ in tests/data/whatif (measured: 376 us plus 57 us
+# of Python before it), 140-190 us for _fused_sgd_ (205), 320-360 for _fused_adagrad_ (277+53).
+# With the shortest op as the floor instead, every op's jitter counted as element work and the
+# estimate doubled (600-720 us for Adam). Cross-check of the factors on the CPU:
+# bench/fused_cpu_factor.py (per-element slope between 4096 and 65536 elements, this 2-vCPU VM)
+# gave fused/for-loop 0.29-0.33 for Adam (7/18 = 0.39 here), 0.30-0.36 for AdamW (0.35), and
+# 1.0-1.1 for SGD (0.625): on the CPU fused SGD saves dispatch, not per-element work. The pass
+# counts are kept for both devices. Not modelled (measured in tests/data/whatif): the fused
+# path's own Python before its first op is 130-200 us longer per step at 52 tensors (40-70 us
+# in a recording on a quieter machine), and zero_grad after it 30-130 us shorter.
 FUSED_OPTIMIZER_CPU = {
     "adam": {"value": {"kept_op": "aten::add_", "last_op": "aten::addcdiv_",
                        "kept_foreach": "aten::_foreach_add_"},
