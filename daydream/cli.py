@@ -273,7 +273,8 @@ def main() -> None:
         if isinstance(e, cx.ClickException):
             e.show()
             sys.exit(e.exit_code if e.exit_code else 2)
-        if isinstance(e, cx.Abort):
+        abort = getattr(cx, "Abort", None)  # not in every typer's bundled click
+        if abort is not None and isinstance(e, abort):
             sys.exit(1)
         raise
 
