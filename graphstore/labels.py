@@ -705,8 +705,8 @@ def find_layers(tables: dict[str, pa.Table], labels: pa.Table,
     """Layers of one trace: LAYER's columns without trace_id, in order of first entry. A layer
     is entered by a range whose layer differs from its parent's; first_start_ns is the earliest
     such start; source is the rule that made the layer (label_ranges' metadata, else the kind
-    of the range that first entered it). param_bytes stays null: not derived yet (the weight
-    shapes in input_dims of conv/linear/norm ops would give it where shapes were recorded)."""
+    of the range that first entered it). param_bytes stays null here: graph_tables fills it
+    from the recorded weight shapes (graphstore.params), which this table does not load)."""
     r = ranges_frame(tables) if ranges is None else ranges
     lab = pl.from_arrow(labels.select(["range_id", "layer"]))
     if not r.height or not lab.height:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from graphstore import db, labels
 from graphstore.build import ANCHOR_NAMES, EDGE_KIND_NAMES, KIND_NAMES, Graph, build
 from graphstore.check import check_acyclic, check_launch_edges
+from graphstore.params import layer_param_bytes, weight_ops_from_parquet
 from ingest import schema as activity_schema
 from ingest.errors import DaydreamError
 from ingest.store import PART, Store
@@ -52,8 +53,11 @@ def _for_graph(t: str, tab: pa.Table) -> pa.Table:
     return tab
 
 
-def graph_tables(tables: dict[str, pa.Table]) -> tuple[Graph, dict[str, pa.Table]]:
-    """Build and check the graph of one trace and return it with its graph tables."""
+def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None
+                 ) -> tuple[Graph, dict[str, pa.Table]]:
+    """Build and check the graph of one trace and return it with its graph tables.
+    ``weights``: the trace's parameter-owning op calls (``params.weight_ops``), which give
+    the layer table its parameter bytes where shapes were recorded."""
     g = build(tables)
     check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name)
     launch = g.ekind == EDGE_KIND_NAMES.index("launch")
@@ -101,6 +105,12 @@ def graph_tables(tables: dict[str, pa.Table]) -> tuple[Graph, dict[str, pa.Table
         "policy": pa.array(["fixed"] * len(g.unit_kind), pa.string()),
     })
     layer_t = labels.find_layers(tables, rl, ranges)
+    if weights is not None and layer_t.num_rows:
+        sizes = layer_param_bytes(weights, rl, its)
+        if sizes:
+            col = pa.array([sizes.get(x) for x in layer_t["layer"].to_pylist()], pa.int64())
+            layer_t = layer_t.set_column(layer_t.schema.get_field_index("param_bytes"),
+                                         layer_t.schema.field("param_bytes"), col)
     return g, {"task": task, "edge": edge, "unit": unit, "iteration": its, "layer": layer_t}
 
 
@@ -214,7 +224,7 @@ def load(store_root: Path | str, trace_id: str) -> Loaded:
     """Build the graph of one stored trace and write it to DIR/graph.duckdb."""
     st = Store(Path(store_root))
     tables = activity_tables(st, trace_id)
-    g, gt = graph_tables(tables)
+    g, gt = graph_tables(tables, weight_ops_from_parquet(st.partition("range", trace_id) / PART))
     del tables  # the activity tables are not needed while the graph is written
     db.write_trace(st.root, trace_id, gt)
     return Loaded(trace_id, g, gt)
@@ -230,7 +240,7 @@ def stage_graph(staged: Path, trace_id: str, out_root: str) -> dict:
         tables = {t: _for_graph(t, pq.read_table(Path(staged) / t / PART,
                                                  schema=activity_schema.TABLES[t].schema))
                   for t in ACTIVITY}
-        _, gt = graph_tables(tables)
+        _, gt = graph_tables(tables, weight_ops_from_parquet(Path(staged) / "range" / PART))
         del tables
     except DaydreamError as e:
         return {"graph_error": str(e)}

@@ -28,7 +28,7 @@ def gradient_bytes(g: Graph, bk: pl.DataFrame, param_bytes: int) -> tuple[np.nda
     """Gradient bytes that become ready at each backward kernel, and where the sizes came from.
 
     ``param_bytes`` > 0 (``ddp(param_bytes=...)``, the --param-bytes override) wins; else the
-    layer table's parameter sizes (collector layer markers) at each layer's last backward
+    layer table's parameter sizes (from recorded weight shapes) at each layer's last backward
     kernel of the iteration; else an error. A total without per-layer sizes is spread over the
     backward kernels in proportion to their time (weight-gradient work grows with the weights)."""
     dur = bk["dur_ns"].to_numpy().astype(np.float64)
@@ -48,9 +48,10 @@ def gradient_bytes(g: Graph, bk: pl.DataFrame, param_bytes: int) -> tuple[np.nda
         for lname, r in last.select("layer", "r").iter_rows():
             out[r] = size[lname]
         if out.sum() > 0:
-            return out, f"trace: parameter sizes of {lay.height} layers (layer markers)"
-    raise DaydreamError("ddp: the trace tells no parameter sizes (no layer markers with "
-                        "parameter bytes); give the model's size: "
+            return out, (f"trace: parameter sizes of {lay.height} layers (their recorded "
+                         "weight shapes)")
+    raise DaydreamError("ddp: the trace tells no parameter sizes (no weight shapes recorded: "
+                        "profile with record_shapes=True); give the model's size: "
                         "--param-bytes N or ddp(world=8, param_bytes=N)")
 
 
@@ -81,13 +82,14 @@ def ddp(g: Graph, ctx: Context, *, world: int = 8, bandwidth: str = "", bucket_m
     """Data-parallel training on WORLD GPUs from a single-GPU trace (PyTorch DDP).
 
     Gradients become ready in backward order: each backward kernel frees its share of the
-    parameter bytes (layer sizes from the trace's layer markers, or PARAM_BYTES given, spread
-    over backward kernels by time; a note says which). They fill buckets of BUCKET_MB (the first
-    1 MiB, as DDP); each bucket is all-reduced on a new communication channel as soon as its
-    last gradient is ready, overlapping the rest of backward, and the iteration's first
-    weight-update GPU task waits for all of its buckets. All-reduce time is the alpha-beta ring
-    (or tree: ALGO) model over BANDWIDTH ('100Gbps', '25GB/s', a link name; default the usual
-    NVLink of the trace's GPU). Compute per GPU is unchanged (the same batch per GPU)."""
+    parameter bytes (layer sizes from the trace's recorded weight shapes, or PARAM_BYTES given,
+    spread over backward kernels by time; a note says which). They fill buckets of BUCKET_MB
+    (the first 1 MiB, as DDP); each bucket is all-reduced on a new communication channel as
+    soon as its last gradient is ready, overlapping the rest of backward, and the iteration's
+    first weight-update GPU task waits for all of its buckets. All-reduce time is the alpha-
+    beta ring (or tree: ALGO) model over BANDWIDTH ('100Gbps', '25GB/s', a link name; default
+    the usual NVLink of the trace's GPU). Compute per GPU is unchanged (the same batch per
+    GPU)."""
     if world < 1:
         raise DaydreamError(f"ddp: world must be >= 1, got {world}")
     if bucket_mb <= 0:
