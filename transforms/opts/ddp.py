@@ -86,10 +86,10 @@ def ddp(g: Graph, ctx: Context, *, world: int = 8, bandwidth: str = "", bucket_m
     spread over backward kernels by time; a note says which). They fill buckets of BUCKET_MB
     (the first 1 MiB, as DDP); each bucket is all-reduced on a new communication channel as
     soon as its last gradient is ready, overlapping the rest of backward, and the iteration's
-    first weight-update GPU task waits for all of its buckets. All-reduce time is the alpha-
-    beta ring (or tree: ALGO) model over BANDWIDTH ('100Gbps', '25GB/s', a link name; default
-    the usual NVLink of the trace's GPU). Compute per GPU is unchanged (the same batch per
-    GPU)."""
+    first weight-update GPU task waits for all of its buckets. All-reduce time is the
+    alpha-beta ring (or tree: ALGO) model over BANDWIDTH ('100Gbps', '25GB/s', a link name;
+    default the usual NVLink of the trace's GPU). Compute per GPU is unchanged (the same batch
+    per GPU)."""
     if world < 1:
         raise DaydreamError(f"ddp: world must be >= 1, got {world}")
     if bucket_mb <= 0:
