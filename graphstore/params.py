@@ -84,9 +84,22 @@ def weight_ops(batches: Iterable[pa.RecordBatch]) -> pa.Table:
 def weight_ops_from_parquet(path: str | Path, batch_rows: int = 65_536) -> pa.Table:
     """:func:`weight_ops` of a stored range table, read in batches (bounded memory)."""
     f = pq.ParquetFile(path)
-    if "input_dims" not in f.schema_arrow.names:
+    if "input_dims" not in f.schema_arrow.names or not _any_shapes(f):
         return WEIGHT_OPS_SCHEMA.empty_table()
     return weight_ops(f.iter_batches(batch_size=batch_rows, columns=COLUMNS))
+
+
+def _any_shapes(f: pq.ParquetFile) -> bool:
+    """Whether any row has input_dims, from the row groups' statistics where written (a trace
+    profiled without record_shapes then costs no column read)."""
+    col = f.schema_arrow.names.index("input_dims")
+    md = f.metadata
+    for r in range(md.num_row_groups):
+        rg = md.row_group(r)
+        st = rg.column(col).statistics
+        if st is None or not st.has_null_count or st.null_count < rg.num_rows:
+            return True
+    return False
 
 
 def layer_param_bytes(weights: pa.Table, range_labels: pa.Table, iterations: pa.Table
