@@ -456,7 +456,7 @@ def build(tables: dict[str, pa.Table]) -> Graph:
         bind.append(np.asarray(b, bool))
 
     # ---- thread order (CPU tasks are contiguous by construction)
-    tasks_by_unit = np.argsort(unit, kind="stable")
+    tasks_by_unit = order_by_unit(unit)
     u_sorted = unit[tasks_by_unit]
     same = u_sorted[1:] == u_sorted[:-1]
     prev_t, next_t = tasks_by_unit[:-1][same], tasks_by_unit[1:][same]
@@ -648,6 +648,14 @@ def build(tables: dict[str, pa.Table]) -> Graph:
                  unit_name=unit_name, stats=stats)
 
 
+def order_by_unit(unit: np.ndarray) -> np.ndarray:
+    """Task ids grouped by unit, in id order within a unit (a stable sort; a radix sort when
+    the unit ids fit 16 bits, as they nearly always do)."""
+    if len(unit) and int(unit.max()) < 65536 and int(unit.min()) >= 0:
+        return np.argsort(unit.astype(np.uint16), kind="stable")
+    return np.argsort(unit, kind="stable")
+
+
 def _queue_edges(unit, start, end, gpu_mask, launch_of):
     """Edges end(i) -> start(call launching j) for every LAUNCH_QUEUE_STRIDE-th launched task
     j of a stream, where i is the task ``depth`` places before j on that stream. ``depth`` is
@@ -655,7 +663,7 @@ def _queue_edges(unit, start, end, gpu_mask, launch_of):
     launch in the trace, so every edge holds in the trace (it never binds a baseline replay).
     Returns (src, dst, launches that found their stream full)."""
     g_ids = np.flatnonzero(gpu_mask)
-    by_stream = g_ids[np.argsort(unit[g_ids], kind="stable")]  # ids ascend within a stream
+    by_stream = g_ids[order_by_unit(unit[g_ids])]  # ids ascend within a stream
     u = unit[by_stream]
     cuts = np.flatnonzero(np.r_[True, u[1:] != u[:-1], True])
     src, dst, full = [], [], 0
@@ -692,28 +700,31 @@ def _first_task_triggers(kind, unit, start, end, nthr, threads):
     cpu = np.flatnonzero((unit < nthr) & (ids > 0))
     if not len(cpu):
         return empty, empty, np.zeros(0, bool)
-    order = cpu[np.argsort(unit[cpu], kind="stable")]
+    order = cpu[order_by_unit(unit[cpu])]
     u_sorted = unit[order]
     heads = order[np.r_[True, u_sorted[1:] != u_sorted[:-1]]]
     pid = threads[:, 0]
+    c_pid = pid[unit[cpu]]
     long_host = (kind[cpu] == KIND_HOST) & (end[cpu] - start[cpu] >= MIN_WAIT_NS)
-    ev_task = np.concatenate([cpu, cpu[long_host]])
-    ev_time = np.concatenate([end[cpu], start[cpu[long_host]]])
-    ev_via = np.r_[np.zeros(len(cpu), bool), np.ones(int(long_host.sum()), bool)]
-    o = np.argsort(ev_time, kind="stable")
-    ev_task, ev_time, ev_via = ev_task[o], ev_time[o], ev_via[o]
     src, dst, via = [], [], []
-    for f in heads:
-        k = int(np.searchsorted(ev_time, start[f], side="left")) - 1
-        lo = start[f] - FIRST_WAKE_TOL_NS
-        while k >= 0 and ev_time[k] >= lo:
-            y = ev_task[k]
-            if unit[y] != unit[f] and pid[unit[y]] == pid[unit[f]]:
-                src.append(y)
-                dst.append(f)
-                via.append(ev_via[k])
-                break
-            k -= 1
+    for f in heads:  # one per thread: a few masks over the CPU tasks
+        t = start[f]
+        near = (c_pid == pid[unit[f]]) & (unit[cpu] != unit[f])
+        best, best_t, best_via = -1, -1, False
+        for use_start in (False, True):
+            ev = start[cpu] if use_start else end[cpu]
+            m = near & (ev < t) & (ev >= t - FIRST_WAKE_TOL_NS)
+            if use_start:
+                m &= long_host
+            k = np.flatnonzero(m)
+            if len(k):
+                j = k[np.argmax(ev[k])]  # the latest; the lowest id among ties
+                if ev[j] > best_t or (use_start and ev[j] == best_t):  # a wait beginning
+                    best, best_t, best_via = cpu[j], ev[j], use_start   # wins a tie
+        if best >= 0:
+            src.append(best)
+            dst.append(f)
+            via.append(best_via)
     return (np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(via, bool))
 
 

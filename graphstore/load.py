@@ -18,7 +18,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from graphstore import db, labels
-from graphstore.build import ANCHOR_NAMES, EDGE_KIND_NAMES, KIND_NAMES, Graph, build
+from graphstore.build import (
+    ANCHOR_NAMES,
+    EDGE_KIND_NAMES,
+    KIND_NAMES,
+    Graph,
+    build,
+    order_by_unit,
+)
 from graphstore.check import check_acyclic, check_launch_edges
 from graphstore.params import layer_param_bytes, weight_ops_from_parquet
 from ingest import schema as activity_schema
@@ -187,7 +194,7 @@ def _gaps_take_phase(g: Graph, phase: pa.ChunkedArray, iteration: np.ndarray) ->
         return d.cast(pa.string())
     code = d.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     other = names.index("other")
-    by_unit = np.lexsort((np.arange(g.n_tasks), g.unit))
+    by_unit = order_by_unit(g.unit)
     u = g.unit[by_unit]
     c = code[by_unit]
     it = iteration[by_unit]
