@@ -276,6 +276,36 @@ def values_ok(dur, unit, unit_policy, indptr, dst, lag, kind):
 
 
 @nb.njit(cache=True)
+def edge_list_ok(n, src, dst, lag, kind):
+    """One pass over an edge list (``SimGraph.from_edges``): (every value valid, sources
+    already non-decreasing). Invalid: ``check.check_edge_list`` names the problem."""
+    ok = True
+    is_sorted = True
+    for k in range(src.shape[0]):
+        s = src[k]
+        if s < 0 or s >= n or dst[k] < 0 or dst[k] >= n or lag[k] < 0 or kind[k] < 0 \
+                or kind[k] > 2:
+            ok = False
+            break
+        if k > 0 and s < src[k - 1]:
+            is_sorted = False
+    return ok, is_sorted
+
+
+@nb.njit(cache=True)
+def tasks_ok(dur, unit, unit_policy):
+    """One pass over the per-task values ``check.check_tasks`` checks."""
+    n_units = unit_policy.shape[0]
+    for u in range(n_units):
+        if unit_policy[u] < 0 or unit_policy[u] > 2:
+            return False
+    for i in range(dur.shape[0]):
+        if dur[i] < 0 or unit[i] < 0 or unit[i] >= n_units:
+            return False
+    return True
+
+
+@nb.njit(cache=True)
 def prepare(unit, unit_policy, order_key, nxt, start_cnt):
     """Link FIXED units in index order, into zeroed arrays: ``nxt[p] = i + 1`` when task i
     follows task p on its unit, and ``start_cnt[i] = 1`` for the link. Returns False, having
