@@ -52,6 +52,7 @@ class FleetReport:
     specs: list[str] = field(default_factory=list)
     results: list[PairResult] = field(default_factory=list)
     table: pa.Table | None = None  # the prediction rows of these traces and specs, best first
+    without_graph: int = 0  # stored traces left out because they have no graph yet
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
@@ -161,6 +162,8 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
                             f"(`daydream ingest TRACE... --store {root}`)")
     traces = select_traces(root, where)
     rep = FleetReport(traces=traces, specs=specs)
+    if where is None:
+        rep.without_graph = len(set(st.trace_ids()) - set(traces))
     have = set() if force else stored_pairs(root, traces)
     todo: dict[str, list[str]] = {}
     if on_plan:
