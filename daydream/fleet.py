@@ -208,6 +208,7 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
     items = list(todo)
     runner = make_runner(workers, ray, tasks=len(items))
     limit = 2 * runner.workers
+    chunk = max(1, min(READ_CHUNK, limit))  # graphs held in memory: at most about 2 * limit
     try:
         with runner:
             queue = iter(items)
@@ -215,7 +216,7 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
             while True:
                 while runner.pending() < limit:
                     if not ready:
-                        ready = _read_chunk(st, [t for _, t in zip(range(READ_CHUNK), queue,
+                        ready = _read_chunk(st, [t for _, t in zip(range(chunk), queue,
                                                                    strict=False)])
                         if not ready:
                             break
