@@ -293,5 +293,5 @@ def results(store_root: str | Path, traces: list[str] | None = None,
     with db.connect(root) as con:
         if not _has_prediction(con):
             return _rows_table([]).select(["trace_id", "spec"])
-        db.register_activity(con, root)
+        db.register_activity(con, root, sql)
         return con.sql(sql, params=params).to_arrow_table()
