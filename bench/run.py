@@ -3,7 +3,7 @@
 Benchmarks, not tests: nothing here fails on a slow machine; the numbers and their ratios are
 written down with the machine they were measured on.
 
-    python bench/run.py [--quick] [--only ingest,graph,memory,simulate]
+    python bench/run.py [--quick] [--only ingest,graph,memory,simulate,replay,fleet]
 """
 
 from __future__ import annotations
@@ -189,8 +189,14 @@ def bench_replay(repeats: int) -> list[str]:
     return rows + [""]
 
 
+def bench_fleet(n: int) -> list[str]:
+    """Batch ingest and batch predict over n distinct traces, 1 and 2 workers; results query."""
+    import fleet
+    return fleet.section(n)
+
+
 SECTIONS = {"ingest": bench_ingest, "graph": bench_graph, "replay": bench_replay,
-            "simulate": bench_simulate, "memory": bench_memory}
+            "simulate": bench_simulate, "memory": bench_memory, "fleet": bench_fleet}
 
 
 def _sections(text: str) -> tuple[str, dict[str, str]]:
@@ -226,6 +232,8 @@ def main() -> None:
         print(f"bench: {name} ...", file=sys.stderr)
         if name == "memory":
             out += fn(256 if a.quick else 1024)
+        elif name == "fleet":
+            out += fn(200 if a.quick else 1000)
         elif name in ("ingest", "graph", "replay", "simulate"):
             out += fn(repeats)
         else:

@@ -37,22 +37,26 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
 
     st = open_store(store)
     st.root.mkdir(parents=True, exist_ok=True)
-    with gload.Loader(st) as loader:
-        def tick(r: FileResult) -> None:
-            extra = r.extra or {}
-            if extra.get("graph_error"):
-                r.status, r.error = "failed", f"{r.path}: graph: {extra['graph_error']}"
-                if strict:
-                    raise DaydreamError(r.error)
-            elif extra.get("graph"):
-                loader.add(r.trace_id, extra["graph"])
-            if on_progress:
-                on_progress(r)
+    loader = gload.Loader(st)
 
+    def tick(r: FileResult) -> None:
+        extra = r.extra or {}
+        if extra.get("graph_error"):
+            r.status, r.error = "failed", f"{r.path}: graph: {extra['graph_error']}"
+            if strict:
+                raise DaydreamError(r.error)
+        elif extra.get("graph"):
+            loader.add(r.trace_id, extra.pop("graph"))
+        if on_progress:
+            on_progress(r)
+
+    try:
         rep = _ingest(paths, st, jobs=jobs, force=force, strict=strict, job=job,
-                      on_progress=tick, ray=ray, hook=gload.stage_graph,
-                      hook_args=(str(loader.root),))
-        loader.flush()
+                      on_progress=tick, ray=ray, hook=gload.stage_graph)
+    except KeyboardInterrupt:
+        loader.flush()  # keep the graphs of the traces already committed
+        raise
+    loader.flush()
     build_graphs(st, rep, strict=strict, skip=loader.loaded)
     return rep
 

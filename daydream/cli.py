@@ -226,6 +226,10 @@ def _predict_all(store: Path, opts: list[str], where: str | None, workers: int,
     typer.echo(f"{len(rep.traces)} traces x {len(rep.specs)} specs: "
                f"{rep.count('predicted')} predicted, {rep.count('stored')} already stored, "
                f"{rep.count('failed')} failed -> table prediction in {store}", err=True)
+    if rep.without_graph:
+        typer.echo(f"note: {rep.without_graph} stored trace(s) have no graph (an interrupted "
+                   "ingest?) and were left out; `daydream ingest` over any file builds them",
+                   err=True)
     if rep.failed:
         raise typer.Exit(1)
 

@@ -52,6 +52,7 @@ class FleetReport:
     specs: list[str] = field(default_factory=list)
     results: list[PairResult] = field(default_factory=list)
     table: pa.Table | None = None  # the prediction rows of these traces and specs, best first
+    without_graph: int = 0  # stored traces left out because they have no graph yet
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
@@ -161,6 +162,8 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
                             f"(`daydream ingest TRACE... --store {root}`)")
     traces = select_traces(root, where)
     rep = FleetReport(traces=traces, specs=specs)
+    if where is None:
+        rep.without_graph = len(set(st.trace_ids()) - set(traces))
     have = set() if force else stored_pairs(root, traces)
     todo: dict[str, list[str]] = {}
     if on_plan:
@@ -205,6 +208,7 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
     items = list(todo)
     runner = make_runner(workers, ray, tasks=len(items))
     limit = 2 * runner.workers
+    chunk = max(1, min(READ_CHUNK, limit))  # graphs held in memory: at most about 2 * limit
     try:
         with runner:
             queue = iter(items)
@@ -212,7 +216,7 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
             while True:
                 while runner.pending() < limit:
                     if not ready:
-                        ready = _read_chunk(st, [t for _, t in zip(range(READ_CHUNK), queue,
+                        ready = _read_chunk(st, [t for _, t in zip(range(chunk), queue,
                                                                    strict=False)])
                         if not ready:
                             break
@@ -289,5 +293,5 @@ def results(store_root: str | Path, traces: list[str] | None = None,
     with db.connect(root) as con:
         if not _has_prediction(con):
             return _rows_table([]).select(["trace_id", "spec"])
-        db.register_activity(con, root)
+        db.register_activity(con, root, sql)
         return con.sql(sql, params=params).to_arrow_table()

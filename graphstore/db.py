@@ -24,6 +24,7 @@ import contextlib
 import csv
 import decimal
 import io
+import re
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -481,18 +482,25 @@ def trace_ids(store_root: str | Path) -> list[str]:
 # Activity tables as views
 
 
-def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path) -> list[str]:
+def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path,
+                      sql: str | None = None) -> list[str]:
     """Make the Parquet activity tables queryable on ``con`` as temporary views.
 
     One view per activity table (kernel, memcpy, memset, api, sync, range, flow, trace), with
     ``trace_id`` from the partition folder. Only committed traces are visible: those whose
     ``trace`` partition exists (the store renames it into place last and removes it first).
     Works on read-only connections (temporary views live in memory). Returns the view names.
+    With ``sql``, only the tables it names (and ``trace``, which the others filter on): creating
+    a view lists its table's partitions, which over thousands of traces costs more than a query
+    that does not need them.
     """
     activity = Store(Path(store_root)).activity.resolve()
     names = []
+    wanted = None if sql is None else _named_tables(sql)
     # trace first: the other views filter on it.
     for table in ("trace", *(t for t in activity_schema.COMMIT_ORDER if t != "trace")):
+        if wanted is not None and table not in wanted:
+            continue
         if next((activity / table).glob(f"trace_id=*/{PART}"), None) is not None:
             # Every file is written with the declared schema, so DuckDB reads the schema of
             # the first file only (no union_by_name, which would open every footer).
@@ -510,6 +518,13 @@ def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path) ->
             con.register(table, empty)
         names.append(table)
     return names
+
+
+def _named_tables(sql: str) -> set[str]:
+    """Activity tables whose names occur as words in ``sql`` (a superset is harmless)."""
+    words = set(re.findall(r"[a-z_][a-z0-9_]*", sql.lower()))
+    named = {t for t in activity_schema.COMMIT_ORDER if t in words}
+    return named | {"trace"} if named else named
 
 
 # --------------------------------------------------------------------------------------------
@@ -554,7 +569,7 @@ def run_sql(store_root: str | Path, sql: str, *, activity: bool = True,
     """Run ``sql`` read-only and return the result of its last statement as an Arrow table."""
     root = Path(store_root)
     has_graph = db_path(root).exists()
-    has_activity = bool(Store(root).trace_ids())
+    has_activity = has_graph or bool(Store(root).trace_ids())
     if not has_graph and not has_activity:
         raise DaydreamError(f"no traces in {root}: ingest some first "
                             f"(`daydream ingest TRACE... --store {root}`)")
@@ -565,7 +580,7 @@ def run_sql(store_root: str | Path, sql: str, *, activity: bool = True,
             con = duckdb.connect(":memory:")
             stack.callback(con.close)
         if activity or not has_graph:
-            register_activity(con, root)
+            register_activity(con, root, sql)
         try:
             rel = con.sql(sql)
             if rel is None:

@@ -7,15 +7,12 @@ tables in one transaction.
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from graphstore import db, labels
 from graphstore.build import (
@@ -27,7 +24,7 @@ from graphstore.build import (
     order_by_unit,
 )
 from graphstore.check import check_acyclic, check_launch_edges
-from graphstore.params import layer_param_bytes, weight_ops_from_parquet
+from graphstore.params import COLUMNS, layer_param_bytes, weight_ops, weight_ops_from_parquet
 from ingest import schema as activity_schema
 from ingest.errors import DaydreamError
 from ingest.store import PART, Store
@@ -237,71 +234,53 @@ def load(store_root: Path | str, trace_id: str) -> Loaded:
     return Loaded(trace_id, g, gt)
 
 
-def stage_graph(staged: Path, trace_id: str, out_root: str) -> dict:
-    """Worker side of a batch ingest (``ingest.batch`` calls it where the trace was converted):
-    build the graph of a staged trace and write its tables as Parquet to
-    ``out_root/<trace_id>/<table>.parquet`` for :class:`Loader` to put into DuckDB. Returns
-    ``{"graph": folder}``, or ``{"graph_error": message}`` when the graph fails its checks (the
-    trace is still stored; the error is reported against its file)."""
+def stage_graph(trace_id: str, tables: dict[str, pa.Table]) -> dict:
+    """Worker side of a batch ingest (``ingest.batch`` calls it where the trace was converted,
+    with its activity tables as staged): build the graph and return ``{"graph": tables}`` for
+    :class:`Loader` to put into DuckDB, or ``{"graph_error": message}`` when the graph fails its
+    checks (the trace is still stored; the error is reported against its file)."""
     try:
-        tables = {t: _for_graph(t, pq.read_table(Path(staged) / t / PART,
-                                                 schema=activity_schema.TABLES[t].schema))
-                  for t in ACTIVITY}
-        _, gt = graph_tables(tables, weight_ops_from_parquet(Path(staged) / "range" / PART))
-        del tables
+        rng = tables["range"]
+        weights = (weight_ops(rng.select(COLUMNS).to_batches())
+                   if set(COLUMNS) <= set(rng.column_names) else None)
+        _, gt = graph_tables({t: _for_graph(t, tables[t]) for t in ACTIVITY}, weights)
     except DaydreamError as e:
         return {"graph_error": str(e)}
     except Exception as e:  # a bug, not bad input: still report it against the file
         return {"graph_error": f"internal error: {type(e).__name__}: {e}"}
-    out = Path(out_root) / trace_id
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name, t in gt.items():
-        pq.write_table(t, tmp / f"{name}.parquet", compression="lz4")
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
-    return {"graph": str(out)}
+    return {"graph": gt}
 
 
 class Loader:
-    """The one process that writes DuckDB in a batch ingest: graphs staged by the workers
+    """The one process that writes DuckDB in a batch ingest: graphs built by the workers
     (:func:`stage_graph`) are written in batches, each one transaction, so the database is
     opened read-write briefly and rarely and readers get their turn in between. Traces are
     committed to the activity store first: one killed before its graph is written has no graph,
     and the next ingest (``missing``) builds it."""
 
-    def __init__(self, store: Store, batch: int = 64, every_s: float = 2.0) -> None:
+    def __init__(self, store: Store, batch: int = 64, every_s: float = 5.0,
+                 max_rows: int = 2_000_000) -> None:
         self.store = store
-        self.root = store.staging / f"{os.getpid()}-graph"
-        self.batch, self.every_s = batch, every_s
-        self._queue: list[tuple[str, Path]] = []
+        self.batch, self.every_s, self.max_rows = batch, every_s, max_rows
+        self._queue: dict[str, dict[str, pa.Table]] = {}
+        self._rows = 0
         self._last = time.monotonic()
         self.loaded: set[str] = set()
 
-    def __enter__(self) -> Loader:
-        self.root.mkdir(parents=True, exist_ok=True)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def add(self, trace_id: str, folder: str) -> None:
-        self._queue.append((trace_id, Path(folder)))
-        if len(self._queue) >= self.batch or time.monotonic() - self._last >= self.every_s:
+    def add(self, trace_id: str, tables: dict[str, pa.Table]) -> None:
+        self._queue[trace_id] = tables
+        self._rows += sum(t.num_rows for t in tables.values())
+        if (len(self._queue) >= self.batch or self._rows >= self.max_rows
+                or time.monotonic() - self._last >= self.every_s):
             self.flush()
 
     def flush(self) -> list[str]:
         self._last = time.monotonic()
         if not self._queue:
             return []
-        graphs = {tid: {name: pq.read_table(d / f"{name}.parquet") for name in db.WRITE_ORDER}
-                  for tid, d in self._queue}
-        db.write_traces(self.store.root, graphs)
-        done = [tid for tid, _ in self._queue]
-        for _, d in self._queue:
-            shutil.rmtree(d, ignore_errors=True)
-        self._queue.clear()
+        db.write_traces(self.store.root, self._queue)
+        done = list(self._queue)
+        self._queue, self._rows = {}, 0
         self.loaded.update(done)
         return done
 

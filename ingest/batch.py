@@ -81,19 +81,20 @@ def _convert_one(path: str, staging_root: str, trace_id: str, job: str | None,
                  hook: Callable | None = None, hook_args: tuple = ()) -> dict:
     """Worker: convert a file into a fresh staging folder. Never raises for bad input.
 
-    ``hook(staged, trace_id, *hook_args)``, when given, runs next (in the worker) on the staged
-    tables; what it returns comes back as ``extra`` (the later stages use it to build the graph
-    where the conversion ran)."""
+    ``hook(trace_id, tables, *hook_args)``, when given, runs next (in the worker) on the staged
+    tables (as written); what it returns comes back as ``extra`` (the later stages use it to
+    build the graph where the conversion ran)."""
     staged = Path(staging_root) / f"{os.getpid()}-{trace_id}"
     try:
         if staged.exists():
             shutil.rmtree(staged)
         conv = read_trace(Path(path))
         staged.mkdir(parents=True)
-        write_staged(conv, staged, path, os.path.getsize(path), job)
+        tables = write_staged(conv, staged, path, os.path.getsize(path), job)
         events = conv.events
-        del conv  # the hook reads the staged tables; the converted ones are garbage now
-        extra = hook(staged, trace_id, *hook_args) if hook is not None else None
+        del conv
+        extra = hook(trace_id, tables, *hook_args) if hook is not None else None
+        del tables
         return {"ok": True, "staged": str(staged), "events": events, "extra": extra}
     except DaydreamError as e:
         shutil.rmtree(staged, ignore_errors=True)

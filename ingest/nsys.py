@@ -277,8 +277,15 @@ class _Reader:
         """id -> (symbol, label) of one of the export's ENUM_* tables."""
         if not self._has(table):
             return {}
-        return {i: (name or "", label or "") for i, name, label in
-                self.con.execute(f'SELECT id, name, label FROM "{table}"')}
+        out = {}
+        for i, name, label in self.con.execute(f'SELECT id, name, label FROM "{table}"'):
+            for field, v, want in (("id", i, int), ("name", name, str), ("label", label, str)):
+                if v is not None and not isinstance(v, want):
+                    raise self._error(f"enum row {i!r}: {field} is {type(v).__name__}, expected "
+                                      f"{'an integer' if want is int else 'text'}",
+                                      field=f"{table}.{field}")
+            out[i] = (name or "", label or "")
+        return out
 
     def _map(self, ids: pa.Array, mapping: dict[int, str | None], enum: str) -> pa.Array:
         """Map enum ids to strings; ids the enum does not list become null and are counted."""

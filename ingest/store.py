@@ -190,8 +190,10 @@ def trace_table(conv: Converted, file: str, file_bytes: int, job: str | None) ->
 
 
 def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
-                 job: str | None) -> None:
-    """Write every table of a converted trace under ``staged/<table>/part-0.parquet``."""
+                 job: str | None) -> dict[str, pa.Table]:
+    """Write every table of a converted trace under ``staged/<table>/part-0.parquet``. Returns
+    the tables as written (with their declared schemas)."""
+    out = {}
     tables = dict(conv.tables)
     tables["trace"] = trace_table(conv, file, file_bytes, job)
     for name in schema.COMMIT_ORDER:
@@ -202,3 +204,5 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
         d = staged / name
         d.mkdir(parents=True, exist_ok=True)
         pq.write_table(t, d / PART, compression="zstd", write_statistics=True)
+        out[name] = t
+    return out

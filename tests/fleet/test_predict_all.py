@@ -167,3 +167,14 @@ def test_prediction_table_is_declared_with_docs(fresh):
     assert names[:6] == ["trace_id", "spec", "measured_ms", "baseline_ms", "predicted_ms",
                          "speedup"] and "created" in names
     assert all(doc for _, doc in cols)
+
+
+def test_traces_without_a_graph_are_left_out_and_counted(fresh):
+    ids = api.open_store(fresh).trace_ids()
+    db.delete_trace(fresh, ids[0])  # as an ingest killed between commit and graph leaves it
+    rep = fleet.predict_all(fresh, ["amp"], workers=1)
+    assert rep.without_graph == 1 and ids[0] not in rep.traces
+    assert len(rep.traces) == len(ids) - 1
+    api.ingest([], fresh)  # any ingest builds the missing graph
+    rep = fleet.predict_all(fresh, ["amp"], workers=1)
+    assert rep.without_graph == 0 and rep.count("predicted") == 1

@@ -13,6 +13,7 @@ DAYDREAM_FUZZ_RANDOM=1 pytest tests/ingest/test_fuzz.py
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import os
 import shutil
@@ -48,6 +49,7 @@ def _load(p: Path) -> bytes:
 KINETO_BYTES = [_load(p) for p in KINETO]
 KINETO_DOCS = [orjson.loads(b) for b in KINETO_BYTES]
 _TMP = Path(tempfile.mkdtemp(prefix="daydream-fuzz-"))
+atexit.register(shutil.rmtree, _TMP, True)
 
 
 def _read(data: bytes, name: str) -> None:

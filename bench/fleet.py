@@ -1,0 +1,139 @@
+"""The fleet benchmark: batch ingest and batch predict over many traces, and the results query.
+
+Each step runs in a fresh process so its peak memory is its own (the driver's, and the largest
+of its worker processes'). ``bench/run.py --only fleet`` calls ``section``; by hand:
+
+    python bench/fleet.py make OUT_DIR N          # N distinct traces from the real small ones
+    python bench/fleet.py ingest FILES_DIR STORE WORKERS
+    python bench/fleet.py predict STORE WORKERS SPEC...
+    python bench/fleet.py query STORE
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DATA = ROOT / "tests" / "data" / "kineto"
+# the real small Kineto traces the fleet is made of (each copied, shifted and renamed)
+SOURCES = ["event_sync_multi_stream.json.gz", "event_sync_single_stream.json.gz",
+           "triton_example.json.gz", "mi250_toy_train_rocm.json.gz", "backward_thread.json"]
+SPECS = ["amp", "cuda_graphs"]
+# the results as `daydream predict --all` prints them, and joined with the trace table's file
+# names (1,000 Parquet partitions read)
+QUERIES = {
+    "prediction": "SELECT * FROM prediction ORDER BY speedup DESC",
+    "with_file": ("SELECT p.spec, t.file, p.measured_ms, p.predicted_ms, p.speedup "
+                  "FROM prediction p JOIN trace t USING (trace_id) ORDER BY p.speedup DESC"),
+}
+
+
+def _peaks() -> dict:
+    mb = lambda who: resource.getrusage(who).ru_maxrss / 1024  # noqa: E731 (KiB on Linux)
+    return {"peak_mb": round(mb(resource.RUSAGE_SELF)),
+            "peak_worker_mb": round(mb(resource.RUSAGE_CHILDREN))}
+
+
+def cmd_make(out: str, n: str) -> dict:
+    from tests.fleet.variants import make_variants
+    files = make_variants([DATA / s for s in SOURCES], int(n), Path(out))
+    return {"files": len(files), "bytes": sum(f.stat().st_size for f in files)}
+
+
+def cmd_ingest(files: str, store: str, workers: str) -> dict:
+    from daydream import api
+    t = time.perf_counter()
+    rep = api.ingest([files], store, jobs=int(workers))
+    secs = time.perf_counter() - t
+    return {"seconds": secs, "ingested": rep.count("ingested"), "failed": len(rep.failed),
+            **_peaks()}
+
+
+def cmd_predict(store: str, workers: str, *specs: str) -> dict:
+    from daydream import fleet
+    t = time.perf_counter()
+    rep = fleet.predict_all(store, list(specs), workers=int(workers), force=True)
+    secs = time.perf_counter() - t
+    return {"seconds": secs, "traces": len(rep.traces), "pairs": rep.count("predicted"),
+            "failed": len(rep.failed), **_peaks()}
+
+
+def cmd_query(store: str) -> dict:
+    from graphstore import db
+    out = {}
+    for name, sql in QUERIES.items():
+        best, rows = float("inf"), 0
+        for _ in range(5):
+            t = time.perf_counter()
+            rows = db.run_sql(store, sql).num_rows
+            best = min(best, time.perf_counter() - t)
+        out[name] = {"seconds": best, "rows": rows}
+    return out
+
+
+def _run(*args: str) -> dict:
+    p = subprocess.run([sys.executable, str(Path(__file__)), *args], capture_output=True,
+                       text=True, cwd=ROOT)
+    if p.returncode:
+        raise RuntimeError(f"bench/fleet.py {' '.join(args)} failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def section(n: int = 1000, workers: tuple[int, ...] = (1, 2)) -> list[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        made = _run("make", f"{tmp}/in", str(n))
+        ing, pred = {}, {}
+        for w in workers:
+            ing[w] = _run("ingest", f"{tmp}/in", f"{tmp}/s{w}", str(w))
+            print(f"bench: fleet ingest {w} worker(s): {ing[w]}", file=sys.stderr)
+        for w in workers:
+            pred[w] = _run("predict", f"{tmp}/s{workers[0]}", str(w), *SPECS)
+            print(f"bench: fleet predict {w} worker(s): {pred[w]}", file=sys.stderr)
+        q = _run("query", f"{tmp}/s{workers[0]}")
+        cli_t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "daydream", "sql", "--store", f"{tmp}/s1",
+                        "--format", "csv", QUERIES["prediction"]], cwd=ROOT, check=True,
+                       capture_output=True)
+        cli_s = time.perf_counter() - cli_t
+    rows = ["## Fleets of traces (issue 8)", "",
+            f"{n:,} distinct traces made from the real small Kineto traces in tests/data "
+            f"({', '.join(SOURCES)}) by `tests/fleet/variants.py`: every event shifted in time "
+            "and every kernel renamed per copy, so each has its own content hash "
+            f"({made['bytes'] / 2**20:.1f} MiB gzipped in all). `daydream ingest` (convert, "
+            "build the graph, load DuckDB) and `daydream predict --all` with "
+            f"{' and '.join(f'`{s}`' for s in SPECS)} (a baseline replay and one simulation per "
+            "spec per trace), each in a fresh process; peak RSS of the driver and of the "
+            "largest worker process. `bench/fleet.py` reproduces each step.", "",
+            "| step | workers | seconds | traces/s | pairs/s | peak RSS driver (MiB) | "
+            "peak RSS worker (MiB) |", "|---|---|---|---|---|---|---|"]
+    for w, r in ing.items():
+        rows.append(f"| batch ingest | {w} | {r['seconds']:.1f} | "
+                    f"{r['ingested'] / r['seconds']:.1f} | | {r['peak_mb']} | "
+                    f"{r['peak_worker_mb'] if w > 1 else '(inline)'} |")
+    for w, r in pred.items():
+        rows.append(f"| batch predict | {w} | {r['seconds']:.1f} | "
+                    f"{r['traces'] / r['seconds']:.1f} | {r['pairs'] / r['seconds']:.1f} | "
+                    f"{r['peak_mb']} | {r['peak_worker_mb'] if w > 1 else '(inline)'} |")
+    p, w = q["prediction"], q["with_file"]
+    rows += ["", f"Results queries over all {p['rows']:,} predictions, read-only, each opening "
+             "the store (best of 5; target < 1 s):", "",
+             "| query | ms |", "|---|---|",
+             f"| `{QUERIES['prediction']}` | {p['seconds'] * 1000:.0f} |",
+             f"| the same joined with `trace` for file names (reads the {n:,} `trace` Parquet "
+             f"partitions) | {w['seconds'] * 1000:.0f} |",
+             f"| the first as a `daydream sql` command, process start included | "
+             f"{cli_s * 1000:.0f} |", ""]
+    return rows
+
+
+if __name__ == "__main__":
+    cmd, *rest = sys.argv[1:]
+    print(json.dumps(globals()[f"cmd_{cmd}"](*rest)))
