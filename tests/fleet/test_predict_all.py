@@ -56,8 +56,10 @@ def test_every_trace_against_every_spec_agrees_with_single_predict(fresh):
     sp = rep.table.column("speedup").to_pylist()
     assert sp == sorted(sp, reverse=True) and len(sp) == len(t)
     # cuda_graphs removes launch overhead on the toy training trace: a real gain, ranked first
+    # (bounded: its GPU work starts ~6.5 ms after its launches, and the window's last iteration
+    # waits for it)
     top = rep.table.slice(0, 1).to_pylist()[0]
-    assert top["spec"] == "cuda_graphs" and top["speedup"] > 1.5
+    assert top["spec"] == "cuda_graphs" and top["speedup"] > 1.2
 
 
 def test_rerun_skips_stored_pairs_and_force_recomputes(fresh):
