@@ -94,6 +94,7 @@ import json
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphstore.schema import ITERATION, LAYER, PHASES, GTable
 
@@ -225,6 +226,33 @@ def _asof(left: pl.DataFrame, right: pl.DataFrame, **kw) -> pl.DataFrame:
     """Backward as-of join; callers sort both sides on the key (polars cannot check that
     within ``by`` groups)."""
     return left.join_asof(right, strategy="backward", check_sortedness=False, **kw)
+
+
+class _Names:
+    """A string column as codes into its distinct values: name rules (prefixes, regular
+    expressions) run once per distinct name, not once per range."""
+
+    def __init__(self, s: pl.Series):
+        d = pc.dictionary_encode(s.to_arrow())
+        self.values = pl.Series(d.dictionary.cast(pa.string())).append(
+            pl.Series([None], dtype=pl.String))  # the last one stands for null
+        idx = d.indices
+        if idx.null_count:
+            idx = pc.fill_null(idx, len(self.values) - 1)
+        self.codes = idx.to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def mask(self, per_value: pl.Series) -> np.ndarray:
+        """Per-row booleans from one boolean per distinct value (null counts as False)."""
+        return per_value.fill_null(False).to_numpy()[self.codes]
+
+    def starts_with(self, prefix: str) -> np.ndarray:
+        return self.mask(self.values.str.starts_with(prefix))
+
+    def contains(self, pattern: str, literal: bool = False) -> np.ndarray:
+        return self.mask(self.values.str.contains(pattern, literal=literal))
+
+    def equals(self, value: str) -> np.ndarray:
+        return self.mask(self.values == value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -452,7 +480,7 @@ def _backward_links(r: pl.DataFrame, flow: pa.Table | None, is_bwd: np.ndarray) 
 # the labels
 
 
-def _name_phases(names: pl.Series) -> np.ndarray:
+def _name_phases(names: _Names) -> np.ndarray:
     """Own phase from NAME_PHASE_RULES; -1 where no rule matches, MARKED where the rule gives
     no phase (iteration markers)."""
     expr = pl.lit(NONE, pl.Int8)
@@ -460,7 +488,8 @@ def _name_phases(names: pl.Series) -> np.ndarray:
         code = PHASES.index(phase) if phase else MARKED
         expr = pl.when(pl.col("n").str.contains(pattern)).then(pl.lit(code, pl.Int8)).otherwise(
             expr)
-    return pl.DataFrame({"n": names}).select(expr.alias("p"))["p"].to_numpy().astype(np.int8)
+    per = pl.DataFrame({"n": names.values}).select(expr.alias("p"))["p"].to_numpy()
+    return per.astype(np.int8)[names.codes]
 
 
 class _Layers:
@@ -482,13 +511,12 @@ class _Layers:
         return s.replace_strict(self._code, return_dtype=pl.Int64).to_numpy()
 
 
-def _module_layers(r: pl.DataFrame, tree: _Tree, autograd: np.ndarray,
+def _module_layers(r: pl.DataFrame, is_mod: np.ndarray, tree: _Tree, autograd: np.ndarray,
                    layers: _Layers) -> np.ndarray:
-    """Own layer codes of ``nn.Module: X`` ranges (module doc, layers a); -1 elsewhere."""
+    """Own layer codes of ``nn.Module: X`` ranges (``is_mod``; module doc, layers a); -1
+    elsewhere."""
     own = np.full(r.height, NONE, np.int64)
     names = r["name"]
-    is_mod = names.str.starts_with(MODULE_PREFIX).fill_null(False).to_numpy() & (
-        r["kind"] == "python_function").to_numpy()
     if not is_mod.any():
         return own
     pos = np.arange(r.height)
@@ -542,9 +570,10 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     pid = r["pid"].to_numpy()
     tid = r["tid"].to_numpy()
     names = r["name"]
+    nm = _Names(names)
+    kind = r["kind"]
 
-    is_bwd = ((r["fwd_thread_id"].fill_null(0) > 0)
-              | names.str.starts_with(BACKWARD_OP_PREFIX).fill_null(False)).to_numpy()
+    is_bwd = (r["fwd_thread_id"].fill_null(0) > 0).to_numpy() | nm.starts_with(BACKWARD_OP_PREFIX)
     is_fwd_op = (~is_bwd) & r["sequence_number"].is_not_null().to_numpy()
 
     # main thread per process: the marker thread, else the one with most forward ops
@@ -563,14 +592,13 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
                        )["bg"].fill_null(False).to_numpy()
 
     # ---- own phase, in order of precedence
-    own_phase = _name_phases(names)
+    own_phase = _name_phases(nm)
     named = own_phase != NONE  # markers and annotations: never layers of rule d
     own_phase[own_phase == MARKED] = NONE
     own_phase[(own_phase < 0) & is_bwd] = BACKWARD
     root = tree.parent < 0
     own_phase[(own_phase < 0) & autograd & root] = BACKWARD
-    is_mod = (names.str.starts_with(MODULE_PREFIX).fill_null(False).to_numpy()
-              & (r["kind"] == "python_function").to_numpy())
+    is_mod = nm.starts_with(MODULE_PREFIX) & (kind == "python_function").fill_null(False).to_numpy()
     if is_mod.any():
         first_bwd = pl.DataFrame({"it": it[is_bwd], "s": start[is_bwd]}).group_by("it").agg(
             pl.col("s").min())
@@ -580,7 +608,7 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
         own_phase[(own_phase < 0) & is_mod & ~autograd & before] = FORWARD
 
     # ---- own layer
-    own_layer = _module_layers(r, tree, autograd, layers)
+    own_layer = _module_layers(r, is_mod, tree, autograd, layers)
     iv = _fsdp_intervals(r)
     if iv.height:
         hit = _innermost(r.select("pos", "pid", "tid", pl.col("start_ns").alias("t")), iv)
@@ -599,7 +627,7 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     fpos = links["fwd_pos"].to_numpy()
 
     # the outermost op (cpu_op, not a marker or annotation) around each linked forward op
-    is_op = (r["kind"] == "cpu_op").to_numpy() & ~named
+    is_op = (kind == "cpu_op").fill_null(False).to_numpy() & ~named
     outer = tree.inherit(np.where(is_op, np.arange(n), NONE), parent_first=True)
     fouter = np.where(outer[fpos] >= 0, outer[fpos], fpos) if len(fpos) else fpos
     if not layers.names and len(fpos):
@@ -625,14 +653,13 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
         par = tree.parent[bpos[ok]]
         wrap = par >= 0
         par, val = par[wrap], got[ok][wrap]
-        is_wrap = names.gather(par).str.starts_with(BACKWARD_OP_PREFIX).to_numpy()
+        is_wrap = nm.starts_with(BACKWARD_OP_PREFIX)[par]
         par, val = par[is_wrap], val[is_wrap]
         free = own_layer[par] < 0
         own_layer[par[free]] = val[free]
         layer = tree.inherit(own_layer)
     # AccumulateGrad nodes with no layer: the backward op just before them on the thread
-    acc = autograd & root & (layer < 0) & names.str.contains("AccumulateGrad").fill_null(
-        False).to_numpy()
+    acc = autograd & root & (layer < 0) & nm.contains("AccumulateGrad", literal=True)
     if acc.any():
         prev = autograd & root & (layer >= 0)
         lhs = pl.DataFrame({"pid": pid[acc], "tid": tid[acc], "s": start[acc],
