@@ -173,19 +173,23 @@ def ranges_frame(tables: dict[str, pa.Table]) -> pl.DataFrame:
                            pl.int_range(pl.len(), dtype=pl.Int64).alias("pos"))
 
 
+def _parent_pos(ids: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Row position of each parent range id (-1: none, or not among ``ids``)."""
+    if np.array_equal(ids, np.arange(len(ids))):
+        return parent
+    # range_id is not the row number: map ids to positions
+    order = np.argsort(ids, kind="stable")
+    known = ids[order]
+    at = np.clip(np.searchsorted(known, parent), 0, len(ids) - 1)
+    return np.where((parent >= 0) & (known[at] == parent), order[at], -1)
+
+
 class _Tree:
     """Parent positions and rows grouped by depth, for top-down propagation."""
 
     def __init__(self, r: pl.DataFrame):
-        ids = r["range_id"].to_numpy()
-        parent = r["parent"].fill_null(-1).to_numpy().astype(np.int64)
-        if np.array_equal(ids, np.arange(len(ids))):
-            self.parent = parent
-        else:  # range_id is not the row number: map ids to positions
-            order = np.argsort(ids, kind="stable")
-            known = ids[order]
-            at = np.clip(np.searchsorted(known, parent), 0, len(ids) - 1)
-            self.parent = np.where((parent >= 0) & (known[at] == parent), order[at], -1)
+        self.parent = _parent_pos(r["range_id"].to_numpy(),
+                                  r["parent"].fill_null(-1).to_numpy().astype(np.int64))
         # ingest gives every range its parent's depth + 1, so a level's parents are done
         depth = r["depth"].to_numpy()
         order = np.argsort(depth, kind="stable")
@@ -735,19 +739,31 @@ def find_layers(tables: dict[str, pa.Table], labels: pa.Table,
     of the range that first entered it). param_bytes stays null here: graph_tables fills it
     from the recorded weight shapes (graphstore.params), which this table does not load)."""
     r = ranges_frame(tables) if ranges is None else ranges
-    lab = pl.from_arrow(labels.select(["range_id", "layer"]))
-    if not r.height or not lab.height:
+    if not r.height or not labels.num_rows:
         return LAYER_SCHEMA.empty_table()
-    r = r.join(lab, on="range_id", how="left")
-    up = r.select(pl.col("range_id").alias("parent"), pl.col("layer").alias("up"))
-    r = r.join(up, on="parent", how="left")
-    enter = r.filter(pl.col("layer").is_not_null()
-                     & (pl.col("up").is_null() | (pl.col("up") != pl.col("layer"))))
-    if not enter.height:
+    ids = r["range_id"].to_numpy()
+    lab_ids = labels["range_id"].to_numpy()
+    if not np.array_equal(ids, lab_ids):  # labels of other rows: align them on range_id
+        lab = pl.from_arrow(labels.select(["range_id", "layer"]))
+        labels = r.select("range_id").join(lab, on="range_id", how="left",
+                                           maintain_order="left").to_arrow()
+    enc = pc.dictionary_encode(labels["layer"].combine_chunks())
+    code = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    ppos = _parent_pos(ids, r["parent"].fill_null(-1).to_numpy().astype(np.int64))
+    up = np.where(ppos >= 0, code[np.maximum(ppos, 0)], NONE)
+    enter = np.flatnonzero((code >= 0) & ((up < 0) | (up != code)))
+    if not len(enter):
         return LAYER_SCHEMA.empty_table()
     meta = (labels.schema.metadata or {}).get(LAYER_SOURCES_KEY)
     sources = json.loads(meta) if meta else {}
-    first = enter.sort("start_ns").unique("layer", keep="first").sort("start_ns")
+    # the earliest entry of each layer, in order of first entry
+    start = r["start_ns"].to_numpy()
+    enter = enter[np.argsort(start[enter], kind="stable")]
+    _, first_at = np.unique(code[enter], return_index=True)
+    at = enter[np.sort(first_at)]
+    first = pl.DataFrame({"layer": pl.Series(enc.dictionary.cast(pa.string())).gather(code[at]),
+                          "kind": r["kind"].gather(at), "name": r["name"].gather(at),
+                          "start_ns": start[at]})
     src = [sources.get(lay) or _KIND_SOURCE.get(k, "annotation")
            for lay, k in zip(first["layer"].to_list(), first["kind"].to_list(), strict=True)]
     first = first.with_columns(pl.Series("source", src, pl.String))
