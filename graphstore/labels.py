@@ -184,6 +184,23 @@ def _parent_pos(ids: np.ndarray, parent: np.ndarray) -> np.ndarray:
     return np.where((parent >= 0) & (known[at] == parent), order[at], -1)
 
 
+def _compact(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs (a, b) as dense codes 0..k-1, and the codes of a and of b of each code (codes of
+    the distinct values of a and b, in sorted order)."""
+    _, ac = np.unique(a, return_inverse=True)
+    bv, bc = np.unique(b, return_inverse=True)
+    key = ac.astype(np.int64) * len(bv) + bc
+    if ac.max(initial=0) * len(bv) + len(bv) <= 4 * len(a) + 64:  # small key space: no sort
+        seen = np.zeros(ac.max(initial=0) * len(bv) + len(bv), bool)
+        seen[key] = True
+        uk = np.flatnonzero(seen)
+        remap = np.cumsum(seen) - 1
+        code = remap[key]
+    else:
+        uk, code = np.unique(key, return_inverse=True)
+    return code.reshape(-1), uk // len(bv), uk % len(bv)
+
+
 class _Tree:
     """Parent positions and rows grouped by depth, for top-down propagation."""
 
@@ -581,19 +598,20 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     is_fwd_op = (~is_bwd) & r["sequence_number"].is_not_null().to_numpy()
 
     # main thread per process: the marker thread, else the one with most forward ops
-    th = pl.DataFrame({"pid": pid, "tid": tid, "fwd": is_fwd_op, "bwd": is_bwd})
-    per = th.group_by("pid", "tid").agg(pl.col("fwd").sum(), pl.col("bwd").sum())
-    mains = per.sort(["fwd", "tid"], descending=[True, False]).unique("pid", keep="first")
-    mains = mains.filter(pl.col("fwd") > 0).select("pid", pl.col("tid").alias("main"))
-    if main is not None:
-        mains = pl.concat([pl.DataFrame({"pid": [main[0]], "main": [main[1]]}),
-                           mains.filter(pl.col("pid") != main[0])])
-    per = per.join(mains, on="pid", how="left")
-    bg_threads = per.filter((pl.col("bwd") > 0) & (pl.col("main").is_null()
-                                                   | (pl.col("tid") != pl.col("main"))))
-    autograd = th.join(bg_threads.select("pid", "tid", pl.lit(True).alias("bg")),
-                       on=["pid", "tid"], how="left", maintain_order="left"
-                       )["bg"].fill_null(False).to_numpy()
+    thread, th_pid, th_tid = _compact(pid, tid)
+    fwd = np.bincount(thread, is_fwd_op, len(th_pid))
+    bwd = np.bincount(thread, is_bwd, len(th_pid))
+    # per process, the thread with most forward ops (ties: the smaller tid), if it has any
+    order = np.lexsort((th_tid, -fwd, th_pid))
+    lead = order[np.r_[True, th_pid[order][1:] != th_pid[order][:-1]]]
+    lead = lead[fwd[lead] > 0]
+    main_tid = np.full(th_pid.max() + 1, NONE)
+    main_tid[th_pid[lead]] = th_tid[lead]
+    if main is not None:  # the marker thread (its pid and tid are codes of rows, so present)
+        at = np.flatnonzero((pid == main[0]) & (tid == main[1]))[0]
+        main_tid[th_pid[thread[at]]] = th_tid[thread[at]]
+    bg_thread = (bwd > 0) & (th_tid != main_tid[th_pid])
+    autograd = bg_thread[thread]
 
     # ---- own phase, in order of precedence
     own_phase = _name_phases(nm)
@@ -680,19 +698,19 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
 
     # phases f: forward span of threads/iterations that have no forward range at all
     if len(fpos):
-        f = pl.DataFrame({"pid": pid[fouter], "tid": tid[fouter], "it": it[fouter],
-                          "s": start[fouter], "e": end[fouter]}).filter(
-            ~pl.Series(autograd[fouter]))
-        span = f.group_by("pid", "tid", "it").agg(pl.col("s").min(), pl.col("e").max())
-        a = pl.DataFrame({"pos": np.arange(n), "pid": pid, "tid": tid, "it": it,
-                          "start": start, "end": end, "phase": phase})
-        has_fwd = a.group_by("pid", "tid", "it").agg((pl.col("phase") == FORWARD).any()
-                                                     .alias("has"))
-        span = span.join(has_fwd, on=["pid", "tid", "it"], how="left").filter(~pl.col("has"))
-        fill = a.join(span, on=["pid", "tid", "it"]).filter(
-            (pl.col("phase") == OTHER) & (pl.col("start") >= pl.col("s"))
-            & (pl.col("end") <= pl.col("e")))
-        phase[fill["pos"].to_numpy()] = FORWARD
+        sel = fouter[~autograd[fouter]]
+        if len(sel):
+            group, _, _ = _compact(thread, it)  # (pid, tid, iteration)
+            n_groups = group.max() + 1
+            lo = np.full(n_groups, np.iinfo(np.int64).max)
+            hi = np.full(n_groups, np.iinfo(np.int64).min)
+            np.minimum.at(lo, group[sel], start[sel])
+            np.maximum.at(hi, group[sel], end[sel])
+            open_ = np.zeros(n_groups, bool)
+            open_[group[sel]] = True
+            open_[group[phase == FORWARD]] = False
+            g = group
+            phase[open_[g] & (phase == OTHER) & (start >= lo[g]) & (end <= hi[g])] = FORWARD
 
     # GPU annotations: the labels of their CPU twin (same external id and name)
     gpu = r.filter((pl.col("kind") == "gpu_user_annotation") & pl.col("external_id").is_not_null())
