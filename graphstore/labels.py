@@ -209,6 +209,8 @@ class _Tree:
                                   r["parent"].fill_null(-1).to_numpy().astype(np.int64))
         # ingest gives every range its parent's depth + 1, so a level's parents are done
         depth = r["depth"].to_numpy()
+        if len(depth) and 0 <= depth.min() and depth.max() < 2 ** 15:
+            depth = depth.astype(np.int16)  # a stable sort of 16-bit keys is a radix sort
         order = np.argsort(depth, kind="stable")
         _, first = np.unique(depth[order], return_index=True)
         self.levels = np.split(order, first[1:]) if len(order) else []
@@ -285,22 +287,28 @@ def _gpu_end_launched(tables: dict[str, pa.Table], pid: int, lo: int, hi: int) -
     api = tables.get("api")
     if api is None or api.num_rows == 0:
         return None
-    calls = pl.from_arrow(api.select(["pid", "correlation", "start_ns"])).filter(
-        (pl.col("pid") == pid) & pl.col("start_ns").is_between(lo, hi)
-        & pl.col("correlation").is_not_null())
-    if not calls.height:
+    start = api["start_ns"].to_numpy()
+    corr, known = _int_column(api["correlation"])
+    at = (api["pid"].to_numpy() == pid) & (start >= lo) & (start <= hi) & known
+    if not at.any():
         return None
-    corr = calls["correlation"].unique()
+    corr = np.sort(corr[at])  # duplicates do no harm to the lookup below
     ends = []
     for name in GPU_TABLES:
         t = tables.get(name)
         if t is None or t.num_rows == 0:
             continue
-        g = pl.from_arrow(t.select(["correlation", "start_ns", "dur_ns"])).filter(
-            pl.col("correlation").is_in(corr.implode()))
-        if g.height:
-            ends.append(int((g["start_ns"] + g["dur_ns"]).max()))
+        c, ok = _int_column(t["correlation"])
+        i = np.clip(np.searchsorted(corr, c), 0, len(corr) - 1)
+        hit = ok & (corr[i] == c)
+        if hit.any():
+            ends.append(int((t["start_ns"].to_numpy() + t["dur_ns"].to_numpy())[hit].max()))
     return max(ends) if ends else None
+
+
+def _int_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """An integer column as numpy values (0 where null) and a mask of the non-null ones."""
+    return (pc.fill_null(col, 0).to_numpy(), col.is_valid().to_numpy())
 
 
 def _trace_span(tables: dict[str, pa.Table]) -> tuple[int, int] | None:
@@ -316,11 +324,15 @@ def _trace_span(tables: dict[str, pa.Table]) -> tuple[int, int] | None:
     return (min(lo), max(hi)) if lo else None
 
 
-def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame
+def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame, names: _Names | None = None
                 ) -> tuple[pa.Table, tuple[int, int] | None]:
-    """The iteration table and the (pid, tid) of the markers it came from (None: whole trace)."""
-    cpu = r.filter(pl.col("kind") != "gpu_user_annotation")
-    steps = cpu.filter(pl.col("name").str.contains(STEP_RE))
+    """The iteration table and the (pid, tid) of the markers it came from (None: whole trace).
+    ``names``: r's names, when the caller has them encoded."""
+    is_cpu = pl.col("kind") != "gpu_user_annotation"
+    if names is None:
+        steps = r.filter(is_cpu & pl.col("name").str.contains(STEP_RE))
+    else:
+        steps = r.filter(is_cpu & pl.Series(names.contains(STEP_RE)))
     main: tuple[int, int] | None = None
     if steps.height:
         main = _busiest_thread(steps)
@@ -332,6 +344,7 @@ def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame
         window = (int(starts[-1]), int(steps["end_ns"][-1]))
         source = "ProfilerStep"
     else:
+        cpu = r.filter(is_cpu)
         opt = _outermost(cpu.filter(pl.col("name").str.starts_with(OPTIMIZER_STEP)))
         if opt.height:
             cls = (opt.group_by("name").agg(pl.len(), pl.col("end_ns").mean().alias("e"))
@@ -401,13 +414,16 @@ def _iteration_of(t: np.ndarray, its: pa.Table) -> np.ndarray:
 # intervals that are not ranges (FSDP unit hooks)
 
 
-def _fsdp_intervals(r: pl.DataFrame) -> pl.DataFrame:
-    """FSDP unit intervals per thread: pid, tid, start_ns, end_ns, fqn, phase (module doc c)."""
+def _fsdp_intervals(r: pl.DataFrame, names: _Names | None = None) -> pl.DataFrame:
+    """FSDP unit intervals per thread: pid, tid, start_ns, end_ns, fqn, phase (module doc c).
+    ``names``: r's names, when the caller has them encoded."""
+    empty = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64,
+                                 "end_ns": pl.Int64, "fqn": pl.String, "phase": pl.String})
+    if names is not None and not names.values.str.contains(FSDP_MARKER).any():
+        return empty
     m = (r.select("pid", "tid", "start_ns", "end_ns",
                   pl.col("name").str.extract_groups(FSDP_MARKER).alias("g"))
          .unnest("g").filter(pl.col("fqn").is_not_null()))
-    empty = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64,
-                                 "end_ns": pl.Int64, "fqn": pl.String, "phase": pl.String})
     if not m.height:
         return empty
     m = m.with_columns(pl.col("fqn").str.strip_chars())
@@ -584,14 +600,14 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     if n == 0:
         return r, np.zeros(0, np.int8), np.zeros(0, np.int64), layers
     tree = _Tree(r)
-    its, main = _iterations(tables, r)
+    nm = _Names(r["name"])
+    its, main = _iterations(tables, r, nm)
     it = _iteration_of(r["start_ns"].to_numpy(), its)
     start = r["start_ns"].to_numpy()
     end = r["end_ns"].to_numpy()
     pid = r["pid"].to_numpy()
     tid = r["tid"].to_numpy()
     names = r["name"]
-    nm = _Names(names)
     kind = r["kind"]
 
     is_bwd = (r["fwd_thread_id"].fill_null(0) > 0).to_numpy() | nm.starts_with(BACKWARD_OP_PREFIX)
@@ -631,7 +647,7 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
 
     # ---- own layer
     own_layer = _module_layers(r, is_mod, tree, autograd, layers)
-    iv = _fsdp_intervals(r)
+    iv = _fsdp_intervals(r, nm)
     if iv.height:
         hit = _innermost(r.select("pos", "pid", "tid", pl.col("start_ns").alias("t")), iv)
         at = hit["pos"].to_numpy()
