@@ -184,11 +184,26 @@ def _parent_pos(ids: np.ndarray, parent: np.ndarray) -> np.ndarray:
     return np.where((parent >= 0) & (known[at] == parent), order[at], -1)
 
 
+def _factorize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values of an integer array and each element's index among them
+    (np.unique with return_inverse; by a lookup table, without a sort, when the values span a
+    short range)."""
+    if not len(a):
+        return a[:0], np.zeros(0, np.int64)
+    lo, hi = int(a.min()), int(a.max())
+    if hi - lo > 4 * len(a) + 64:
+        values, inverse = np.unique(a, return_inverse=True)
+        return values, inverse.reshape(-1)
+    seen = np.zeros(hi - lo + 1, bool)
+    seen[a - lo] = True
+    return np.flatnonzero(seen) + lo, (np.cumsum(seen) - 1)[a - lo]
+
+
 def _compact(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pairs (a, b) as dense codes 0..k-1, and the codes of a and of b of each code (codes of
     the distinct values of a and b, in sorted order)."""
-    _, ac = np.unique(a, return_inverse=True)
-    bv, bc = np.unique(b, return_inverse=True)
+    _, ac = _factorize(a)
+    bv, bc = _factorize(b)
     key = ac.astype(np.int64) * len(bv) + bc
     if ac.max(initial=0) * len(bv) + len(bv) <= 4 * len(a) + 64:  # small key space: no sort
         seen = np.zeros(ac.max(initial=0) * len(bv) + len(bv), bool)
@@ -255,14 +270,26 @@ class _Names:
     """A string column as codes into its distinct values: name rules (prefixes, regular
     expressions) run once per distinct name, not once per range."""
 
-    def __init__(self, s: pl.Series):
-        d = pc.dictionary_encode(s.to_arrow())
+    def __init__(self, s: pl.Series | pa.DictionaryArray):
+        d = s if isinstance(s, pa.DictionaryArray) else pc.dictionary_encode(s.to_arrow())
         self.values = pl.Series(d.dictionary.cast(pa.string())).append(
             pl.Series([None], dtype=pl.String))  # the last one stands for null
         idx = d.indices
         if idx.null_count:
             idx = pc.fill_null(idx, len(self.values) - 1)
         self.codes = idx.to_numpy(zero_copy_only=False).astype(np.int64)
+
+    @classmethod
+    def of_ranges(cls, tables: dict[str, pa.Table], r: pl.DataFrame) -> _Names:
+        """The names of ``r`` (``ranges_frame(tables)``), from the range table's own dictionary
+        where r holds exactly its rows, else encoded afresh."""
+        t = tables.get("range")
+        if t is not None and t.num_rows == r.height and t["name"].num_chunks == 1:
+            col = t["name"].chunk(0)
+            if (isinstance(col, pa.DictionaryArray)
+                    and np.array_equal(t["range_id"].to_numpy(), r["range_id"].to_numpy())):
+                return cls(col)
+        return cls(r["name"])
 
     def mask(self, per_value: pl.Series) -> np.ndarray:
         """Per-row booleans from one boolean per distinct value (null counts as False)."""
@@ -600,7 +627,7 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     if n == 0:
         return r, np.zeros(0, np.int8), np.zeros(0, np.int64), layers
     tree = _Tree(r)
-    nm = _Names(r["name"])
+    nm = _Names.of_ranges(tables, r)
     its, main = _iterations(tables, r, nm)
     it = _iteration_of(r["start_ns"].to_numpy(), its)
     start = r["start_ns"].to_numpy()
