@@ -423,7 +423,8 @@ def find_iterations(tables: dict[str, pa.Table], ranges: pl.DataFrame | None = N
                     ) -> pa.Table:
     """Training iterations of one trace: ITERATION's columns without trace_id (module doc).
     ``ranges``: ``ranges_frame(tables)`` when the caller has it already."""
-    return _iterations(tables, ranges_frame(tables) if ranges is None else ranges)[0]
+    r = ranges_frame(tables) if ranges is None else ranges
+    return _iterations(tables, r, _Names.of_ranges(tables, r))[0]
 
 
 def _iteration_of(t: np.ndarray, its: pa.Table) -> np.ndarray:
