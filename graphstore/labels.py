@@ -509,10 +509,10 @@ def _innermost(points: pl.DataFrame, iv: pl.DataFrame) -> pl.DataFrame:
 def _backward_links(r: pl.DataFrame, flow: pa.Table | None, is_bwd: np.ndarray) -> pl.DataFrame:
     """(bwd_pos, fwd_pos): each backward op and the forward op it is the gradient of."""
     out = [pl.DataFrame(schema={"bwd_pos": pl.Int64, "fwd_pos": pl.Int64})]
-    r = r.with_columns(pl.Series("is_bwd", is_bwd))
     if flow is not None and flow.num_rows:
-        f = pl.from_arrow(flow).with_columns(pl.col("kind").cast(pl.String)).filter(
-            pl.col("kind") == "fwdbwd")
+        # only the fwdbwd flows cross into polars
+        fwdbwd = pc.fill_null(pc.equal(flow["kind"].cast(pa.string()), "fwdbwd"), False)
+        f = pl.from_arrow(flow.filter(fwdbwd)).with_columns(pl.col("kind").cast(pl.String))
         if f.height:
             # several ranges may start at the same ts: prefer the one with a sequence number,
             # then the innermost
@@ -527,10 +527,12 @@ def _backward_links(r: pl.DataFrame, flow: pa.Table | None, is_bwd: np.ndarray) 
                                                                 "dst_ts_ns"],
                         right_on=["pid", "tid", "start_ns"]))
             out.append(lk.select("bwd_pos", "fwd_pos").unique("bwd_pos", keep="first"))
-    linked = pl.concat(out)["bwd_pos"]
-    bwd = r.filter(pl.col("is_bwd") & pl.col("sequence_number").is_not_null()
-                   & ~pl.col("pos").is_in(linked.implode()))
-    fwd = r.filter(~pl.col("is_bwd") & pl.col("sequence_number").is_not_null())
+    linked = np.zeros(r.height, bool)
+    linked[pl.concat(out)["bwd_pos"].to_numpy()] = True
+    has_seq = r["sequence_number"].is_not_null().to_numpy()
+    cols = r.select("pid", "sequence_number", "start_ns", "depth", "pos")
+    bwd = cols.filter(pl.Series(is_bwd & has_seq & ~linked))
+    fwd = cols.filter(pl.Series(~is_bwd & has_seq))
     if bwd.height and fwd.height:
         lk = _asof(bwd.select("pid", "sequence_number", "start_ns", pl.col("pos").alias("bwd_pos"))
                    .sort("start_ns"),
