@@ -227,30 +227,32 @@ class _Tree:
         if len(depth) and 0 <= depth.min() and depth.max() < 2 ** 15:
             depth = depth.astype(np.int16)  # a stable sort of 16-bit keys is a radix sort
         order = np.argsort(depth, kind="stable")
-        _, first = np.unique(depth[order], return_index=True)
-        self.levels = np.split(order, first[1:]) if len(order) else []
+        order = order[self.parent[order] >= 0]  # roots inherit nothing
+        cut = np.flatnonzero(np.diff(depth[order])) + 1
+        # (rows, their parents) per level, top down
+        self.levels = [(idx, self.parent[idx]) for idx in np.split(order, cut)
+                       if len(idx)] if len(order) else []
 
     def inherit(self, own: np.ndarray, parent_first: bool = False) -> np.ndarray:
         """own where set (>= 0), else the parent's result; ``parent_first``: the outermost."""
         out = own.copy()
-        for idx in self.levels:
-            p = self.parent[idx]
-            keep = p >= 0
-            idx, p = idx[keep], p[keep]
-            if not len(idx):
-                continue
+        for idx, p in self.levels:
             up = out[p]
+            mine = own[idx]
             if parent_first:
-                out[idx] = np.where(up >= 0, up, own[idx])
+                out[idx] = np.where(up >= 0, up, mine)
             else:
-                out[idx] = np.where(own[idx] >= 0, own[idx], up)
+                out[idx] = np.where(mine >= 0, mine, up)
         return out
 
 
 def _busiest_thread(df: pl.DataFrame) -> tuple[int, int]:
-    top = df.group_by("pid", "tid").len().sort(["len", "pid", "tid"],
-                                               descending=[True, False, False])
-    return int(top["pid"][0]), int(top["tid"][0])
+    """The (pid, tid) with most rows; ties: the least pid, then tid."""
+    pid, tid = df["pid"].to_numpy(), df["tid"].to_numpy()
+    code, th_pid, th_tid = _compact(pid, tid)  # codes in (pid, tid) order
+    top = int(np.argmax(np.bincount(code)))  # the first maximum
+    at = np.flatnonzero(code == top)[0]
+    return int(pid[at]), int(tid[at])
 
 
 def _outermost(df: pl.DataFrame) -> pl.DataFrame:
@@ -280,16 +282,17 @@ class _Names:
         self.codes = idx.to_numpy(zero_copy_only=False).astype(np.int64)
 
     @classmethod
-    def of_ranges(cls, tables: dict[str, pa.Table], r: pl.DataFrame) -> _Names:
-        """The names of ``r`` (``ranges_frame(tables)``), from the range table's own dictionary
-        where r holds exactly its rows, else encoded afresh."""
+    def of_ranges(cls, tables: dict[str, pa.Table], r: pl.DataFrame, column: str = "name"
+                  ) -> _Names:
+        """A string column of ``r`` (``ranges_frame(tables)``), from the range table's own
+        dictionary where r holds exactly its rows, else encoded afresh."""
         t = tables.get("range")
-        if t is not None and t.num_rows == r.height and t["name"].num_chunks == 1:
-            col = t["name"].chunk(0)
+        if t is not None and t.num_rows == r.height and t[column].num_chunks == 1:
+            col = t[column].chunk(0)
             if (isinstance(col, pa.DictionaryArray)
                     and np.array_equal(t["range_id"].to_numpy(), r["range_id"].to_numpy())):
                 return cls(col)
-        return cls(r["name"])
+        return cls(r[column])
 
     def mask(self, per_value: pl.Series) -> np.ndarray:
         """Per-row booleans from one boolean per distinct value (null counts as False)."""
@@ -638,7 +641,7 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     pid = r["pid"].to_numpy()
     tid = r["tid"].to_numpy()
     names = r["name"]
-    kind = r["kind"]
+    kind = _Names.of_ranges(tables, r, "kind")
 
     is_bwd = (r["fwd_thread_id"].fill_null(0) > 0).to_numpy() | nm.starts_with(BACKWARD_OP_PREFIX)
     is_fwd_op = (~is_bwd) & r["sequence_number"].is_not_null().to_numpy()
@@ -666,7 +669,7 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     own_phase[(own_phase < 0) & is_bwd] = BACKWARD
     root = tree.parent < 0
     own_phase[(own_phase < 0) & autograd & root] = BACKWARD
-    is_mod = nm.starts_with(MODULE_PREFIX) & (kind == "python_function").fill_null(False).to_numpy()
+    is_mod = nm.starts_with(MODULE_PREFIX) & kind.equals("python_function")
     if is_mod.any():
         first_bwd = pl.DataFrame({"it": it[is_bwd], "s": start[is_bwd]}).group_by("it").agg(
             pl.col("s").min())
@@ -695,7 +698,7 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     fpos = links["fwd_pos"].to_numpy()
 
     # the outermost op (cpu_op, not a marker or annotation) around each linked forward op
-    is_op = (kind == "cpu_op").fill_null(False).to_numpy() & ~named
+    is_op = kind.equals("cpu_op") & ~named
     outer = tree.inherit(np.where(is_op, np.arange(n), NONE), parent_first=True)
     fouter = np.where(outer[fpos] >= 0, outer[fpos], fpos) if len(fpos) else fpos
     if not layers.names and len(fpos):
