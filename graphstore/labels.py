@@ -814,11 +814,13 @@ def find_layers(tables: dict[str, pa.Table], labels: pa.Table,
         lab = pl.from_arrow(labels.select(["range_id", "layer"]))
         labels = r.select("range_id").join(lab, on="range_id", how="left",
                                            maintain_order="left").to_arrow()
-    enc = pc.dictionary_encode(labels["layer"].combine_chunks())
-    code = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    layer = labels["layer"].combine_chunks()
+    if not (pa.types.is_string(layer.type) or pa.types.is_large_string(layer.type)):
+        layer = layer.cast(pa.string())  # dictionary or view strings: plain ones compare
     ppos = _parent_pos(ids, r["parent"].fill_null(-1).to_numpy().astype(np.int64))
-    up = np.where(ppos >= 0, code[np.maximum(ppos, 0)], NONE)
-    enter = np.flatnonzero((code >= 0) & ((up < 0) | (up != code)))
+    up = layer.take(pa.array(ppos, mask=ppos < 0))
+    enters = pc.and_(layer.is_valid(), pc.fill_null(pc.not_equal(up, layer), True))
+    enter = np.flatnonzero(enters.to_numpy(zero_copy_only=False))
     if not len(enter):
         return LAYER_SCHEMA.empty_table()
     meta = (labels.schema.metadata or {}).get(LAYER_SOURCES_KEY)
@@ -826,9 +828,13 @@ def find_layers(tables: dict[str, pa.Table], labels: pa.Table,
     # the earliest entry of each layer, in order of first entry
     start = r["start_ns"].to_numpy()
     enter = enter[np.argsort(start[enter], kind="stable")]
-    _, first_at = np.unique(code[enter], return_index=True)
-    at = enter[np.sort(first_at)]
-    first = pl.DataFrame({"layer": pl.Series(enc.dictionary.cast(pa.string())).gather(code[at]),
+    enc = pc.dictionary_encode(layer.take(enter))
+    code = enc.indices.to_numpy(zero_copy_only=False)
+    _, first_at = np.unique(code, return_index=True)
+    first_at = np.sort(first_at)
+    at = enter[first_at]
+    first = pl.DataFrame({"layer": pl.Series(enc.dictionary.cast(pa.string())).gather(
+                              code[first_at]),
                           "kind": r["kind"].gather(at), "name": r["name"].gather(at),
                           "start_ns": start[at]})
     src = [sources.get(lay) or _KIND_SOURCE.get(k, "annotation")
