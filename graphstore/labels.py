@@ -354,15 +354,12 @@ def _trace_span(tables: dict[str, pa.Table]) -> tuple[int, int] | None:
     return (min(lo), max(hi)) if lo else None
 
 
-def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame, names: _Names | None = None
+def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame, names: _Names, kinds: _Names
                 ) -> tuple[pa.Table, tuple[int, int] | None]:
     """The iteration table and the (pid, tid) of the markers it came from (None: whole trace).
-    ``names``: r's names, when the caller has them encoded."""
-    is_cpu = pl.col("kind") != "gpu_user_annotation"
-    if names is None:
-        steps = r.filter(is_cpu & pl.col("name").str.contains(STEP_RE))
-    else:
-        steps = r.filter(is_cpu & pl.Series(names.contains(STEP_RE)))
+    ``names``, ``kinds``: r's name and kind columns encoded."""
+    is_cpu = kinds.mask(kinds.values != "gpu_user_annotation")
+    steps = r.filter(pl.Series(is_cpu & names.contains(STEP_RE)))
     main: tuple[int, int] | None = None
     if steps.height:
         main = _busiest_thread(steps)
@@ -374,7 +371,7 @@ def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame, names: _Names | No
         window = (int(starts[-1]), int(steps["end_ns"][-1]))
         source = "ProfilerStep"
     else:
-        cpu = r.filter(is_cpu)
+        cpu = r.filter(pl.Series(is_cpu))
         opt = _outermost(cpu.filter(pl.col("name").str.starts_with(OPTIMIZER_STEP)))
         if opt.height:
             cls = (opt.group_by("name").agg(pl.len(), pl.col("end_ns").mean().alias("e"))
@@ -427,7 +424,8 @@ def find_iterations(tables: dict[str, pa.Table], ranges: pl.DataFrame | None = N
     """Training iterations of one trace: ITERATION's columns without trace_id (module doc).
     ``ranges``: ``ranges_frame(tables)`` when the caller has it already."""
     r = ranges_frame(tables) if ranges is None else ranges
-    return _iterations(tables, r, _Names.of_ranges(tables, r))[0]
+    return _iterations(tables, r, _Names.of_ranges(tables, r),
+                       _Names.of_ranges(tables, r, "kind"))[0]
 
 
 def _iteration_of(t: np.ndarray, its: pa.Table) -> np.ndarray:
@@ -634,14 +632,14 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
         return r, np.zeros(0, np.int8), np.zeros(0, np.int64), layers
     tree = _Tree(r)
     nm = _Names.of_ranges(tables, r)
-    its, main = _iterations(tables, r, nm)
+    kind = _Names.of_ranges(tables, r, "kind")
+    its, main = _iterations(tables, r, nm, kind)
     it = _iteration_of(r["start_ns"].to_numpy(), its)
     start = r["start_ns"].to_numpy()
     end = r["end_ns"].to_numpy()
     pid = r["pid"].to_numpy()
     tid = r["tid"].to_numpy()
     names = r["name"]
-    kind = _Names.of_ranges(tables, r, "kind")
 
     is_bwd = (r["fwd_thread_id"].fill_null(0) > 0).to_numpy() | nm.starts_with(BACKWARD_OP_PREFIX)
     is_fwd_op = (~is_bwd) & r["sequence_number"].is_not_null().to_numpy()
@@ -762,10 +760,12 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
             phase[open_[g] & (phase == OTHER) & (start >= lo[g]) & (end <= hi[g])] = FORWARD
 
     # GPU annotations: the labels of their CPU twin (same external id and name)
-    gpu = r.filter((pl.col("kind") == "gpu_user_annotation") & pl.col("external_id").is_not_null())
+    has_ext = r["external_id"].is_not_null().to_numpy()
+    on_gpu = kind.equals("gpu_user_annotation")
+    gpu = r.select("pos", "external_id", "name").filter(pl.Series(on_gpu & has_ext))
     if gpu.height:
-        cpu = (r.filter((pl.col("kind") != "gpu_user_annotation")
-                        & pl.col("external_id").is_not_null())
+        on_cpu = kind.mask(kind.values != "gpu_user_annotation")
+        cpu = (r.select("pos", "external_id", "name").filter(pl.Series(on_cpu & has_ext))
                .select("external_id", "name", pl.col("pos").alias("twin"))
                .unique(["external_id", "name"]))
         j = gpu.select("pos", "external_id", "name").join(cpu, on=["external_id", "name"])
