@@ -1,7 +1,7 @@
 """Which training iteration, DNN layer and phase each activity range belongs to.
 
 Set-based over the activity tables (numpy columns, polars as-of joins, one vectorized step per
-nesting level), never Python per event.
+nesting level, name rules once per distinct name), never Python per event.
 
 ``find_iterations(tables)``  the training iterations of a trace (ITERATION's columns);
 ``label_ranges(tables)``     layer and phase of every range (range_id, layer, phase): what applies
