@@ -1,7 +1,7 @@
 """Which training iteration, DNN layer and phase each activity range belongs to.
 
 Set-based over the activity tables (numpy columns, polars as-of joins, one vectorized step per
-nesting level), never Python per event.
+nesting level, name rules once per distinct name), never Python per event.
 
 ``find_iterations(tables)``  the training iterations of a trace (ITERATION's columns);
 ``label_ranges(tables)``     layer and phase of every range (range_id, layer, phase): what applies
@@ -94,6 +94,7 @@ import json
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphstore.schema import ITERATION, LAYER, PHASES, GTable
 
@@ -172,46 +173,86 @@ def ranges_frame(tables: dict[str, pa.Table]) -> pl.DataFrame:
                            pl.int_range(pl.len(), dtype=pl.Int64).alias("pos"))
 
 
+def _parent_pos(ids: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Row position of each parent range id (-1: none, or not among ``ids``)."""
+    if np.array_equal(ids, np.arange(len(ids))):
+        return parent
+    # range_id is not the row number: map ids to positions
+    order = np.argsort(ids, kind="stable")
+    known = ids[order]
+    at = np.clip(np.searchsorted(known, parent), 0, len(ids) - 1)
+    return np.where((parent >= 0) & (known[at] == parent), order[at], -1)
+
+
+def _factorize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values of an integer array and each element's index among them
+    (np.unique with return_inverse; by a lookup table, without a sort, when the values span a
+    short range)."""
+    if not len(a):
+        return a[:0], np.zeros(0, np.int64)
+    lo, hi = int(a.min()), int(a.max())
+    if hi - lo > 4 * len(a) + 64:
+        values, inverse = np.unique(a, return_inverse=True)
+        return values, inverse.reshape(-1)
+    seen = np.zeros(hi - lo + 1, bool)
+    seen[a - lo] = True
+    return np.flatnonzero(seen) + lo, (np.cumsum(seen) - 1)[a - lo]
+
+
+def _compact(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs (a, b) as dense codes 0..k-1, and the codes of a and of b of each code (codes of
+    the distinct values of a and b, in sorted order)."""
+    _, ac = _factorize(a)
+    bv, bc = _factorize(b)
+    key = ac.astype(np.int64) * len(bv) + bc
+    if ac.max(initial=0) * len(bv) + len(bv) <= 4 * len(a) + 64:  # small key space: no sort
+        seen = np.zeros(ac.max(initial=0) * len(bv) + len(bv), bool)
+        seen[key] = True
+        uk = np.flatnonzero(seen)
+        remap = np.cumsum(seen) - 1
+        code = remap[key]
+    else:
+        uk, code = np.unique(key, return_inverse=True)
+    return code.reshape(-1), uk // len(bv), uk % len(bv)
+
+
 class _Tree:
     """Parent positions and rows grouped by depth, for top-down propagation."""
 
     def __init__(self, r: pl.DataFrame):
-        ids = r["range_id"].to_numpy()
-        parent = r["parent"].fill_null(-1).to_numpy().astype(np.int64)
-        if np.array_equal(ids, np.arange(len(ids))):
-            self.parent = parent
-        else:  # range_id is not the row number: map ids to positions
-            order = np.argsort(ids, kind="stable")
-            known = ids[order]
-            at = np.clip(np.searchsorted(known, parent), 0, len(ids) - 1)
-            self.parent = np.where((parent >= 0) & (known[at] == parent), order[at], -1)
+        self.parent = _parent_pos(r["range_id"].to_numpy(),
+                                  r["parent"].fill_null(-1).to_numpy().astype(np.int64))
         # ingest gives every range its parent's depth + 1, so a level's parents are done
         depth = r["depth"].to_numpy()
+        if len(depth) and 0 <= depth.min() and depth.max() < 2 ** 15:
+            depth = depth.astype(np.int16)  # a stable sort of 16-bit keys is a radix sort
         order = np.argsort(depth, kind="stable")
-        _, first = np.unique(depth[order], return_index=True)
-        self.levels = np.split(order, first[1:]) if len(order) else []
+        order = order[self.parent[order] >= 0]  # roots inherit nothing
+        cut = np.flatnonzero(np.diff(depth[order])) + 1
+        # (rows, their parents) per level, top down
+        self.levels = [(idx, self.parent[idx]) for idx in np.split(order, cut)
+                       if len(idx)] if len(order) else []
 
     def inherit(self, own: np.ndarray, parent_first: bool = False) -> np.ndarray:
         """own where set (>= 0), else the parent's result; ``parent_first``: the outermost."""
         out = own.copy()
-        for idx in self.levels:
-            p = self.parent[idx]
-            keep = p >= 0
-            idx, p = idx[keep], p[keep]
-            if not len(idx):
-                continue
+        for idx, p in self.levels:
             up = out[p]
+            mine = own[idx]
             if parent_first:
-                out[idx] = np.where(up >= 0, up, own[idx])
+                out[idx] = np.where(up >= 0, up, mine)
             else:
-                out[idx] = np.where(own[idx] >= 0, own[idx], up)
+                out[idx] = np.where(mine >= 0, mine, up)
         return out
 
 
 def _busiest_thread(df: pl.DataFrame) -> tuple[int, int]:
-    top = df.group_by("pid", "tid").len().sort(["len", "pid", "tid"],
-                                               descending=[True, False, False])
-    return int(top["pid"][0]), int(top["tid"][0])
+    """The (pid, tid) with most rows; ties: the least pid, then tid."""
+    pid, tid = df["pid"].to_numpy(), df["tid"].to_numpy()
+    code, th_pid, th_tid = _compact(pid, tid)  # codes in (pid, tid) order
+    top = int(np.argmax(np.bincount(code)))  # the first maximum
+    at = np.flatnonzero(code == top)[0]
+    return int(pid[at]), int(tid[at])
 
 
 def _outermost(df: pl.DataFrame) -> pl.DataFrame:
@@ -227,6 +268,46 @@ def _asof(left: pl.DataFrame, right: pl.DataFrame, **kw) -> pl.DataFrame:
     return left.join_asof(right, strategy="backward", check_sortedness=False, **kw)
 
 
+class _Names:
+    """A string column as codes into its distinct values: name rules (prefixes, regular
+    expressions) run once per distinct name, not once per range."""
+
+    def __init__(self, s: pl.Series | pa.DictionaryArray):
+        d = s if isinstance(s, pa.DictionaryArray) else pc.dictionary_encode(s.to_arrow())
+        self.values = pl.Series(d.dictionary.cast(pa.string())).append(
+            pl.Series([None], dtype=pl.String))  # the last one stands for null
+        idx = d.indices
+        if idx.null_count:
+            idx = pc.fill_null(idx, len(self.values) - 1)
+        self.codes = idx.to_numpy(zero_copy_only=False).astype(np.int64)
+
+    @classmethod
+    def of_ranges(cls, tables: dict[str, pa.Table], r: pl.DataFrame, column: str = "name"
+                  ) -> _Names:
+        """A string column of ``r`` (``ranges_frame(tables)``), from the range table's own
+        dictionary where r holds exactly its rows, else encoded afresh."""
+        t = tables.get("range")
+        if t is not None and t.num_rows == r.height and t[column].num_chunks == 1:
+            col = t[column].chunk(0)
+            if (isinstance(col, pa.DictionaryArray)
+                    and np.array_equal(t["range_id"].to_numpy(), r["range_id"].to_numpy())):
+                return cls(col)
+        return cls(r[column])
+
+    def mask(self, per_value: pl.Series) -> np.ndarray:
+        """Per-row booleans from one boolean per distinct value (null counts as False)."""
+        return per_value.fill_null(False).to_numpy()[self.codes]
+
+    def starts_with(self, prefix: str) -> np.ndarray:
+        return self.mask(self.values.str.starts_with(prefix))
+
+    def contains(self, pattern: str, literal: bool = False) -> np.ndarray:
+        return self.mask(self.values.str.contains(pattern, literal=literal))
+
+    def equals(self, value: str) -> np.ndarray:
+        return self.mask(self.values == value)
+
+
 # --------------------------------------------------------------------------------------------
 # iterations
 
@@ -236,22 +317,28 @@ def _gpu_end_launched(tables: dict[str, pa.Table], pid: int, lo: int, hi: int) -
     api = tables.get("api")
     if api is None or api.num_rows == 0:
         return None
-    calls = pl.from_arrow(api.select(["pid", "correlation", "start_ns"])).filter(
-        (pl.col("pid") == pid) & pl.col("start_ns").is_between(lo, hi)
-        & pl.col("correlation").is_not_null())
-    if not calls.height:
+    start = api["start_ns"].to_numpy()
+    corr, known = _int_column(api["correlation"])
+    at = (api["pid"].to_numpy() == pid) & (start >= lo) & (start <= hi) & known
+    if not at.any():
         return None
-    corr = calls["correlation"].unique()
+    corr = np.sort(corr[at])  # duplicates do no harm to the lookup below
     ends = []
     for name in GPU_TABLES:
         t = tables.get(name)
         if t is None or t.num_rows == 0:
             continue
-        g = pl.from_arrow(t.select(["correlation", "start_ns", "dur_ns"])).filter(
-            pl.col("correlation").is_in(corr.implode()))
-        if g.height:
-            ends.append(int((g["start_ns"] + g["dur_ns"]).max()))
+        c, ok = _int_column(t["correlation"])
+        i = np.clip(np.searchsorted(corr, c), 0, len(corr) - 1)
+        hit = ok & (corr[i] == c)
+        if hit.any():
+            ends.append(int((t["start_ns"].to_numpy() + t["dur_ns"].to_numpy())[hit].max()))
     return max(ends) if ends else None
+
+
+def _int_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """An integer column as numpy values (0 where null) and a mask of the non-null ones."""
+    return (pc.fill_null(col, 0).to_numpy(), col.is_valid().to_numpy())
 
 
 def _trace_span(tables: dict[str, pa.Table]) -> tuple[int, int] | None:
@@ -267,11 +354,12 @@ def _trace_span(tables: dict[str, pa.Table]) -> tuple[int, int] | None:
     return (min(lo), max(hi)) if lo else None
 
 
-def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame
+def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame, names: _Names, kinds: _Names
                 ) -> tuple[pa.Table, tuple[int, int] | None]:
-    """The iteration table and the (pid, tid) of the markers it came from (None: whole trace)."""
-    cpu = r.filter(pl.col("kind") != "gpu_user_annotation")
-    steps = cpu.filter(pl.col("name").str.contains(STEP_RE))
+    """The iteration table and the (pid, tid) of the markers it came from (None: whole trace).
+    ``names``, ``kinds``: r's name and kind columns encoded."""
+    is_cpu = kinds.mask(kinds.values != "gpu_user_annotation")
+    steps = r.filter(pl.Series(is_cpu & names.contains(STEP_RE)))
     main: tuple[int, int] | None = None
     if steps.height:
         main = _busiest_thread(steps)
@@ -283,6 +371,7 @@ def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame
         window = (int(starts[-1]), int(steps["end_ns"][-1]))
         source = "ProfilerStep"
     else:
+        cpu = r.filter(pl.Series(is_cpu))
         opt = _outermost(cpu.filter(pl.col("name").str.starts_with(OPTIMIZER_STEP)))
         if opt.height:
             cls = (opt.group_by("name").agg(pl.len(), pl.col("end_ns").mean().alias("e"))
@@ -334,7 +423,9 @@ def find_iterations(tables: dict[str, pa.Table], ranges: pl.DataFrame | None = N
                     ) -> pa.Table:
     """Training iterations of one trace: ITERATION's columns without trace_id (module doc).
     ``ranges``: ``ranges_frame(tables)`` when the caller has it already."""
-    return _iterations(tables, ranges_frame(tables) if ranges is None else ranges)[0]
+    r = ranges_frame(tables) if ranges is None else ranges
+    return _iterations(tables, r, _Names.of_ranges(tables, r),
+                       _Names.of_ranges(tables, r, "kind"))[0]
 
 
 def _iteration_of(t: np.ndarray, its: pa.Table) -> np.ndarray:
@@ -352,13 +443,16 @@ def _iteration_of(t: np.ndarray, its: pa.Table) -> np.ndarray:
 # intervals that are not ranges (FSDP unit hooks)
 
 
-def _fsdp_intervals(r: pl.DataFrame) -> pl.DataFrame:
-    """FSDP unit intervals per thread: pid, tid, start_ns, end_ns, fqn, phase (module doc c)."""
+def _fsdp_intervals(r: pl.DataFrame, names: _Names | None = None) -> pl.DataFrame:
+    """FSDP unit intervals per thread: pid, tid, start_ns, end_ns, fqn, phase (module doc c).
+    ``names``: r's names, when the caller has them encoded."""
+    empty = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64,
+                                 "end_ns": pl.Int64, "fqn": pl.String, "phase": pl.String})
+    if names is not None and not names.values.str.contains(FSDP_MARKER).any():
+        return empty
     m = (r.select("pid", "tid", "start_ns", "end_ns",
                   pl.col("name").str.extract_groups(FSDP_MARKER).alias("g"))
          .unnest("g").filter(pl.col("fqn").is_not_null()))
-    empty = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64,
-                                 "end_ns": pl.Int64, "fqn": pl.String, "phase": pl.String})
     if not m.height:
         return empty
     m = m.with_columns(pl.col("fqn").str.strip_chars())
@@ -416,10 +510,10 @@ def _innermost(points: pl.DataFrame, iv: pl.DataFrame) -> pl.DataFrame:
 def _backward_links(r: pl.DataFrame, flow: pa.Table | None, is_bwd: np.ndarray) -> pl.DataFrame:
     """(bwd_pos, fwd_pos): each backward op and the forward op it is the gradient of."""
     out = [pl.DataFrame(schema={"bwd_pos": pl.Int64, "fwd_pos": pl.Int64})]
-    r = r.with_columns(pl.Series("is_bwd", is_bwd))
     if flow is not None and flow.num_rows:
-        f = pl.from_arrow(flow).with_columns(pl.col("kind").cast(pl.String)).filter(
-            pl.col("kind") == "fwdbwd")
+        # only the fwdbwd flows cross into polars
+        fwdbwd = pc.fill_null(pc.equal(flow["kind"].cast(pa.string()), "fwdbwd"), False)
+        f = pl.from_arrow(flow.filter(fwdbwd)).with_columns(pl.col("kind").cast(pl.String))
         if f.height:
             # several ranges may start at the same ts: prefer the one with a sequence number,
             # then the innermost
@@ -434,10 +528,12 @@ def _backward_links(r: pl.DataFrame, flow: pa.Table | None, is_bwd: np.ndarray) 
                                                                 "dst_ts_ns"],
                         right_on=["pid", "tid", "start_ns"]))
             out.append(lk.select("bwd_pos", "fwd_pos").unique("bwd_pos", keep="first"))
-    linked = pl.concat(out)["bwd_pos"]
-    bwd = r.filter(pl.col("is_bwd") & pl.col("sequence_number").is_not_null()
-                   & ~pl.col("pos").is_in(linked.implode()))
-    fwd = r.filter(~pl.col("is_bwd") & pl.col("sequence_number").is_not_null())
+    linked = np.zeros(r.height, bool)
+    linked[pl.concat(out)["bwd_pos"].to_numpy()] = True
+    has_seq = r["sequence_number"].is_not_null().to_numpy()
+    cols = r.select("pid", "sequence_number", "start_ns", "depth", "pos")
+    bwd = cols.filter(pl.Series(is_bwd & has_seq & ~linked))
+    fwd = cols.filter(pl.Series(~is_bwd & has_seq))
     if bwd.height and fwd.height:
         lk = _asof(bwd.select("pid", "sequence_number", "start_ns", pl.col("pos").alias("bwd_pos"))
                    .sort("start_ns"),
@@ -452,7 +548,7 @@ def _backward_links(r: pl.DataFrame, flow: pa.Table | None, is_bwd: np.ndarray) 
 # the labels
 
 
-def _name_phases(names: pl.Series) -> np.ndarray:
+def _name_phases(names: _Names) -> np.ndarray:
     """Own phase from NAME_PHASE_RULES; -1 where no rule matches, MARKED where the rule gives
     no phase (iteration markers)."""
     expr = pl.lit(NONE, pl.Int8)
@@ -460,7 +556,8 @@ def _name_phases(names: pl.Series) -> np.ndarray:
         code = PHASES.index(phase) if phase else MARKED
         expr = pl.when(pl.col("n").str.contains(pattern)).then(pl.lit(code, pl.Int8)).otherwise(
             expr)
-    return pl.DataFrame({"n": names}).select(expr.alias("p"))["p"].to_numpy().astype(np.int8)
+    per = pl.DataFrame({"n": names.values}).select(expr.alias("p"))["p"].to_numpy()
+    return per.astype(np.int8)[names.codes]
 
 
 class _Layers:
@@ -482,13 +579,12 @@ class _Layers:
         return s.replace_strict(self._code, return_dtype=pl.Int64).to_numpy()
 
 
-def _module_layers(r: pl.DataFrame, tree: _Tree, autograd: np.ndarray,
+def _module_layers(r: pl.DataFrame, is_mod: np.ndarray, tree: _Tree, autograd: np.ndarray,
                    layers: _Layers) -> np.ndarray:
-    """Own layer codes of ``nn.Module: X`` ranges (module doc, layers a); -1 elsewhere."""
+    """Own layer codes of ``nn.Module: X`` ranges (``is_mod``; module doc, layers a); -1
+    elsewhere."""
     own = np.full(r.height, NONE, np.int64)
     names = r["name"]
-    is_mod = names.str.starts_with(MODULE_PREFIX).fill_null(False).to_numpy() & (
-        r["kind"] == "python_function").to_numpy()
     if not is_mod.any():
         return own
     pos = np.arange(r.height)
@@ -535,7 +631,9 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     if n == 0:
         return r, np.zeros(0, np.int8), np.zeros(0, np.int64), layers
     tree = _Tree(r)
-    its, main = _iterations(tables, r)
+    nm = _Names.of_ranges(tables, r)
+    kind = _Names.of_ranges(tables, r, "kind")
+    its, main = _iterations(tables, r, nm, kind)
     it = _iteration_of(r["start_ns"].to_numpy(), its)
     start = r["start_ns"].to_numpy()
     end = r["end_ns"].to_numpy()
@@ -543,34 +641,33 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     tid = r["tid"].to_numpy()
     names = r["name"]
 
-    is_bwd = ((r["fwd_thread_id"].fill_null(0) > 0)
-              | names.str.starts_with(BACKWARD_OP_PREFIX).fill_null(False)).to_numpy()
+    is_bwd = (r["fwd_thread_id"].fill_null(0) > 0).to_numpy() | nm.starts_with(BACKWARD_OP_PREFIX)
     is_fwd_op = (~is_bwd) & r["sequence_number"].is_not_null().to_numpy()
 
     # main thread per process: the marker thread, else the one with most forward ops
-    th = pl.DataFrame({"pid": pid, "tid": tid, "fwd": is_fwd_op, "bwd": is_bwd})
-    per = th.group_by("pid", "tid").agg(pl.col("fwd").sum(), pl.col("bwd").sum())
-    mains = per.sort(["fwd", "tid"], descending=[True, False]).unique("pid", keep="first")
-    mains = mains.filter(pl.col("fwd") > 0).select("pid", pl.col("tid").alias("main"))
-    if main is not None:
-        mains = pl.concat([pl.DataFrame({"pid": [main[0]], "main": [main[1]]}),
-                           mains.filter(pl.col("pid") != main[0])])
-    per = per.join(mains, on="pid", how="left")
-    bg_threads = per.filter((pl.col("bwd") > 0) & (pl.col("main").is_null()
-                                                   | (pl.col("tid") != pl.col("main"))))
-    autograd = th.join(bg_threads.select("pid", "tid", pl.lit(True).alias("bg")),
-                       on=["pid", "tid"], how="left", maintain_order="left"
-                       )["bg"].fill_null(False).to_numpy()
+    thread, th_pid, th_tid = _compact(pid, tid)
+    fwd = np.bincount(thread, is_fwd_op, len(th_pid))
+    bwd = np.bincount(thread, is_bwd, len(th_pid))
+    # per process, the thread with most forward ops (ties: the smaller tid), if it has any
+    order = np.lexsort((th_tid, -fwd, th_pid))
+    lead = order[np.r_[True, th_pid[order][1:] != th_pid[order][:-1]]]
+    lead = lead[fwd[lead] > 0]
+    main_tid = np.full(th_pid.max() + 1, NONE)
+    main_tid[th_pid[lead]] = th_tid[lead]
+    if main is not None:  # the marker thread (its pid and tid are codes of rows, so present)
+        at = np.flatnonzero((pid == main[0]) & (tid == main[1]))[0]
+        main_tid[th_pid[thread[at]]] = th_tid[thread[at]]
+    bg_thread = (bwd > 0) & (th_tid != main_tid[th_pid])
+    autograd = bg_thread[thread]
 
     # ---- own phase, in order of precedence
-    own_phase = _name_phases(names)
+    own_phase = _name_phases(nm)
     named = own_phase != NONE  # markers and annotations: never layers of rule d
     own_phase[own_phase == MARKED] = NONE
     own_phase[(own_phase < 0) & is_bwd] = BACKWARD
     root = tree.parent < 0
     own_phase[(own_phase < 0) & autograd & root] = BACKWARD
-    is_mod = (names.str.starts_with(MODULE_PREFIX).fill_null(False).to_numpy()
-              & (r["kind"] == "python_function").to_numpy())
+    is_mod = nm.starts_with(MODULE_PREFIX) & kind.equals("python_function")
     if is_mod.any():
         first_bwd = pl.DataFrame({"it": it[is_bwd], "s": start[is_bwd]}).group_by("it").agg(
             pl.col("s").min())
@@ -580,8 +677,8 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
         own_phase[(own_phase < 0) & is_mod & ~autograd & before] = FORWARD
 
     # ---- own layer
-    own_layer = _module_layers(r, tree, autograd, layers)
-    iv = _fsdp_intervals(r)
+    own_layer = _module_layers(r, is_mod, tree, autograd, layers)
+    iv = _fsdp_intervals(r, nm)
     if iv.height:
         hit = _innermost(r.select("pos", "pid", "tid", pl.col("start_ns").alias("t")), iv)
         at = hit["pos"].to_numpy()
@@ -599,7 +696,7 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     fpos = links["fwd_pos"].to_numpy()
 
     # the outermost op (cpu_op, not a marker or annotation) around each linked forward op
-    is_op = (r["kind"] == "cpu_op").to_numpy() & ~named
+    is_op = kind.equals("cpu_op") & ~named
     outer = tree.inherit(np.where(is_op, np.arange(n), NONE), parent_first=True)
     fouter = np.where(outer[fpos] >= 0, outer[fpos], fpos) if len(fpos) else fpos
     if not layers.names and len(fpos):
@@ -625,14 +722,13 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
         par = tree.parent[bpos[ok]]
         wrap = par >= 0
         par, val = par[wrap], got[ok][wrap]
-        is_wrap = names.gather(par).str.starts_with(BACKWARD_OP_PREFIX).to_numpy()
+        is_wrap = nm.starts_with(BACKWARD_OP_PREFIX)[par]
         par, val = par[is_wrap], val[is_wrap]
         free = own_layer[par] < 0
         own_layer[par[free]] = val[free]
         layer = tree.inherit(own_layer)
     # AccumulateGrad nodes with no layer: the backward op just before them on the thread
-    acc = autograd & root & (layer < 0) & names.str.contains("AccumulateGrad").fill_null(
-        False).to_numpy()
+    acc = autograd & root & (layer < 0) & nm.contains("AccumulateGrad", literal=True)
     if acc.any():
         prev = autograd & root & (layer >= 0)
         lhs = pl.DataFrame({"pid": pid[acc], "tid": tid[acc], "s": start[acc],
@@ -649,25 +745,27 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
 
     # phases f: forward span of threads/iterations that have no forward range at all
     if len(fpos):
-        f = pl.DataFrame({"pid": pid[fouter], "tid": tid[fouter], "it": it[fouter],
-                          "s": start[fouter], "e": end[fouter]}).filter(
-            ~pl.Series(autograd[fouter]))
-        span = f.group_by("pid", "tid", "it").agg(pl.col("s").min(), pl.col("e").max())
-        a = pl.DataFrame({"pos": np.arange(n), "pid": pid, "tid": tid, "it": it,
-                          "start": start, "end": end, "phase": phase})
-        has_fwd = a.group_by("pid", "tid", "it").agg((pl.col("phase") == FORWARD).any()
-                                                     .alias("has"))
-        span = span.join(has_fwd, on=["pid", "tid", "it"], how="left").filter(~pl.col("has"))
-        fill = a.join(span, on=["pid", "tid", "it"]).filter(
-            (pl.col("phase") == OTHER) & (pl.col("start") >= pl.col("s"))
-            & (pl.col("end") <= pl.col("e")))
-        phase[fill["pos"].to_numpy()] = FORWARD
+        sel = fouter[~autograd[fouter]]
+        if len(sel):
+            group, _, _ = _compact(thread, it)  # (pid, tid, iteration)
+            n_groups = group.max() + 1
+            lo = np.full(n_groups, np.iinfo(np.int64).max)
+            hi = np.full(n_groups, np.iinfo(np.int64).min)
+            np.minimum.at(lo, group[sel], start[sel])
+            np.maximum.at(hi, group[sel], end[sel])
+            open_ = np.zeros(n_groups, bool)
+            open_[group[sel]] = True
+            open_[group[phase == FORWARD]] = False
+            g = group
+            phase[open_[g] & (phase == OTHER) & (start >= lo[g]) & (end <= hi[g])] = FORWARD
 
     # GPU annotations: the labels of their CPU twin (same external id and name)
-    gpu = r.filter((pl.col("kind") == "gpu_user_annotation") & pl.col("external_id").is_not_null())
+    has_ext = r["external_id"].is_not_null().to_numpy()
+    on_gpu = kind.equals("gpu_user_annotation")
+    gpu = r.select("pos", "external_id", "name").filter(pl.Series(on_gpu & has_ext))
     if gpu.height:
-        cpu = (r.filter((pl.col("kind") != "gpu_user_annotation")
-                        & pl.col("external_id").is_not_null())
+        on_cpu = kind.mask(kind.values != "gpu_user_annotation")
+        cpu = (r.select("pos", "external_id", "name").filter(pl.Series(on_cpu & has_ext))
                .select("external_id", "name", pl.col("pos").alias("twin"))
                .unique(["external_id", "name"]))
         j = gpu.select("pos", "external_id", "name").join(cpu, on=["external_id", "name"])
@@ -708,19 +806,37 @@ def find_layers(tables: dict[str, pa.Table], labels: pa.Table,
     of the range that first entered it). param_bytes stays null here: graph_tables fills it
     from the recorded weight shapes (graphstore.params), which this table does not load)."""
     r = ranges_frame(tables) if ranges is None else ranges
-    lab = pl.from_arrow(labels.select(["range_id", "layer"]))
-    if not r.height or not lab.height:
+    if not r.height or not labels.num_rows:
         return LAYER_SCHEMA.empty_table()
-    r = r.join(lab, on="range_id", how="left")
-    up = r.select(pl.col("range_id").alias("parent"), pl.col("layer").alias("up"))
-    r = r.join(up, on="parent", how="left")
-    enter = r.filter(pl.col("layer").is_not_null()
-                     & (pl.col("up").is_null() | (pl.col("up") != pl.col("layer"))))
-    if not enter.height:
+    ids = r["range_id"].to_numpy()
+    lab_ids = labels["range_id"].to_numpy()
+    if not np.array_equal(ids, lab_ids):  # labels of other rows: align them on range_id
+        lab = pl.from_arrow(labels.select(["range_id", "layer"]))
+        labels = r.select("range_id").join(lab, on="range_id", how="left",
+                                           maintain_order="left").to_arrow()
+    layer = labels["layer"].combine_chunks()
+    if not (pa.types.is_string(layer.type) or pa.types.is_large_string(layer.type)):
+        layer = layer.cast(pa.string())  # dictionary or view strings: plain ones compare
+    ppos = _parent_pos(ids, r["parent"].fill_null(-1).to_numpy().astype(np.int64))
+    up = layer.take(pa.array(ppos, mask=ppos < 0))
+    enters = pc.and_(layer.is_valid(), pc.fill_null(pc.not_equal(up, layer), True))
+    enter = np.flatnonzero(enters.to_numpy(zero_copy_only=False))
+    if not len(enter):
         return LAYER_SCHEMA.empty_table()
     meta = (labels.schema.metadata or {}).get(LAYER_SOURCES_KEY)
     sources = json.loads(meta) if meta else {}
-    first = enter.sort("start_ns").unique("layer", keep="first").sort("start_ns")
+    # the earliest entry of each layer, in order of first entry
+    start = r["start_ns"].to_numpy()
+    enter = enter[np.argsort(start[enter], kind="stable")]
+    enc = pc.dictionary_encode(layer.take(enter))
+    code = enc.indices.to_numpy(zero_copy_only=False)
+    _, first_at = np.unique(code, return_index=True)
+    first_at = np.sort(first_at)
+    at = enter[first_at]
+    first = pl.DataFrame({"layer": pl.Series(enc.dictionary.cast(pa.string())).gather(
+                              code[first_at]),
+                          "kind": r["kind"].gather(at), "name": r["name"].gather(at),
+                          "start_ns": start[at]})
     src = [sources.get(lay) or _KIND_SOURCE.get(k, "annotation")
            for lay, k in zip(first["layer"].to_list(), first["kind"].to_list(), strict=True)]
     first = first.with_columns(pl.Series("source", src, pl.String))
