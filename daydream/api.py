@@ -203,17 +203,9 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
                      activity=lambda name: st.read(name, tid),
                      world_size=st.trace_row(tid)["world_size"], param_bytes=param_bytes)
         pred = replay(g2)
-        by_idx = {i.index: i for i in pred.iterations}
         out["opts"] = spec
         out["notes"] = notes
-        used = [i.index for i in base.iterations if i.used]
-        p_used = [by_idx[k].simulated_ns for k in used if k in by_idx]
-        out["predicted_ms"] = float(sum(p_used) / len(p_used) / 1e6) if p_used else None
-        out["speedup"] = (out["baseline_ms"] / out["predicted_ms"]
-                          if out["predicted_ms"] else None)
-        for it in out["iterations"]:
-            p = by_idx.get(it["index"])
-            it["predicted_ms"] = p.simulated_ns / 1e6 if p else None
+        fill_predicted(out, base, pred)
         out["phases"] = {"baseline": _phase_ms(g, base), "predicted": _phase_ms(g2, pred)}
         out["predicted_critical_path"] = pred.critical_path
     _jobs.add_device_ranks(out, st, tid, g, opts, _trace_device(st, tid, g), param_bytes)
@@ -233,6 +225,20 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
     if plot is not None:
         _plot(plot, out, g, base, g2, pred)
     return out
+
+
+def fill_predicted(out: dict, base, pred) -> None:
+    """Put a prediction into a predict result: ``predicted_ms`` (the mean over the iterations
+    the baseline uses), ``speedup``, and each iteration's ``predicted_ms``."""
+    by_idx = {i.index: i for i in pred.iterations}
+    used = [i.index for i in base.iterations if i.used]
+    p_used = [by_idx[k].simulated_ns for k in used if k in by_idx]
+    out["predicted_ms"] = float(sum(p_used) / len(p_used) / 1e6) if p_used else None
+    out["speedup"] = (out["baseline_ms"] / out["predicted_ms"]
+                      if out["predicted_ms"] else None)
+    for it in out["iterations"]:
+        p = by_idx.get(it["index"])
+        it["predicted_ms"] = p.simulated_ns / 1e6 if p else None
 
 
 def _plot(path: str | Path, out: dict, g, base, g2, pred) -> None:

@@ -107,15 +107,9 @@ def predict_job(st: Store, jg, opts: list[str] | None, device: dict | None,
         pred = replay_job(t2)
         out["opts"] = spec
         out["notes"] += notes
-        by_idx = {i.index: i for i in pred.iterations}
-        used = [i.index for i in base.iterations if i.used]
-        p_used = [by_idx[k].simulated_ns for k in used if k in by_idx]
-        out["predicted_ms"] = float(sum(p_used) / len(p_used) / 1e6) if p_used else None
-        out["speedup"] = (out["baseline_ms"] / out["predicted_ms"]
-                          if out["predicted_ms"] else None)
-        for it in out["iterations"]:
-            p = by_idx.get(it["index"])
-            it["predicted_ms"] = p.simulated_ns / 1e6 if p else None
+        from daydream.api import fill_predicted  # api imports this module
+
+        fill_predicted(out, base, pred)
         for r in out["ranks"]:
             r["predicted_ms"] = (pred.rank_mean(r["rank"], "simulated_ns") / 1e6
                                  if r["rank"] in pred.ranks else None)
