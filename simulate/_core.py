@@ -254,20 +254,15 @@ def _bm_pop(bits, loff, minw):
 
 
 @nb.njit(cache=True)
-def values_ok(dur, unit, unit_policy, indptr, dst, lag, kind):
-    """One pass over the values ``check.check_graph`` checks (durations >= 0, known units and
-    policies, indptr from 0 to the edge count and never decreasing, destinations in range, lags
-    >= 0, known edge kinds), with no temporaries. False: let check_graph name the problem."""
-    n = dur.shape[0]
-    n_units = unit_policy.shape[0]
+def csr_ok(indptr, dst, lag, kind):
+    """One pass over the CSR values ``check.check_graph`` checks: indptr from 0 to the edge
+    count and never decreasing, destinations in range, lags >= 0, known edge kinds."""
+    n = indptr.shape[0] - 1
     m = dst.shape[0]
-    for u in range(n_units):
-        if unit_policy[u] < 0 or unit_policy[u] > 2:
-            return False
     if indptr[0] != 0 or indptr[n] != m:
         return False
     for i in range(n):
-        if dur[i] < 0 or unit[i] < 0 or unit[i] >= n_units or indptr[i + 1] < indptr[i]:
+        if indptr[i + 1] < indptr[i]:
             return False
     for k in range(m):
         if dst[k] < 0 or dst[k] >= n or lag[k] < 0 or kind[k] < 0 or kind[k] > 2:

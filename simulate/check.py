@@ -1,8 +1,8 @@
 """Checks of the simulator's input, and the cycle finder for graphs that cannot be scheduled.
 
-The input checks are vectorized: on valid input each is one numpy reduction (min or max) over
-an array, with no temporary (signed ids are viewed unsigned so that one max() checks both
-bounds); only when a check fails is the first offending index located.
+The input checks: shapes in Python, values in one compiled pass over the tasks and one over the
+edges (no temporaries); only when a pass finds a problem do the numpy checks below run to
+locate and name the first offending index.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ingest.errors import DaydreamError
+from simulate import _core
 from simulate.graph import END, FIXED, PRIORITY, START, START_START
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ def check_tasks(dur_ns, unit, unit_policy, order_key, priority) -> None:
     _check_1d("order_key", order_key, n, "task")
     _check_1d("priority", priority, n, "task")
     _check_1d("unit_policy", unit_policy, None, "unit")
+    if _core.tasks_ok(dur_ns, unit, unit_policy):  # one compiled pass; below names a problem
+        return
     n_units = unit_policy.shape[0]
     if n and dur_ns.min() < 0:
         i = _first(dur_ns < 0)
@@ -68,16 +71,21 @@ def check_tasks(dur_ns, unit, unit_policy, order_key, priority) -> None:
         u = _first((unit_policy < FIXED) | (unit_policy > PRIORITY))
         raise DaydreamError(f"unit {u} has unknown policy {int(unit_policy[u])}; "
                             "known: 0 = FIXED, 1 = FCFS, 2 = PRIORITY")
+    raise DaydreamError("task values failed their checks")  # the two passes disagree: a bug
 
 
-def _check_edges(n: int, dst, lag_ns, edge_kind, src=None, where: str = "edge") -> None:
+def _edge_shapes(dst, lag_ns, edge_kind, src=None) -> None:
     m = dst.shape[0]
     _check_1d("dst", dst, None, "edge")
     _check_1d("lag_ns", lag_ns, m, "edge")
     _check_1d("edge_kind", edge_kind, m, "edge")
     if src is not None:
         _check_1d("src", src, m, "edge")
-    if not m:
+
+
+def _edge_values(n: int, dst, lag_ns, edge_kind, src=None, where: str = "edge") -> None:
+    """Name the first bad edge value (run where a compiled pass found one)."""
+    if not dst.shape[0]:
         return
     if src is not None and src.view(np.uint64).max() >= n:
         e = _first((src < 0) | (src >= n))
@@ -95,9 +103,15 @@ def _check_edges(n: int, dst, lag_ns, edge_kind, src=None, where: str = "edge") 
                             "known: 0 = START, 1 = END, 2 = START_START")
 
 
-def check_edge_list(n: int, src, dst, lag_ns, edge_kind) -> None:
-    """An edge list as given to ``SimGraph.from_edges``; indices refer to that list."""
-    _check_edges(n, dst, lag_ns, edge_kind, src=src, where="edge")
+def check_edge_list(n: int, src, dst, lag_ns, edge_kind) -> bool:
+    """An edge list as given to ``SimGraph.from_edges``; indices refer to that list. Returns
+    whether the sources are already in order (so that no sort is needed)."""
+    _edge_shapes(dst, lag_ns, edge_kind, src)
+    ok, in_order = _core.edge_list_ok(n, src, dst, lag_ns, edge_kind)
+    if not ok:
+        _edge_values(n, dst, lag_ns, edge_kind, src=src, where="edge")
+        raise DaydreamError("edge list failed its checks")  # the two passes disagree: a bug
+    return bool(in_order)
 
 
 def check_graph(g: SimGraph) -> None:
@@ -105,6 +119,9 @@ def check_graph(g: SimGraph) -> None:
     check_tasks(g.dur_ns, g.unit, g.unit_policy, g.order_key, g.priority)
     n = g.n_tasks
     _check_1d("indptr", g.indptr, n + 1, "task, plus one")
+    _edge_shapes(g.dst, g.lag_ns, g.edge_kind)
+    if _core.csr_ok(g.indptr, g.dst, g.lag_ns, g.edge_kind):  # one compiled pass
+        return
     m = g.dst.shape[0]
     if g.indptr[0] != 0 or g.indptr[n] != m:
         raise DaydreamError(f"indptr must run from 0 to the edge count {m}, "
@@ -113,7 +130,8 @@ def check_graph(g: SimGraph) -> None:
         i = _first(g.indptr[1:] < g.indptr[:-1])
         raise DaydreamError(f"indptr decreases at task {i}: indptr[{i}] = {int(g.indptr[i])} > "
                             f"indptr[{i + 1}] = {int(g.indptr[i + 1])}")
-    _check_edges(n, g.dst, g.lag_ns, g.edge_kind, where="edge (CSR position)")
+    _edge_values(n, g.dst, g.lag_ns, g.edge_kind, where="edge (CSR position)")
+    raise DaydreamError("graph failed its checks")  # the two passes disagree: a bug
 
 
 # --- cycles --------------------------------------------------------------------------------

@@ -126,22 +126,6 @@ def _run_core(g: SimGraph):
     return start_cnt, (start, end, bound, via, end_bound), done
 
 
-def _check(g: SimGraph) -> None:
-    """``check_graph``'s checks: shapes here, values in one compiled pass; only when that pass
-    finds a problem does check_graph run to name it."""
-    n, m = g.n_tasks, g.n_edges
-    shapes_ok = (g.dur_ns.ndim == g.unit.ndim == g.order_key.ndim == g.priority.ndim
-                 == g.indptr.ndim == g.dst.ndim == g.lag_ns.ndim == g.edge_kind.ndim
-                 == g.unit_policy.ndim == 1
-                 and g.unit.shape[0] == g.order_key.shape[0] == g.priority.shape[0] == n
-                 and g.indptr.shape[0] == n + 1
-                 and g.lag_ns.shape[0] == g.edge_kind.shape[0] == m)
-    if not shapes_ok or not _core.values_ok(g.dur_ns, g.unit, g.unit_policy, g.indptr, g.dst,
-                                            g.lag_ns, g.edge_kind):
-        check_graph(g)  # raises, naming the first problem
-        raise DaydreamError("simulator input failed its checks")  # check_graph disagreed
-
-
 def simulate(graph: SimGraph) -> Schedule:
     """Simulate ``graph`` (Daydream's Algorithm 1) and return every task's start and end.
 
@@ -154,7 +138,7 @@ def simulate(graph: SimGraph) -> Schedule:
     Raises ``DaydreamError`` on malformed input and ``SimulationDeadlock`` (a ``DaydreamError``)
     with a cycle of task indices when some tasks can never run.
     """
-    _check(graph)
+    check_graph(graph)
     state, (start, end, bound, via, end_bound), done = _run_core(graph)
     if done != graph.n_tasks:
         raise deadlock_error(graph, state)

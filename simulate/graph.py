@@ -130,18 +130,8 @@ class SimGraph:
                      else _arr("order_key", order_key, np.int64, n))
         priority = (np.zeros(n, dtype=np.int64) if priority is None
                     else _arr("priority", priority, np.int64, n))
-        from simulate import _core
-
-        shapes_ok = (dur_ns.ndim == unit.ndim == order_key.ndim == priority.ndim == src.ndim
-                     == dst.ndim == lag_ns.ndim == edge_kind.ndim == unit_policy.ndim == 1
-                     and unit.shape[0] == order_key.shape[0] == priority.shape[0] == n
-                     and dst.shape[0] == lag_ns.shape[0] == edge_kind.shape[0] == m)
-        edges_ok, src_sorted = (_core.edge_list_ok(n, src, dst, lag_ns, edge_kind)
-                                if shapes_ok else (False, False))
-        if not (shapes_ok and edges_ok and _core.tasks_ok(dur_ns, unit, unit_policy)):
-            # the numpy checks name the first problem (compiled passes only say whether)
-            check_tasks(dur_ns, unit, unit_policy, order_key, priority)
-            check_edge_list(n, src, dst, lag_ns, edge_kind)
+        check_tasks(dur_ns, unit, unit_policy, order_key, priority)
+        src_sorted = check_edge_list(n, src, dst, lag_ns, edge_kind)
 
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
