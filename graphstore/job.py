@@ -290,7 +290,7 @@ def build_job(name: str, members: list[Member], graphs: list[dict[str, pa.Table]
             offsets, default=0, return_dtype=pl.Int64))
         notes.append("clock offsets removed (ns): " + ", ".join(
             f"rank {r}: {o}" for r, o in sorted(offsets.items()) if o))
-    tables, coll = _join(tables, coll)
+    tables, coll = _join(tables, coll, notes)
     tables, newid = _sort(tables)
     if coll.height:
         coll = coll.with_columns(pl.Series("task_id", newid[coll["task_id"].to_numpy()]),
@@ -383,7 +383,7 @@ def _shift(tables, offsets):
     return out
 
 
-def _join(tables, coll: pl.DataFrame):
+def _join(tables, coll: pl.DataFrame, notes: list[str]):
     """Add one join task per collective (see the module doc) and set transfer durations."""
     task = pl.from_arrow(tables["task"])
     unit = pl.from_arrow(tables["unit"])
@@ -396,13 +396,22 @@ def _join(tables, coll: pl.DataFrame):
                              (pl.col("last_ns") - pl.col("arrival_ns")).alias("wait_ns"))
     if not coll.height:
         return tables, coll.with_columns(pl.lit(None, pl.Int64).alias("join_id"))
-    # one FCFS channel per communicator
+    # One channel per communicator. NCCL has every rank issue a communicator's collectives in
+    # the same order, so the channel keeps that order (FIXED, by the join's start, the last
+    # arrival) wherever the trace's arrivals agree with it; a communicator whose last arrivals
+    # are out of issue order gets a FCFS channel. FIXED also keeps the simulator on its fast
+    # path (no dispatch queue): the 64-rank job replays twice as fast.
     comms = sorted(coll["comm"].unique().to_list())
     u_base = int(unit["unit_id"].max()) + 1
     chan = {c: u_base + i for i, c in enumerate(comms)}
+    last = coll.group_by("comm", "seq").agg(pl.col("last_ns").first()).sort("comm", "seq")
+    unordered = set(last.filter(pl.col("last_ns").diff().over("comm") < 0)["comm"].to_list())
+    notes.extend(f"communicator {c}: last arrivals out of issue order; its collectives run "
+                 "first come first served" for c in sorted(unordered))
     unit = pl.concat([unit, pl.DataFrame({
         "unit_id": [chan[c] for c in comms], "kind": ["channel"] * len(comms),
-        "name": [f"collectives {c}" for c in comms], "policy": ["fcfs"] * len(comms)},
+        "name": [f"collectives {c}" for c in comms],
+        "policy": ["fcfs" if c in unordered else "fixed" for c in comms]},
         schema={"unit_id": pl.Int32, "kind": pl.Utf8, "name": pl.Utf8, "policy": pl.Utf8})],
         how="diagonal_relaxed").select(unit.columns).cast(unit.schema)
     n = task.height

@@ -212,3 +212,43 @@ def test_no_straggler_scales_slow_ranks_to_the_median(job):
     base = replay_job(job.tables)
     pred = replay_job(rewrite(job.tables, "no_straggler"))
     assert pred.mean("simulated_ns") < base.mean("simulated_ns")
+
+
+def test_collective_channel_keeps_issue_order(job):
+    """NCCL has every rank issue a communicator's collectives in one order: the channel of
+    the DLRM communicator is FIXED, its joins in sequence order."""
+    unit = job.tables["unit"].to_pylist()
+    chans = [u for u in unit if u["kind"] == "channel"]
+    assert [u["policy"] for u in chans] == ["fixed"]
+    import polars as pl
+    c = job.collective.group_by("seq").agg(pl.col("join_id").first()).sort("seq")
+    assert c["join_id"].to_list() == sorted(c["join_id"].to_list())
+    assert not any("issue order" in n for n in job.notes)
+
+
+def test_collectives_arriving_out_of_issue_order_get_a_fcfs_channel(store):
+    """Hand-edited arrivals: collective 1's last rank arrives before collective 0's, which no
+    FIXED order by arrival could keep; that communicator's channel is FCFS and a note says so,
+    and the job still simulates."""
+    import polars as pl
+
+    from daydream import jobs
+    from graphstore.job import _concat, _join, match_collectives
+    from graphstore.read import read_graph
+    from simulate.job import replay_job
+    st = api.open_store(store)
+    (_, members), = jobs.find(st).items()
+    graphs = [read_graph(st.root, m.trace_id) for m in members]
+    tables, comm = _concat(members, graphs, [st.read("kernel", m.trace_id) for m in members])
+    coll, _, _ = match_collectives(comm)
+    t0 = coll.filter(pl.col("seq") == 0)["start_ns"].min()
+    coll = coll.with_columns(pl.when(pl.col("seq") == 1).then(t0 - 1_000)
+                             .otherwise(pl.col("start_ns")).alias("start_ns"))
+    notes: list[str] = []
+    out, _ = _join(tables, coll, notes)
+    chans = [u for u in out["unit"].to_pylist() if u["kind"] == "channel"]
+    assert [u["policy"] for u in chans] == ["fcfs"]
+    assert len(notes) == 1 and "out of issue order" in notes[0]
+    from graphstore.job import _sort
+    sorted_tables, _ = _sort(out)
+    assert replay_job(sorted_tables).mean("simulated_ns") > 0  # no deadlock, all ran
