@@ -519,15 +519,18 @@ def _backward_links(r: pl.DataFrame, flow: pa.Table | None, is_bwd: np.ndarray) 
             # then the innermost
             at = (r.select("pid", "tid", "start_ns", "pos",
                            pl.col("sequence_number").is_not_null().alias("has_seq"), "depth")
-                  .sort(["has_seq", "depth"], descending=True)
-                  .unique(["pid", "tid", "start_ns"], keep="first").drop("has_seq", "depth"))
+                  .sort(["has_seq", "depth", "pos"], descending=[True, True, False])
+                  .unique(["pid", "tid", "start_ns"], keep="first", maintain_order=True)
+                  .drop("has_seq", "depth"))
             lk = (f.join(at.rename({"pos": "fwd_pos"}), left_on=["src_pid", "src_tid",
                                                                  "src_ts_ns"],
                          right_on=["pid", "tid", "start_ns"])
                   .join(at.rename({"pos": "bwd_pos"}), left_on=["dst_pid", "dst_tid",
                                                                 "dst_ts_ns"],
                         right_on=["pid", "tid", "start_ns"]))
-            out.append(lk.select("bwd_pos", "fwd_pos").unique("bwd_pos", keep="first"))
+            # a backward op with several flows into it: the earliest forward op (a join's
+            # output order is not defined, so pick by value, not by position)
+            out.append(lk.group_by("bwd_pos").agg(pl.col("fwd_pos").min()))
     linked = np.zeros(r.height, bool)
     linked[pl.concat(out)["bwd_pos"].to_numpy()] = True
     has_seq = r["sequence_number"].is_not_null().to_numpy()

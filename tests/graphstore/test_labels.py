@@ -404,6 +404,16 @@ def test_backward_links_and_op_layers_hand_made(with_flows):
         ("sum#0", "cpu_op", "aten::sum", 105, None)]
 
 
+@pytest.mark.parametrize("flows", [[(62, 281), (12, 281)], [(12, 281), (62, 281)]],
+                         ids=["later first", "earlier first"])
+def test_backward_op_with_two_fwdbwd_flows_takes_the_earliest_forward_op(flows):
+    # hand-made: both convolutions flow into the second ConvolutionBackward0; whatever the
+    # order of the flow records, it is linked to the earlier forward op (conv2d#0)
+    lab = dict((rid, (layer, phase)) for rid, layer, phase in _labels(
+        _make(_autograd_rows(), flows=flows)))
+    assert lab[18] == lab[19] == ("conv2d#0", "backward")
+
+
 def test_module_layers_hand_made():
     py = {"kind": "python_function"}
     tables = _make([
