@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 
 from ingest.errors import DaydreamError
 from transforms import comm
-from transforms.opts.distributed import assumed_link, current_link, set_comm, world_of
+from transforms.opts.distributed import (
+    assumed_link,
+    current_link,
+    gradient_allreduces,
+    message_bytes,
+    set_comm,
+)
 from transforms.primitives import Graph
 from transforms.registry import Context, register
 
@@ -32,11 +37,7 @@ def blueconnect(g: Graph, ctx: Context, *, gpus_per_node: int = 8, intra: str = 
     nodes (INTER link, default the trace's own, fitted or from ddp(...)), and all-gather inside
     the node. Time waiting for other ranks is kept. Chain after ddp(...) for a single-GPU
     trace, or use on a DDP trace."""
-    n = world_of(g, ctx)
-    c = comm.comm_table(g.task).filter(pl.col("type") == "all_reduce")
-    if not c.height or not n or n < 2:
-        raise DaydreamError("blueconnect: no gradient all-reduce; chain it after "
-                            "ddp(world=N, ...) for a single-GPU trace")
+    n, c = gradient_allreduces(g, ctx, "blueconnect")
     if gpus_per_node < 1 or n % min(gpus_per_node, n):
         raise DaydreamError(f"blueconnect: {n} ranks do not split into nodes of "
                             f"{gpus_per_node} GPUs")
@@ -46,8 +47,7 @@ def blueconnect(g: Graph, ctx: Context, *, gpus_per_node: int = 8, intra: str = 
     lout = comm.parse_bandwidth(inter, cur) if inter else cur
     parts = comm.split(c, n, cur, algo)
     s, w = comm.cost_terms("all_reduce", n, algo)
-    nbytes = parts["bytes"].to_numpy().astype(np.float64) if parts["bytes"].null_count() == 0 \
-        else parts["xfer_ns"].to_numpy() * cur.gbps / max(w, 1e-9)
+    nbytes = message_bytes(parts, cur, w)
     new = parts["rest_ns"].to_numpy() + hierarchical_ns(nbytes, n, gpn, lin, lout, algo)
     ctx.notes.append(f"blueconnect: {c.height} all-reduces over {n // gpn} nodes of {gpn} "
                      f"GPUs; intra {lin.gbps:.2f} GB/s, inter {lout.gbps:.2f} GB/s; time "

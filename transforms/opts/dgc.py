@@ -9,7 +9,7 @@ from ingest.errors import DaydreamError
 from transforms import comm
 from transforms.constants import DISTRIBUTED as C
 from transforms.constants import GPU_MEMORY_GBPS as MEM
-from transforms.opts.distributed import current_link, set_comm, world_of
+from transforms.opts.distributed import current_link, gradient_allreduces, set_comm
 from transforms.primitives import Graph
 from transforms.registry import Context, register
 
@@ -27,11 +27,7 @@ def dgc(g: Graph, ctx: Context, *, ratio: float = 0.001) -> Graph:
     Chain after ddp(...) for a single-GPU trace, or use on a DDP trace."""
     if not 0 < ratio <= 1:
         raise DaydreamError(f"dgc: ratio must be in (0, 1], got {ratio}")
-    n = world_of(g, ctx)
-    c = comm.comm_table(g.task).filter(pl.col("type") == "all_reduce")
-    if not c.height or not n or n < 2:
-        raise DaydreamError("dgc: no gradient all-reduce to compress; chain it after "
-                            "ddp(world=N, ...) for a single-GPU trace")
+    n, c = gradient_allreduces(g, ctx, "dgc")
     cur = current_link(g, ctx, n)
     parts = comm.split(c, n, cur)
     s_ag, w_ag = comm.cost_terms("all_gather", n)

@@ -24,6 +24,25 @@ def world_of(g: Graph, ctx: Context) -> int | None:
     return ctx.world_size
 
 
+def gradient_allreduces(g: Graph, ctx: Context, who: str) -> tuple[int, pl.DataFrame]:
+    """(ranks, the all-reduce collectives) that the gradient what-ifs (p3, blueconnect, dgc)
+    rewrite; a clear error where there are none to rewrite."""
+    n = world_of(g, ctx)
+    c = comm.comm_table(g.task).filter(pl.col("type") == "all_reduce")
+    if not c.height or not n or n < 2:
+        raise DaydreamError(f"{who}: no gradient all-reduce; chain it after ddp(world=N, ...) "
+                            "for a single-GPU trace")
+    return n, c
+
+
+def message_bytes(parts: pl.DataFrame, link: comm.Link, wire: float) -> np.ndarray:
+    """Bytes of each collective's message: from the trace where it names them, else back
+    from its transfer time on LINK (WIRE: the algorithm's bytes on the wire per message byte)."""
+    if parts["bytes"].null_count() == 0:
+        return parts["bytes"].to_numpy().astype(np.float64)
+    return parts["xfer_ns"].to_numpy() * link.gbps / max(wire, 1e-9)
+
+
 def assumed_link(ctx: Context) -> comm.Link:
     """The link usual for the trace's GPU (NVLink of its generation; PCIe 4 when unknown)."""
     from transforms.opts.amp import family

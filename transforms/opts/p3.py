@@ -11,7 +11,7 @@ import polars as pl
 from ingest.errors import DaydreamError
 from transforms import comm
 from transforms.constants import DISTRIBUTED as C
-from transforms.opts.distributed import current_link, world_of
+from transforms.opts.distributed import current_link, gradient_allreduces, message_bytes
 from transforms.primitives import Graph
 from transforms.registry import Context, register
 
@@ -45,16 +45,11 @@ def p3(g: Graph, ctx: Context, *, slice_kb: float = 200.0) -> Graph:
     instead (the last iteration keeps its wait). Chain after ddp(...) for a single-GPU trace."""
     if slice_kb <= 0:
         raise DaydreamError(f"p3: slice_kb must be > 0, got {slice_kb}")
-    n = world_of(g, ctx)
-    c = comm.comm_table(g.task).filter(pl.col("type") == "all_reduce")
-    if not c.height or not n or n < 2:
-        raise DaydreamError("p3: no gradient all-reduce; chain it after ddp(world=N, ...) for "
-                            "a single-GPU trace")
+    n, c = gradient_allreduces(g, ctx, "p3")
     cur = current_link(g, ctx, n)
     parts = comm.split(c, n, cur)
     s, w = comm.cost_terms("all_reduce", n)
-    nbytes = parts["bytes"].to_numpy().astype(np.float64) if parts["bytes"].null_count() == 0 \
-        else parts["xfer_ns"].to_numpy() * cur.gbps / max(w, 1e-9)
+    nbytes = message_bytes(parts, cur, w)
     slice_b = slice_kb * 1000
     k = np.maximum(np.ceil(nbytes / slice_b), 1).astype(np.int64)
     one = np.array([cur.collective_ns("all_reduce", b / m, n) for b, m in zip(nbytes, k,
