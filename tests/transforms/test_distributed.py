@@ -143,6 +143,15 @@ def test_world_on_a_single_gpu_trace_is_a_clear_error():
         rewrite(toy(), "world(8)", world_size=None)
 
 
+@pytest.mark.parametrize("opt", ["p3", "blueconnect", "dgc(ratio=0.01)"])
+def test_gradient_what_ifs_without_an_all_reduce_say_to_chain_after_ddp(opt):
+    from ingest.errors import DaydreamError
+    name = opt.split("(")[0]
+    with pytest.raises(DaydreamError, match=rf"^{name}: no gradient all-reduce; chain it after "
+                       r"ddp\(world=N"):
+        rewrite(toy(comm=False), opt, world_size=None)
+
+
 # ---- ddp on the toy ---------------------------------------------------------------------------
 
 def test_ddp_buckets_and_durations_exactly():
