@@ -187,7 +187,10 @@ own transfer time, what its kernel ran after the last rank arrived). The kernel'
 becomes that transfer time. So a collective cannot finish before the last rank has arrived; a
 rank that arrives early holds its stream while it waits, as in the trace; a faster straggler
 shortens everyone's wait and a faster network only the transfer. The ranks' clocks are aligned
-by the collectives' ends (all ranks leave a collective together).
+by the collectives' ends (all ranks leave a collective together). A communicator's collectives
+keep their issue order (NCCL requires every rank to issue them in one order): its channel runs
+them in that order. Each replay of a job keeps its collectives, one row per rank with its
+arrival, wait and transfer, in the `collective` table of graph.duckdb (docs/sql.md).
 
 **Straggler.** At every collective the last rank to arrive made the others wait; the rank that
 made them wait longest in total is named, with its critical path between its previous collective

@@ -264,10 +264,7 @@ def _device(st: Store, tid: str, g: dict[str, pa.Table]) -> dict | None:
 
 
 def _rows_table(rows: list[dict]) -> pa.Table:
-    types = {"VARCHAR": pa.string(), "DOUBLE": pa.float64(), "INTEGER": pa.int32()}
-    fields = [pa.field(c.name, pa.timestamp("us", tz="UTC") if c.name == "created"
-                       else types[c.sql.split()[0]]) for c in PREDICTION.columns]
-    return pa.Table.from_pylist(rows, schema=pa.schema(fields))
+    return pa.Table.from_pylist(rows, schema=PREDICTION.arrow_schema())
 
 
 def results(store_root: str | Path, traces: list[str] | None = None,

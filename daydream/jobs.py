@@ -56,6 +56,33 @@ def build(st: Store, name: str, members: list):
     return build_job(name, members, graphs, kernels)
 
 
+def store_collectives(st: Store, jg) -> int:
+    """Keep the job's matched collectives in the ``collective`` table of graph.duckdb (one row
+    per rank and collective, replacing the job's earlier rows), so SQL can ask which rank
+    waited where. Returns rows written."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from graphstore import db
+    from graphstore.schema import COLLECTIVE
+    c = jg.collective
+    if not c.height:
+        return 0
+    tid = {m.rank: m.trace_id for m in jg.members}
+    now = dt.datetime.now(dt.UTC)
+    rows = c.select("comm", "seq", "type", "rank", "trace_task_id", "bytes", "start_ns",
+                    "wait_ns", "transfer_ns").to_dict(as_series=False)
+    n = c.height
+    t = pa.table({"job": [jg.name] * n, "comm": rows["comm"], "seq": rows["seq"],
+                  "type": rows["type"], "rank": rows["rank"],
+                  "trace_id": [tid[r] for r in rows["rank"]], "task_id": rows["trace_task_id"],
+                  "bytes": rows["bytes"], "arrival_ns": rows["start_ns"],
+                  "wait_ns": rows["wait_ns"], "transfer_ns": rows["transfer_ns"],
+                  "created": [now] * n}, schema=COLLECTIVE.arrow_schema())
+    return db.write_results(st.root, "collective", t, ("job",))
+
+
 def _err(pred: float, meas: float) -> float | None:
     return None if not meas else 100.0 * (pred - meas) / meas
 
@@ -73,6 +100,7 @@ def predict_job(st: Store, jg, opts: list[str] | None, device: dict | None,
     collectives, straggler."""
     from simulate.job import replay_job
     base = replay_job(jg.tables)
+    store_collectives(st, jg)
     c = jg.collective
     files = sorted({m.file for m in jg.members if m.file})
     out = {

@@ -280,6 +280,7 @@ def build_job(name: str, members: list[Member], graphs: list[dict[str, pa.Table]
                   "iteration": _with_rank_rows(g["iteration"], ranks),
                   "layer": _with_rank(g["layer"], -1)}
         comm = comm_tasks(pl.from_arrow(task).drop("rank"), kernels[0], task_rank)
+        comm = comm.with_columns(pl.col("task_id").alias("trace_task_id"))
     else:
         tables, comm = _concat(members, graphs, kernels)
     coll, unmatched, notes = match_collectives(comm)
@@ -342,7 +343,8 @@ def _concat(members, graphs, kernels):
                                                              .alias("rank")))
         rank = np.full(n, m.rank, np.int32)
         c = comm_tasks(pl.from_arrow(g["task"]), k, rank)
-        comms.append(c.with_columns(pl.col("task_id") + base_t))
+        comms.append(c.with_columns(pl.col("task_id").alias("trace_task_id"),
+                                    pl.col("task_id") + base_t))
         base_t += n
         base_u += g["unit"].num_rows
     tables = {"task": pl.concat(tasks), "edge": pl.concat(edges), "unit": pl.concat(units),

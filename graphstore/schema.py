@@ -32,6 +32,13 @@ class GTable:
     def names(self) -> list[str]:
         return [c.name for c in self.columns]
 
+    def arrow_schema(self):
+        """The Arrow schema of rows to insert (the scalar SQL types the result tables use)."""
+        import pyarrow as pa
+        types = {"VARCHAR": pa.string(), "DOUBLE": pa.float64(), "INTEGER": pa.int32(),
+                 "BIGINT": pa.int64(), "TIMESTAMP": pa.timestamp("us", tz="UTC")}
+        return pa.schema([pa.field(c.name, types[c.sql.split()[0]]) for c in self.columns])
+
 
 TASK_KINDS = ("api", "host", "kernel", "memcpy", "memset", "comm")
 EDGE_KINDS = ("thread", "stream", "launch", "sync", "wait", "wake", "origin", "queue", "rank",
@@ -136,4 +143,22 @@ PREDICTION = GTable("prediction", "One what-if prediction: a stored trace simula
     Col("created", "TIMESTAMP WITH TIME ZONE NOT NULL", "When the prediction was made (UTC)."),
 ))
 
-RESULT_TABLES = {t.name: t for t in (PREDICTION,)}
+COLLECTIVE = GTable("collective", "One rank's part in one collective of a job: the i-th "
+                    "collective of a communicator joined across ranks (written when the job is "
+                    "replayed, `daydream predict JOB`).", (
+    Col("job", "VARCHAR NOT NULL", "Job name."),
+    Col("comm", "VARCHAR NOT NULL", "Communicator (process group, or 'default')."),
+    Col("seq", "INTEGER NOT NULL", "0-based index of the collective on its communicator."),
+    Col("type", "VARCHAR NOT NULL", "all_reduce, all_gather, reduce_scatter, send_recv, ..."),
+    Col("rank", "INTEGER NOT NULL", "Rank."),
+    Col("trace_id", "VARCHAR NOT NULL", "The rank's trace."),
+    Col("task_id", "BIGINT NOT NULL", "The rank's NCCL kernel: task_id in its trace's graph."),
+    Col("bytes", "BIGINT", "Message bytes from the kernel's arguments, where the trace has them."),
+    Col("arrival_ns", "BIGINT NOT NULL", "Kernel start on the job's clock (rank offsets "
+        "removed), ns."),
+    Col("wait_ns", "BIGINT NOT NULL", "Time the rank waited for the last rank to arrive, ns."),
+    Col("transfer_ns", "BIGINT NOT NULL", "What the kernel ran after the last arrival, ns."),
+    Col("created", "TIMESTAMP WITH TIME ZONE NOT NULL", "When the job was replayed (UTC)."),
+))
+
+RESULT_TABLES = {t.name: t for t in (PREDICTION, COLLECTIVE)}

@@ -136,6 +136,28 @@ def test_predict_json_on_a_job_has_ranks_with_predictions(store):
         assert r["predicted_ms"] == pytest.approx(r["baseline_ms"])
 
 
+def test_replayed_job_keeps_its_collectives_in_sql(store):
+    """`collective` rows point at each rank's own NCCL kernel (the i-th in its JSON), with the
+    wait the JSON implies; a second replay replaces them."""
+    from graphstore import db
+    api.predict("dlrm_8ranks", store)
+    api.predict("dlrm_8ranks", store)
+    rows = db.run_sql(store, "SELECT c.rank, c.seq, c.type, c.wait_ns, c.arrival_ns, t.name "
+                      "FROM collective c JOIN task t USING (trace_id, task_id) "
+                      "WHERE c.job = 'dlrm_8ranks' ORDER BY seq, rank").to_pylist()
+    assert len(rows) == 64
+    raw = {r: _nccl(r) for r in range(8)}
+    for row in rows:
+        assert row["name"] == raw[row["rank"]][row["seq"]]["name"]
+    for k in range(8):
+        part = rows[8 * k: 8 * k + 8]
+        last = max(p["arrival_ns"] for p in part)
+        assert [p["wait_ns"] for p in part] == [last - p["arrival_ns"] for p in part]
+        assert len({p["type"] for p in part}) == 1
+    # collective 0: rank 7 arrived last (see test_join_semantics_on_the_first_collective)
+    assert rows[7]["wait_ns"] == 0 and min(p["wait_ns"] for p in rows[:7]) > 0
+
+
 def test_multi_device_nsys_export_is_a_job(tmp_path):
     d = api.predict(str(FSDP), tmp_path / "s")
     assert d["world_size"] == 2 and [r["rank"] for r in d["ranks"]] == [0, 1]
