@@ -15,7 +15,8 @@ def T(tables):
     return pl.from_arrow(tables["task"])
 
 
-def expected_chains(t: pl.DataFrame, max_chain: int) -> list[list[int]]:
+def expected_chains(t: pl.DataFrame, max_chain: int, optimizer: bool = False
+                    ) -> list[list[int]]:
     """Chains by a plain loop over each stream's GPU tasks in start order."""
     gpu = t.filter(pl.col("kind").is_in(GPU), pl.col("task_id") > 0).sort("start_ns",
                                                                         "task_id")
@@ -24,7 +25,8 @@ def expected_chains(t: pl.DataFrame, max_chain: int) -> list[list[int]]:
         rows = s.sort("start_ns", "task_id").iter_rows(named=True)
         cur: list[dict] = []
         for r in list(rows) + [None]:
-            ew = r is not None and r["kind"] == "kernel" and fu_mod.is_elementwise(r["name"])
+            ew = (r is not None and r["kind"] == "kernel" and fu_mod.is_elementwise(r["name"])
+                  and (optimizer or r["phase"] != "weight_update"))
             if ew and cur and (r["iteration"], r["phase"]) == (cur[-1]["iteration"],
                                                                 cur[-1]["phase"]):
                 cur.append(r)
@@ -113,3 +115,22 @@ def test_fusion_a100(graphs, baselines, max_chain):
 def test_fusion_bad_param(graphs):
     with pytest.raises(DaydreamError):
         rewrite(graphs["a100"], "fusion(max_chain=1)")
+
+
+def test_fusion_leaves_the_optimizer_step_unless_asked(graphs):
+    """The V100 ResNet-50 trace steps an unfused SGD: per-parameter element-wise kernels in
+    weight_update. A compiled model leaves them alone; optimizer=true fuses them too."""
+    g = graphs["v100"]
+    t0 = T(g)
+    phase = dict(zip(t0["task_id"].to_list(), t0["phase"].to_list(), strict=True))
+    model = fu_mod.chains(Graph.from_tables(g), 8)
+    both = fu_mod.chains(Graph.from_tables(g), 8, optimizer=True)
+    assert model == expected_chains(t0, 8) and both == expected_chains(t0, 8, optimizer=True)
+    assert not any(phase[c[0]] == "weight_update" for c in model)
+    wu = [c for c in both if phase[c[0]] == "weight_update"]
+    assert len(wu) > 10
+    assert [c for c in both if phase[c[0]] != "weight_update"] == model
+    d0 = t0["dur_ns"].sum()
+    d_model = T(rewrite(g, "fusion"))["dur_ns"].sum()
+    d_both = T(rewrite(g, "fusion(optimizer=true)"))["dur_ns"].sum()
+    assert d_both < d_model < d0

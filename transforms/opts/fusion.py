@@ -68,10 +68,11 @@ def fused_ns(durs: list[int]) -> int:
     return max(max(durs), int(round(sum(durs) * (k + 1) / (p * k))))
 
 
-def chains(g: Graph, max_chain: int = 8) -> list[list[int]]:
+def chains(g: Graph, max_chain: int = 8, optimizer: bool = False) -> list[list[int]]:
     """Task ids of each chain to fuse: runs of >= 2 element-wise kernels adjacent on their
     stream (no other GPU task between), in one iteration and phase, cut into pieces of at most
-    MAX_CHAIN kernels (pieces of one kernel are left alone)."""
+    MAX_CHAIN kernels (pieces of one kernel are left alone). Kernels of the weight update
+    count only with OPTIMIZER (a compiled model leaves the optimizer step eager)."""
     t = g.task
     kind = t["kind"].to_numpy()
     unit = t["unit_id"].to_numpy()
@@ -80,8 +81,8 @@ def chains(g: Graph, max_chain: int = 8) -> list[list[int]]:
     ph = t["phase"].to_list()
     gpu = np.isin(kind, list(GPU_KINDS))
     gpu[0] = False
-    ew = np.array([k == "kernel" and is_elementwise(n) for k, n in zip(kind, name,
-                                                                       strict=False)])
+    ew = np.array([k == "kernel" and is_elementwise(n) and (optimizer or p != "weight_update")
+                   for k, n, p in zip(kind, name, ph, strict=True)])
     out: list[list[int]] = []
     for u in np.unique(unit[gpu]):
         run: list[int] = []
@@ -100,7 +101,7 @@ def chains(g: Graph, max_chain: int = 8) -> list[list[int]]:
 
 
 @register("fusion")
-def fusion(g: Graph, ctx: Context, *, max_chain: int = 8) -> Graph:
+def fusion(g: Graph, ctx: Context, *, max_chain: int = 8, optimizer: bool = False) -> Graph:
     """Element-wise kernel fusion: chains of adjacent element-wise kernels become one kernel.
 
     On each GPU stream, maximal runs of element-wise kernels (name patterns in
@@ -110,10 +111,13 @@ def fusion(g: Graph, ctx: Context, *, max_chain: int = 8) -> Graph:
     at most MAX_CHAIN kernels, as torch.compile/TorchInductor or MetaFlow would fuse them. Each
     chain of k >= 2 kernels keeps its first kernel, which lasts
     max(longest, total * (k + 1) / (3k)) (memory-traffic estimate, see FUSION), and loses the
-    others together with their launch calls (predecessors rewired to successors)."""
+    others together with their launch calls (predecessors rewired to successors). The weight
+    update's kernels are left alone unless OPTIMIZER: `torch.compile(model)` compiles the
+    model, not the optimizer step (use fused_adam and friends for that, or optimizer=true for
+    a compiled step)."""
     if max_chain < 2:
         raise DaydreamError(f"fusion: max_chain must be >= 2, got {max_chain}")
-    cs = chains(g, max_chain)
+    cs = chains(g, max_chain, optimizer)
     if not cs:
         ctx.notes.append("fusion: no chains of adjacent element-wise kernels; unchanged")
         return g
