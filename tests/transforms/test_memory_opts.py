@@ -264,3 +264,16 @@ def test_opts_lists_them():
     assert "offload(layers: str = 'conv', every: int = 1, layer_mb: float = 0.0)" in out
     assert "bn_restructure(conv_fusion: bool = False)" in out
     assert "vDNN activation offloading" in out and "Activation checkpointing" in out
+
+
+def test_offload_bytes_follow_the_recorded_dtype():
+    from transforms.opts.offload import _first_input_bytes
+    n = 32 * 64 * 56 * 56
+    dims = "[[32, 64, 56, 56], [64, 64, 3, 3]]"
+    assert _first_input_bytes(dims, '["c10::Half", "c10::Half"]') == 2 * n
+    assert _first_input_bytes(dims, '["c10::BFloat16", "float"]') == 2 * n
+    assert _first_input_bytes(dims, '["double"]') == 8 * n
+    assert _first_input_bytes(dims, '["float", "float"]') == 4 * n
+    assert _first_input_bytes(dims, None) == 4 * n  # shape without dtype: FP32
+    assert _first_input_bytes(dims, '["SomeNewType"]') == 4 * n
+    assert _first_input_bytes("[[], [3]]", '["float"]') is None

@@ -11,6 +11,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from graphstore.params import DTYPE_BYTES
 from ingest.errors import DaydreamError
 from transforms import layers as L
 from transforms.opts.amp import family
@@ -40,9 +41,9 @@ OFFLOAD = {
                         "(CUDA bandwidthTest, small transfers)"},
     "copy_api_ns": {"value": 5000, "source": "estimate: host time of one cudaMemcpyAsync call "
                     "(~3-6 us, the same order as cudaLaunchKernel)"},
-    "elem_bytes": {"value": 4, "source": "FP32 activations: the traces record shapes, not "
-                   "dtypes in ingest; a mixed-precision job halves it (apply amp's speedups "
-                   "separately)"},
+    "elem_bytes": {"value": 4, "source": "bytes per element where the trace records the "
+                   "input's shape but not its dtype (Input type): FP32; where it records the "
+                   "dtype, graphstore.params.DTYPE_BYTES"},
 }
 
 
@@ -51,35 +52,45 @@ def copy_ns(nbytes: int, gbps: float) -> int:
     return int(round(nbytes / gbps)) + OFFLOAD["copy_latency_ns"]["value"]
 
 
-def _first_input_bytes(dims: str | None) -> int | None:
+def _first_input_bytes(dims: str | None, types: str | None = None) -> int | None:
+    """Bytes of an op's first input: its recorded shape times its recorded dtype's size."""
     try:
         shapes = orjson.loads(dims) if dims else None
+        dtypes = orjson.loads(types) if types else None
     except orjson.JSONDecodeError:
         return None
     if not shapes or not isinstance(shapes, list) or not isinstance(shapes[0], list) \
             or not shapes[0]:
         return None
-    return int(np.prod(shapes[0])) * OFFLOAD["elem_bytes"]["value"]
+    dt = dtypes[0] if isinstance(dtypes, list) and dtypes else None
+    size = DTYPE_BYTES.get(dt, OFFLOAD["elem_bytes"]["value"]) if isinstance(dt, str) \
+        else OFFLOAD["elem_bytes"]["value"]
+    return int(np.prod(shapes[0])) * size
 
 
 def activation_bytes(g: Graph, sites: list[dict], ranges: pa.Table | None) -> list[int | None]:
     """Bytes of each site's layer input: the first input tensor of the outermost op (earliest
     start, then longest) among the ranges that enclose the layer's forward CPU tasks and
-    record input shapes, times OFFLOAD elem_bytes; None where no such range exists."""
+    record input shapes, times its recorded dtype's size (OFFLOAD elem_bytes where none);
+    None where no such range exists."""
     if ranges is None or "input_dims" not in ranges.column_names:
         return [None] * len(sites)
     rid = g.task["range_id"].fill_null(-1).to_numpy()
     want = sorted({int(r) for s in sites for r in rid[s["fwd_cpu"]] if r >= 0})
-    r = ranges.select(["range_id", "start_ns", "dur_ns", "input_dims"]).filter(
+    cols = ["range_id", "start_ns", "dur_ns", "input_dims"]
+    has_types = "input_types" in ranges.column_names
+    r = ranges.select(cols + (["input_types"] if has_types else [])).filter(
         pc.is_in(ranges["range_id"], pa.array(want, pa.int64())))
-    info = {i: (st, -d, dims) for i, st, d, dims in zip(
+    types = r["input_types"].to_pylist() if has_types else [None] * r.num_rows
+    info = {i: (st, -d, dims, ty) for i, st, d, dims, ty in zip(
         r["range_id"].to_pylist(), r["start_ns"].to_pylist(), r["dur_ns"].to_pylist(),
-        r["input_dims"].to_pylist(), strict=False)}
+        r["input_dims"].to_pylist(), types, strict=True)}
     out = []
     for s in sites:
-        cand = sorted(info[int(x)] for x in rid[s["fwd_cpu"]]
-                      if int(x) in info and _first_input_bytes(info[int(x)][2]))
-        out.append(_first_input_bytes(cand[0][2]) if cand else None)
+        cand = sorted((v for v in (info.get(int(x)) for x in rid[s["fwd_cpu"]])
+                       if v is not None and _first_input_bytes(v[2], v[3])),
+                      key=lambda v: v[:3])
+        out.append(_first_input_bytes(cand[0][2], cand[0][3]) if cand else None)
     return out
 
 
@@ -97,8 +108,8 @@ def offload(g: Graph, ctx: Context, *, layers: str = "conv", every: int = 1,
     it in backward order starts, and the layer's first backward GPU task waits for it. Each
     copy has a cudaMemcpyAsync call (OFFLOAD copy_api_ns) on the thread that launches the
     kernel it is issued beside. Bytes: the first input tensor of the layer's outermost op from
-    the trace's recorded input shapes, times OFFLOAD elem_bytes; where the trace records none,
-    LAYER_MB megabytes (0: such layers are not offloaded). Copy time = bytes / PCIe bandwidth
+    the trace's recorded input shapes and dtypes (FP32 where no dtype); where the trace records
+    none, LAYER_MB megabytes (0: such layers are not offloaded). Copy time = bytes / PCIe bandwidth
     of the GPU family (OFFLOAD pcie_gbps) + copy_latency_ns."""
     if every < 1:
         raise DaydreamError(f"offload: every must be >= 1, got {every}")
