@@ -3,7 +3,7 @@
 Benchmarks, not tests: nothing here fails on a slow machine; the numbers and their ratios are
 written down with the machine they were measured on.
 
-    python bench/run.py [--quick] [--only ingest,graph,memory,simulate,replay,fleet]
+    python bench/run.py [--quick] [--only ingest,graph,memory,simulate,replay,job,fleet]
 """
 
 from __future__ import annotations
@@ -189,6 +189,22 @@ def bench_replay(repeats: int) -> list[str]:
     return rows + [""]
 
 
+def bench_job(repeats: int) -> list[str]:
+    """The simulator on a 64-rank job built from the 8 real DLRM ranks (issue 6)."""
+    import distributed
+    with tempfile.TemporaryDirectory() as tmp:
+        r = distributed.job_scale(Path(tmp) / "s", repeats=max(5, repeats))
+    return ["## A 64-rank job (issue 6)", "",
+            "`bench/distributed.py` `job_scale`: the 8 DLRM ranks of "
+            "`param/dlrm_8ranks` repeated 8 times (rank r of copy k is rank r + 8k), every "
+            "collective joining all 64 ranks; `simulate.engine.simulate` (input checks "
+            f"included) after a warm-up, best of {max(5, repeats)}.", "",
+            "| ranks | tasks | edges | collectives x ranks | simulate s (best) | tasks/s | "
+            "target |", "|---|---|---|---|---|---|---|",
+            f"| {r['ranks']} | {r['tasks']:,} | {r['edges']:,} | {r['participants']:,} | "
+            f"{r['simulate_s']:.4f} | {r['tasks_per_s']:,.0f} | 20,000,000 tasks/s |", ""]
+
+
 def bench_fleet(n: int) -> list[str]:
     """Batch ingest and batch predict over n distinct traces, 1 and 2 workers; results query."""
     import fleet
@@ -196,7 +212,8 @@ def bench_fleet(n: int) -> list[str]:
 
 
 SECTIONS = {"ingest": bench_ingest, "graph": bench_graph, "replay": bench_replay,
-            "simulate": bench_simulate, "memory": bench_memory, "fleet": bench_fleet}
+            "simulate": bench_simulate, "job": bench_job, "memory": bench_memory,
+            "fleet": bench_fleet}
 
 
 def _sections(text: str) -> tuple[str, dict[str, str]]:
@@ -234,7 +251,7 @@ def main() -> None:
             out += fn(256 if a.quick else 1024)
         elif name == "fleet":
             out += fn(200 if a.quick else 1000)
-        elif name in ("ingest", "graph", "replay", "simulate"):
+        elif name in ("ingest", "graph", "replay", "simulate", "job"):
             out += fn(repeats)
         else:
             out += fn()
