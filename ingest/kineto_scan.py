@@ -87,6 +87,7 @@ E_TYPE_NUMSTR = 11  # expected a number or a string
 E_BADSTR = 12      # bad escape in a string
 E_TRAILING = 13    # data after the end of the document
 E_MORE = 14        # (partial buffers only) the buffer ends mid-document: call again with more
+_NEXT = 99         # inside the object parsers only: another member follows (never returned)
 
 MAX_DEPTH = 512
 _TRACE_EVENTS = tuple(b"traceEvents")
@@ -451,35 +452,67 @@ def _put_raw(buf, p, n, col, ev, sdata, soffs, spres, cap):
     return q, E_OK
 
 
-@numba.njit(cache=True, nogil=True)
-def _parse_args(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters, arg_tab,
-                arg_offs, arg_kind, arg_slot, errfield):
-    """p at '{' of args. Returns (p, err); errfield[0] set to the failing field id."""
-    p += 1
-    p = _ws(buf, p, n)
+@numba.njit(cache=True, nogil=True, inline="always")
+def _open_object(buf, p, n):
+    """p at '{'. Returns (p past '{' and any space, _NEXT) when members follow, (p past '}',
+    E_OK) for an empty object, else an error."""
+    p = _ws(buf, p + 1, n)
     if p >= n:
         return n, E_EOF
     if buf[p] == 125:
         return p + 1, E_OK
+    return p, _NEXT
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _member_key(buf, p, n):
+    """p before a member's '"key":'. Returns (p at its value, key start, key length, err)."""
+    p = _ws(buf, p, n)
+    if p >= n:
+        return n, 0, 0, E_EOF
+    if buf[p] != 34:
+        return p, 0, 0, E_SYNTAX
+    ks = p + 1
+    q = _skip_string(buf, p, n)
+    if q < 0:
+        return n, 0, 0, E_EOF
+    p = _ws(buf, q, n)
+    if p >= n:
+        return n, 0, 0, E_EOF
+    if buf[p] != 58:
+        return p, 0, 0, E_SYNTAX
+    p = _ws(buf, p + 1, n)
+    if p >= n:
+        return n, 0, 0, E_EOF
+    return p, ks, q - 1 - ks, E_OK
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _member_end(buf, p, n):
+    """p after a member's value. Returns (p past ',', _NEXT) when another member follows,
+    (p past '}', E_OK) at the object's end, else an error."""
+    p = _ws(buf, p, n)
+    if p >= n:
+        return n, E_EOF
+    c = buf[p]
+    if c == 44:
+        return p + 1, _NEXT
+    if c == 125:
+        return p + 1, E_OK
+    return p, E_SYNTAX
+
+
+@numba.njit(cache=True, nogil=True)
+def _parse_args(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters, arg_tab,
+                arg_offs, arg_kind, arg_slot, errfield):
+    """p at '{' of args. Returns (p, err); errfield[0] set to the failing field id."""
+    p, err = _open_object(buf, p, n)
+    if err != _NEXT:
+        return p, err
     while True:
-        p = _ws(buf, p, n)
-        if p >= n:
-            return n, E_EOF
-        if buf[p] != 34:
-            return p, E_SYNTAX
-        ks = p + 1
-        q = _skip_string(buf, p, n)
-        if q < 0:
-            return n, E_EOF
-        klen = q - 1 - ks
-        p = _ws(buf, q, n)
-        if p >= n:
-            return n, E_EOF
-        if buf[p] != 58:
-            return p, E_SYNTAX
-        p = _ws(buf, p + 1, n)
-        if p >= n:
-            return n, E_EOF
+        p, ks, klen, err = _member_key(buf, p, n)
+        if err != E_OK:
+            return p, err
         k = _match(buf, ks, klen, arg_tab, arg_offs)
         c = buf[p]
         if k < 0:
@@ -559,47 +592,22 @@ def _parse_args(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters, 
                     if err != E_OK:
                         return p, err
             errfield[0] = FIELD_NONE
-        p = _ws(buf, p, n)
-        if p >= n:
-            return n, E_EOF
-        c = buf[p]
-        if c == 44:
-            p += 1
-            continue
-        if c == 125:
-            return p + 1, E_OK
-        return p, E_SYNTAX
+        p, err = _member_end(buf, p, n)
+        if err != _NEXT:
+            return p, err
 
 
 @numba.njit(cache=True, nogil=True)
 def _parse_event(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters,
                  top_tab, top_offs, arg_tab, arg_offs, arg_kind, arg_slot, errfield):
     """p at '{' of one event. Returns (p, err)."""
-    p += 1
-    p = _ws(buf, p, n)
-    if p >= n:
-        return n, E_EOF
-    if buf[p] == 125:
-        return p + 1, E_OK
+    p, err = _open_object(buf, p, n)
+    if err != _NEXT:
+        return p, err
     while True:
-        p = _ws(buf, p, n)
-        if p >= n:
-            return n, E_EOF
-        if buf[p] != 34:
-            return p, E_SYNTAX
-        ks = p + 1
-        q = _skip_string(buf, p, n)
-        if q < 0:
-            return n, E_EOF
-        klen = q - 1 - ks
-        p = _ws(buf, q, n)
-        if p >= n:
-            return n, E_EOF
-        if buf[p] != 58:
-            return p, E_SYNTAX
-        p = _ws(buf, p + 1, n)
-        if p >= n:
-            return n, E_EOF
+        p, ks, klen, err = _member_key(buf, p, n)
+        if err != E_OK:
+            return p, err
         k = _match(buf, ks, klen, top_tab, top_offs)
         c = buf[p]
         errfield[0] = k
@@ -701,16 +709,9 @@ def _parse_event(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters,
             if err != E_OK:
                 return p, err
         errfield[0] = FIELD_NONE
-        p = _ws(buf, p, n)
-        if p >= n:
-            return n, E_EOF
-        c = buf[p]
-        if c == 44:
-            p += 1
-            continue
-        if c == 125:
-            return p + 1, E_OK
-        return p, E_SYNTAX
+        p, err = _member_end(buf, p, n)
+        if err != _NEXT:
+            return p, err
 
 
 @numba.njit(cache=True, nogil=True)
