@@ -312,6 +312,27 @@ def _digits_in_string(buf, p, n):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _put_int_like(buf, p, n, c, ints, ipres, counters, slot, ev):
+    """An integer field given as a number or as a string of digits (old Kineto writes ids
+    both ways), at p with first byte c: stored in ``ints[slot]``; a string that is not a
+    plain integer is counted in ``counters[slot]`` and skipped. Returns (p, err), err _NEXT
+    when the value is neither a number nor a string (the caller decides)."""
+    if (48 <= c <= 57) or c == 45:
+        return _put_number(buf, p, n, ints, ipres, slot, ev, False)
+    if c != 34:
+        return p, _NEXT
+    q, ok, v = _digits_in_string(buf, p, n)
+    if q < 0:
+        return n, E_EOF
+    if ok:
+        ints[slot, ev] = v
+        ipres[slot, ev] = 1
+    else:
+        counters[slot] += 1
+    return q, E_OK
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _put_utf8(out, o, cp):
     if cp < 0x80:
         out[o] = cp
@@ -524,26 +545,13 @@ def _parse_args(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters, 
             kind = arg_kind[k]
             slot = arg_slot[k]
             if kind == 0:
-                if (48 <= c <= 57) or c == 45:
-                    p, err = _put_number(buf, p, n, ints, ipres, slot, ev, False)
-                    if err != E_OK:
-                        return p, err
-                elif c == 34:
-                    q, ok, v = _digits_in_string(buf, p, n)
-                    if q < 0:
-                        return n, E_EOF
-                    p = q
-                    if ok:
-                        ints[slot, ev] = v
-                        ipres[slot, ev] = 1
-                    else:
-                        counters[slot] += 1
-                elif c == 110:
-                    p, err = _skip_value(buf, p, n)
-                    if err != E_OK:
-                        return p, err
-                else:
-                    return p, E_TYPE_NUM
+                p, err = _put_int_like(buf, p, n, c, ints, ipres, counters, slot, ev)
+                if err == _NEXT:
+                    if c != 110:
+                        return p, E_TYPE_NUM
+                    p, err = _skip_value(buf, p, n)  # null
+                if err != E_OK:
+                    return p, err
             elif kind == 1:
                 if c == 34:
                     p, err = _put_str(buf, p, n, slot, ev, sdata, soffs, spres, cap)
@@ -667,24 +675,11 @@ def _parse_event(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters,
             else:
                 return p, E_TYPE_NUM
         elif k == K_ID:
-            if (48 <= c <= 57) or c == 45:
-                p, err = _put_number(buf, p, n, ints, ipres, I_ID, ev, False)
-                if err != E_OK:
-                    return p, err
-            elif c == 34:
-                q, ok, v = _digits_in_string(buf, p, n)
-                if q < 0:
-                    return n, E_EOF
-                p = q
-                if ok:
-                    ints[I_ID, ev] = v
-                    ipres[I_ID, ev] = 1
-                else:
-                    counters[I_ID] += 1
-            else:
+            p, err = _put_int_like(buf, p, n, c, ints, ipres, counters, I_ID, ev)
+            if err == _NEXT:
                 p, err = _skip_value(buf, p, n)
-                if err != E_OK:
-                    return p, err
+            if err != E_OK:
+                return p, err
         elif k == K_BP:
             if c == 34 and p + 2 < n and buf[p + 1] == 101 and buf[p + 2] == 34:
                 ints[I_BP, ev] = 1
