@@ -280,8 +280,9 @@ def _trace_device(st: Store, tid: str, g) -> dict | None:
     return next((d for d in devs if d.get("id") in used), devs[0] if devs else None)
 
 
-def _phase_ms(g, rep) -> dict:
-    """Time per phase over the used iterations (GPU and CPU busy time), ms per iteration."""
+def _phase_ms(g, rep, ranks: int = 1) -> dict:
+    """Time per phase over the used iterations (GPU and CPU busy time), ms per iteration (and
+    per rank, for a job graph of RANKS ranks)."""
     import numpy as np
     task = g["task"]
     used = {i.index for i in rep.iterations if i.used}
@@ -294,8 +295,9 @@ def _phase_ms(g, rep) -> dict:
     out = {}
     for ph in sorted(set(phase)):
         sel = phase == ph
-        out[ph] = {"gpu_ms": float(held[sel & gpu].sum() / 1e6 / max(len(used), 1)),
-                   "cpu_ms": float(held[sel & ~gpu].sum() / 1e6 / max(len(used), 1))}
+        per = 1e6 * max(len(used), 1) * max(ranks, 1)
+        out[ph] = {"gpu_ms": float(held[sel & gpu].sum() / per),
+                   "cpu_ms": float(held[sel & ~gpu].sum() / per)}
     return out
 
 

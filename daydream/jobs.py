@@ -135,14 +135,16 @@ def predict_job(st: Store, jg, opts: list[str] | None, device: dict | None,
         pred = replay_job(t2)
         out["opts"] = spec
         out["notes"] += notes
-        from daydream.api import fill_predicted  # api imports this module
+        from daydream.api import _phase_ms, fill_predicted  # api imports this module
 
         fill_predicted(out, base, pred)
         for r in out["ranks"]:
             r["predicted_ms"] = (pred.rank_mean(r["rank"], "simulated_ns") / 1e6
                                  if r["rank"] in pred.ranks else None)
         out["predicted_straggler"] = pred.straggler
-        out["phases"] = {"baseline": {}, "predicted": {}}
+        n = len(jg.members)
+        out["phases"] = {"baseline": _phase_ms(jg.tables, base, n),
+                         "predicted": _phase_ms(t2, pred, n)}
     return out
 
 

@@ -134,6 +134,14 @@ def test_predict_json_on_a_job_has_ranks_with_predictions(store):
     assert {"rank", "measured_ms", "baseline_ms", "predicted_ms"} <= set(d["ranks"][0])
     for r in d["ranks"]:
         assert r["predicted_ms"] == pytest.approx(r["baseline_ms"])
+    # the phase breakdown, per rank and iteration: unchanged by an identity rewrite
+    ph = d["phases"]
+    assert {"forward", "backward", "weight_update"} <= set(ph["baseline"])
+    assert ph["predicted"].keys() == ph["baseline"].keys()
+    for k, v in ph["baseline"].items():
+        assert ph["predicted"][k] == pytest.approx(v)
+    busy = sum(v["gpu_ms"] + v["cpu_ms"] for v in ph["baseline"].values())
+    assert 0 < ph["baseline"]["forward"]["gpu_ms"] and busy < 3 * d["baseline_ms"]
 
 
 def test_replayed_job_keeps_its_collectives_in_sql(store):
