@@ -696,36 +696,58 @@ def _first_task_triggers(kind, unit, start, end, nthr, threads):
     empty = np.zeros(0, np.int64)
     if nthr < 2:
         return empty, empty, np.zeros(0, bool)
-    ids = np.arange(len(unit))
-    cpu = np.flatnonzero((unit < nthr) & (ids > 0))
-    if not len(cpu):
-        return empty, empty, np.zeros(0, bool)
-    order = cpu[order_by_unit(unit[cpu])]
-    u_sorted = unit[order]
-    heads = order[np.r_[True, u_sorted[1:] != u_sorted[:-1]]]
-    pid = threads[:, 0]
-    c_pid = pid[unit[cpu]]
-    long_host = (kind[cpu] == KIND_HOST) & (end[cpu] - start[cpu] >= MIN_WAIT_NS)
-    src, dst, via = [], [], []
-    for f in heads:  # one per thread: a few masks over the CPU tasks
+    src, dst, via = _first_triggers(kind, unit, start, end, nthr,
+                                    np.ascontiguousarray(threads[:, 0], np.int64))
+    return src, dst, via
+
+
+@numba.njit(cache=True)
+def _first_triggers(kind, unit, start, end, nthr, pid):
+    """_first_task_triggers over the tasks (ids in start order, 0 the origin): one scan per
+    thread head. Of the candidates in a pass the latest event wins, the lowest id among ties;
+    a wait beginning (via_start) wins a tie with an end."""
+    n = unit.shape[0]
+    head = np.full(nthr, -1, np.int64)
+    for i in range(1, n):
+        u = unit[i]
+        if u < nthr and head[u] < 0:
+            head[u] = i
+    src = np.empty(nthr, np.int64)
+    dst = np.empty(nthr, np.int64)
+    via = np.empty(nthr, np.bool_)
+    k = 0
+    for uf in range(nthr):
+        f = head[uf]
+        if f < 0:
+            continue
         t = start[f]
-        near = (c_pid == pid[unit[f]]) & (unit[cpu] != unit[f])
-        best, best_t, best_via = -1, -1, False
+        lo = t - FIRST_WAKE_TOL_NS
+        pf = pid[uf]
+        best, best_t, best_via = -1, np.int64(-1), False
         for use_start in (False, True):
-            ev = start[cpu] if use_start else end[cpu]
-            m = near & (ev < t) & (ev >= t - FIRST_WAKE_TOL_NS)
-            if use_start:
-                m &= long_host
-            k = np.flatnonzero(m)
-            if len(k):
-                j = k[np.argmax(ev[k])]  # the latest; the lowest id among ties
-                if ev[j] > best_t or (use_start and ev[j] == best_t):  # a wait beginning
-                    best, best_t, best_via = cpu[j], ev[j], use_start   # wins a tie
+            j, jt = -1, np.int64(0)
+            for i in range(1, n):
+                u = unit[i]
+                if u >= nthr or u == uf or pid[u] != pf:
+                    continue
+                if use_start:
+                    if start[i] >= t:
+                        break  # ids are in start order
+                    if kind[i] != KIND_HOST or end[i] - start[i] < MIN_WAIT_NS:
+                        continue
+                    ev = start[i]
+                else:
+                    ev = end[i]
+                if ev < t and ev >= lo and (j < 0 or ev > jt):
+                    j, jt = i, ev
+            if j >= 0 and (jt > best_t or (use_start and jt == best_t)):
+                best, best_t, best_via = j, jt, use_start
         if best >= 0:
-            src.append(best)
-            dst.append(f)
-            via.append(best_via)
-    return (np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(via, bool))
+            src[k] = best
+            dst[k] = f
+            via[k] = best_via
+            k += 1
+    return src[:k], dst[:k], via[:k]
 
 
 def _wake_edges(kind, unit, start, end, nthr, threads, blocking):
@@ -734,37 +756,78 @@ def _wake_edges(kind, unit, start, end, nthr, threads, blocking):
     autograd thread's last op), or started (the autograd thread idle until backward() was
     called). Returns (waited-for task, waiting host task, via_start) arrays. Times strictly
     increase along these links, so they can close no cycle."""
-    cpu = np.flatnonzero((unit < nthr) & (np.arange(len(unit)) > 0))
     empty = np.zeros(0, np.int64)
-    if not len(cpu) or nthr < 2:
+    if nthr < 2:
+        return empty, empty, np.zeros(0, bool)
+    cpu = np.flatnonzero(unit < nthr)
+    cpu = cpu[cpu > 0]
+    if not len(cpu):
         return empty, empty, np.zeros(0, bool)
     pid_of_unit = np.full(int(unit.max()) + 1, -1, np.int64)
     pid_of_unit[:nthr] = threads[:, 0]
-    waits = cpu[(kind[cpu] == KIND_HOST) & (end[cpu] - start[cpu] >= MIN_WAIT_NS) &
-                ~blocking[cpu]]
-    src = np.full(len(waits), -1, np.int64)
-    via_start = np.zeros(len(waits), bool)
-    for use_start in (False, True):
-        t = start if use_start else end
-        # woken by a start: only by a thread starting a wait of its own (the caller blocking
-        # in backward() while the autograd thread runs)
-        pool = cpu[(kind[cpu] == KIND_HOST) & (end[cpu] - start[cpu] >= MIN_WAIT_NS)] \
-            if use_start else cpu
-        o = np.argsort(t[pool], kind="stable")
-        ys, yt = pool[o], t[pool][o]
-        pos = np.searchsorted(yt, end[waits], side="left") - 1
-        for back in range(8):  # the latest few events before the wait's end
-            p = pos - back
-            ok = (src < 0) & (p >= 0)
-            y = ys[np.maximum(p, 0)]
-            ok &= (unit[y] != unit[waits]) & \
-                (pid_of_unit[unit[y]] == pid_of_unit[unit[waits]])
-            ok &= (t[y] >= end[waits] - WAKE_TOL_NS) & (t[y] > start[waits])
-            ok &= t[y] < end[waits]
-            src[ok] = y[ok]
-            via_start[ok] = use_start
-    hit = src >= 0
-    return src[hit], waits[hit], via_start[hit]
+    # the CPU tasks by end (ids are in start order, so by start they are sorted already)
+    by_end = cpu[np.argsort(end[cpu], kind="stable")]
+    return _wake(kind, unit, start, end, blocking, cpu, by_end, pid_of_unit)
+
+
+@numba.njit(cache=True)
+def _wake(kind, unit, start, end, blocking, cpu, by_end, pid_of_unit):
+    """_wake_edges' search: for each wait, the latest of the last 8 task ends before its end
+    (in (end, id) order) that qualifies, else the latest of the last 8 starts of long host
+    tasks."""
+    nc = cpu.shape[0]
+    ends = np.empty(nc, np.int64)
+    for i in range(nc):
+        ends[i] = end[by_end[i]]
+    # long host tasks (the waits and the start events), in id = start order
+    longs = np.empty(nc, np.int64)
+    nl = 0
+    for i in range(nc):
+        c = cpu[i]
+        if kind[c] == KIND_HOST and end[c] - start[c] >= MIN_WAIT_NS:
+            longs[nl] = c
+            nl += 1
+    longs = longs[:nl]
+    starts = np.empty(nl, np.int64)
+    for i in range(nl):
+        starts[i] = start[longs[i]]
+    src = np.empty(nl, np.int64)
+    dst = np.empty(nl, np.int64)
+    via = np.empty(nl, np.bool_)
+    k = 0
+    for i in range(nl):
+        w = longs[i]
+        if blocking[w]:
+            continue
+        ew, sw, uw = end[w], start[w], unit[w]
+        pw = pid_of_unit[uw]
+        found = -1
+        found_start = False
+        for use_start in (False, True):
+            if use_start:
+                ys, yt = longs, starts
+            else:
+                ys, yt = by_end, ends
+            pos = np.searchsorted(yt, ew) - 1  # side left: events before the wait's end
+            for back in range(8):
+                p = pos - back
+                if p < 0:
+                    break
+                y = ys[p]
+                ty = yt[p]
+                if (unit[y] != uw and pid_of_unit[unit[y]] == pw
+                        and ty >= ew - WAKE_TOL_NS and ty > sw and ty < ew):
+                    found = y
+                    found_start = use_start
+                    break
+            if found >= 0:
+                break
+        if found >= 0:
+            src[k] = found
+            dst[k] = w
+            via[k] = found_start
+            k += 1
+    return src[:k], dst[:k], via[:k]
 
 
 def _range_names(pool: _NamePool, rng: pa.Table, range_ids: np.ndarray) -> np.ndarray:
@@ -900,17 +963,28 @@ def _infer_waits(tasks, start, end, unit, g_ids, streams, nthr):
     # device-major, then end time relative to the earliest end
     base = int(gend.min()) if len(gend) else 0
     key = gd * (1 << 50) + (gend - base)
-    src, dst = [], []
     q = dev_of_unit[unit[tasks]] * (1 << 50) + (start[tasks] - base)
     pos = np.searchsorted(key, q, side="right") - 1
-    # walk back over candidates on the same stream (a few at most)
-    for j in range(len(tasks)):
+    return _walk_back(tasks.astype(np.int64), pos, start, unit, dev_of_unit, gs, gd, gend)
+
+
+@numba.njit(cache=True)
+def _walk_back(tasks, pos, start, unit, dev_of_unit, gs, gd, gend):
+    """_infer_waits' search: from the last GPU end at or before each task's start on its
+    device, walk back over candidates on the task's own stream (a few at most) to the first
+    task of another stream that ended within WAIT_TOL_NS."""
+    src = np.empty(tasks.shape[0], np.int64)
+    dst = np.empty(tasks.shape[0], np.int64)
+    k = 0
+    for j in range(tasks.shape[0]):
         p = pos[j]
         t = tasks[j]
-        while p >= 0 and gd[p] == dev_of_unit[unit[t]] and start[t] - gend[p] <= WAIT_TOL_NS:
+        d = dev_of_unit[unit[t]]
+        while p >= 0 and gd[p] == d and start[t] - gend[p] <= WAIT_TOL_NS:
             if unit[gs[p]] != unit[t]:
-                src.append(gs[p])
-                dst.append(t)
+                src[k] = gs[p]
+                dst[k] = t
+                k += 1
                 break
             p -= 1
-    return np.array(src, np.int64), np.array(dst, np.int64)
+    return src[:k], dst[:k]
