@@ -71,8 +71,8 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None
     check_launch_edges(with_call, g.dst[launch])
 
     ranges = labels.ranges_frame(tables)  # read by the three label passes
-    its = labels.find_iterations(tables, ranges)
-    rl = module_labels(tables, labels.label_ranges(tables, ranges))
+    its, rl = labels.iterations_and_labels(tables, ranges)
+    rl = module_labels(tables, rl)
     iteration = _task_iterations(g, its, launch)
     layer, phase = _task_labels(g, rl, launch, iteration)
 
