@@ -770,6 +770,39 @@ def _wake_edges(kind, unit, start, end, nthr, threads, blocking):
     return _wake(kind, unit, start, end, blocking, cpu, by_end, pid_of_unit)
 
 
+@numba.njit(cache=True, inline="always")
+def _lower_bound(a, v, hint):
+    """np.searchsorted(a, v) (side left) for sorted ``a``, galloping out from ``hint``: fast
+    when successive queries lie close together, as event times in time order do."""
+    n = a.shape[0]
+    h = min(max(hint, 0), n)
+    if h > 0 and a[h - 1] >= v:  # the answer is at most h - 1
+        hi = h - 1
+        step = 1
+        lo = hi - step
+        while lo > 0 and a[lo] >= v:
+            hi = lo
+            step *= 2
+            lo = hi - step
+        lo = max(lo, 0)
+    else:  # the answer is at least h
+        lo = h
+        step = 1
+        hi = lo + step
+        while hi < n and a[hi] < v:
+            lo = hi + 1
+            step *= 2
+            hi = lo + step
+        hi = min(hi, n)
+    while lo < hi:  # a[hi] >= v or hi == n; everything before lo is < v
+        mid = (lo + hi) >> 1
+        if a[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 @numba.njit(cache=True)
 def _wake(kind, unit, start, end, blocking, cpu, by_end, pid_of_unit):
     """_wake_edges' search: for each wait, the latest of the last 8 task ends before its end
@@ -795,6 +828,7 @@ def _wake(kind, unit, start, end, blocking, cpu, by_end, pid_of_unit):
     dst = np.empty(nl, np.int64)
     via = np.empty(nl, np.bool_)
     k = 0
+    hint = np.zeros(2, np.int64)  # the waits come in start order: search near the last one
     for i in range(nl):
         w = longs[i]
         if blocking[w]:
@@ -808,7 +842,9 @@ def _wake(kind, unit, start, end, blocking, cpu, by_end, pid_of_unit):
                 ys, yt = longs, starts
             else:
                 ys, yt = by_end, ends
-            pos = np.searchsorted(yt, ew) - 1  # side left: events before the wait's end
+            pos = _lower_bound(yt, ew, hint[int(use_start)])
+            hint[int(use_start)] = pos
+            pos -= 1  # the last event before the wait's end
             for back in range(8):
                 p = pos - back
                 if p < 0:

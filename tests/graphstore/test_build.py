@@ -331,3 +331,18 @@ def test_thread_first_task_follows_the_event_that_woke_it(tmp_path):
     assert got == sorted([("wake", "start_start", 300_000, True, "## backward ##", "bwd op"),
                           ("origin", "end_start", 5_000_000, True, "<trace start>",
                            "late op")])
+
+
+def test_lower_bound_matches_searchsorted():
+    """The galloping search the wake-edge pass uses, on hand-made sorted arrays with runs of
+    equal values, against numpy for every query and every starting hint (far left, far right,
+    exact, past the end)."""
+    from graphstore.build import _lower_bound
+
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 2, 7, 64):
+        a = np.sort(rng.integers(0, 20, n)).astype(np.int64)
+        for v in range(-1, 22):
+            want = int(np.searchsorted(a, v))
+            for hint in (-3, 0, 1, n // 2, n - 1, n, n + 5, want):
+                assert _lower_bound(a, np.int64(v), hint) == want, (a, v, hint)
