@@ -63,7 +63,7 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None
     ``weights``: the trace's parameter-owning op calls (``params.weight_ops``), which give
     the layer table its parameter bytes where shapes were recorded."""
     g = build(tables)
-    check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name)
+    check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name, g.start_ns, g.obs_dur_ns)
     launch = g.ekind == EDGE_KIND_NAMES.index("launch")
     gpu = g.kind >= KIND_NAMES.index("kernel")
     api_corr = tables["api"]["correlation"].drop_null().to_numpy()
