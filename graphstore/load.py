@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numba
 import numpy as np
 import pyarrow as pa
 
@@ -21,7 +22,6 @@ from graphstore.build import (
     KIND_NAMES,
     Graph,
     build,
-    order_by_unit,
 )
 from graphstore.check import check_acyclic, check_launch_edges
 from graphstore.params import COLUMNS, layer_param_bytes, weight_ops, weight_ops_from_parquet
@@ -168,10 +168,9 @@ def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray, iteration: np.ndarr
         row[has] = by_id[g.range_id[has]]
     src, dst = g.src[launch], g.dst[launch]
     row[dst] = row[src]
-    idx = pa.array(row, mask=row < 0)
     if rl.num_rows:
-        lay = rl["layer"].take(idx)
-        pha = _gaps_take_phase(g, rl["phase"].take(idx).fill_null("other"), iteration)
+        lay = rl["layer"].take(pa.array(row, mask=row < 0))
+        pha = _gaps_take_phase(g, rl["phase"], row, iteration)
     else:
         lay = pa.nulls(n, pa.string())
         pha = pa.array(np.full(n, "other", object), pa.string())
@@ -179,29 +178,47 @@ def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray, iteration: np.ndarr
         pha.combine_chunks() if hasattr(pha, "combine_chunks") else pha
 
 
-def _gaps_take_phase(g: Graph, phase: pa.ChunkedArray, iteration: np.ndarray) -> pa.Array:
-    """Host time labelled "other" between two tasks of one phase and one iteration on its
+def _gaps_take_phase(g: Graph, phase: pa.ChunkedArray, row: np.ndarray,
+                     iteration: np.ndarray) -> pa.Array:
+    """The phase of each task: that of its label row ``row`` (-1: "other"), except that host
+    time labelled "other" between two tasks of one phase and one iteration on its
     thread is that phase: interpreter and autograd-engine overhead between operators (between
     two backward nodes on the autograd thread, between two forward ops outside any annotation)
     belongs to the work around it, and transforms that remove a phase's CPU time must remove
     it too. (An idle stretch between two iterations' backward passes stays "other".)"""
-    d = phase.combine_chunks().dictionary_encode()
-    names = d.dictionary.to_pylist()
-    if "other" not in names:
-        return d.cast(pa.string())
-    code = d.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    other = names.index("other")
-    by_unit = order_by_unit(g.unit)
-    u = g.unit[by_unit]
-    c = code[by_unit]
-    it = iteration[by_unit]
-    mid = np.flatnonzero((u[1:-1] == u[:-2]) & (u[1:-1] == u[2:]) & (c[1:-1] == other)
-                         & (c[:-2] == c[2:]) & (c[:-2] != other) & (it[:-2] == it[2:])
-                         & (it[:-2] >= 0)) + 1
-    mid = mid[g.kind[by_unit[mid]] == KIND_NAMES.index("host")]
-    code[by_unit[mid]] = c[mid - 1]
-    return pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32)),
-                                          d.dictionary).cast(pa.string())
+    # the label rows' phases as codes into their distinct values, "other" among them
+    d = phase.combine_chunks().fill_null("other").dictionary_encode()
+    names = d.dictionary
+    other = names.index("other").as_py()
+    if other < 0:
+        other = len(names)
+        names = pa.concat_arrays([names, pa.array(["other"], names.type)])
+    rl_code = d.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+    code = np.where(row >= 0, rl_code[np.maximum(row, 0)], np.int32(other)).astype(np.int32)
+    if len(code):
+        code = _fill_gaps(code, g.unit, iteration, g.kind, other, int(g.unit.max()) + 1,
+                          KIND_NAMES.index("host"))
+    return names.take(pa.array(code)).cast(pa.string())
+
+
+@numba.njit(cache=True)
+def _fill_gaps(code, unit, iteration, kind, other, n_units, host):
+    """_gaps_take_phase's rule in one pass over the tasks in id order, keeping the last two
+    tasks seen on each unit: a host task coded ``other`` between two tasks on its unit of one
+    code (not ``other``) and one iteration (>= 0) takes that code."""
+    out = code.copy()
+    last = np.full(n_units, -1, np.int64)
+    before = np.full(n_units, -1, np.int64)
+    for k in range(code.shape[0]):
+        u = unit[k]
+        a = before[u]
+        m = last[u]
+        if (a >= 0 and code[m] == other and kind[m] == host and code[a] == code[k]
+                and code[a] != other and iteration[a] == iteration[k] and iteration[a] >= 0):
+            out[m] = code[a]
+        before[u] = m
+        last[u] = k
+    return out
 
 
 def _task_iterations(g: Graph, its: pa.Table, launch: np.ndarray) -> np.ndarray:
