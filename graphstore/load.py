@@ -65,9 +65,10 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None
     g = build(tables)
     check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name, g.start_ns, g.obs_dur_ns)
     launch = g.ekind == EDGE_KIND_NAMES.index("launch")
-    gpu = g.kind >= KIND_NAMES.index("kernel")
+    gpu = np.flatnonzero(g.kind >= KIND_NAMES.index("kernel"))
     api_corr = tables["api"]["correlation"].drop_null().to_numpy()
-    with_call = np.flatnonzero(gpu & np.isin(g.correlation, api_corr) & (g.correlation >= 0))
+    corr = g.correlation[gpu]
+    with_call = gpu[np.isin(corr, api_corr) & (corr >= 0)]
     check_launch_edges(with_call, g.dst[launch])
 
     ranges = labels.ranges_frame(tables)  # read by the three label passes
@@ -234,9 +235,8 @@ def _task_iterations(g: Graph, its: pa.Table, launch: np.ndarray) -> np.ndarray:
     t = g.start_ns.copy()
     t[g.dst[launch]] = g.start_ns[g.src[launch]]
     pos = np.searchsorted(starts, t, side="right") - 1
-    ok = pos >= 0
-    ok[ok] &= t[ok] < ends[pos[ok]]
-    it[ok] = idx[pos[ok]]
+    at = np.maximum(pos, 0)
+    it = np.where((pos >= 0) & (t < ends[at]), idx[at].astype(np.int64), -1)
     it[0] = -1  # the origin task belongs to no iteration
     return it
 
