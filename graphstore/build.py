@@ -282,11 +282,30 @@ def _cpu_sweep(thr_off_api, a_start, a_end, thr_off_rng, r_start, r_end, r_id,
 
 def _distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Dense key of each (a, b) pair (numbered in sorted pair order) and the distinct pairs,
-    as an int64 array of shape (k, 2) indexed by key."""
-    key = thread_key(a, b)
-    first = np.zeros(int(key.max()) + 1 if len(key) else 0, np.int64)
+    as an int64 array of shape (k, 2) indexed by key. Rows of one thread (or stream) come in
+    long runs in time order: the pairs are sorted once per run, not once per row."""
+    if not len(a):
+        return np.zeros(0, np.int64), np.zeros((0, 2), np.int64)
+    heads = np.flatnonzero(np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])])
+    key = np.repeat(thread_key(a[heads], b[heads]), np.diff(np.r_[heads, len(a)]))
+    first = np.zeros(int(key.max()) + 1, np.int64)
     first[key] = np.arange(len(key))
     return key, np.stack([a[first], b[first]], 1)
+
+
+def _by_thread(thr: np.ndarray, start: np.ndarray, end: np.ndarray | None = None
+               ) -> np.ndarray:
+    """np.lexsort((start, thr)), or with ``end`` np.lexsort((-end, start, thr)): a stable
+    sort on the thread alone where the rows already come in that order of (start, -end), as
+    ingest writes them."""
+    ds = np.diff(start)
+    in_order = bool((ds >= 0).all())
+    if in_order and end is not None:
+        tie = np.flatnonzero(ds == 0)
+        in_order = bool((end[tie + 1] <= end[tie]).all())
+    if in_order:
+        return order_by_unit(thr)
+    return np.lexsort((start, thr)) if end is None else np.lexsort((-end, start, thr))
 
 
 def _group_offsets(keys_sorted: np.ndarray, n_groups: int) -> np.ndarray:
@@ -307,17 +326,12 @@ def _cpu_tasks(api: pa.Table, rng: pa.Table, stats: Stats):
     r_end = r_start + _col(rng, "dur_ns")[cpu]
     r_id = _col(rng, "range_id")[cpu]
 
-    pairs = np.concatenate([np.stack([a_pid, a_tid], 1), np.stack([r_pid, r_tid], 1)])
-    if len(pairs) == 0:
-        threads = np.zeros((0, 2), np.int64)
-        a_thr = np.zeros(0, np.int64)
-        r_thr = np.zeros(0, np.int64)
-    else:
-        inv, threads = _distinct_pairs(pairs[:, 0], pairs[:, 1])
-        a_thr, r_thr = inv[: len(a_pid)], inv[len(a_pid):]
+    inv, threads = _distinct_pairs(np.concatenate([a_pid, r_pid]),
+                                   np.concatenate([a_tid, r_tid]))
+    a_thr, r_thr = inv[: len(a_pid)], inv[len(a_pid):]
     nthr = len(threads)
-    ao = np.lexsort((a_start, a_thr))
-    ro = np.lexsort((-r_end, r_start, r_thr))
+    ao = _by_thread(a_thr, a_start)
+    ro = _by_thread(r_thr, r_start, r_end)
     cap = 2 * len(a_start) + 2 * len(r_start) + 2 * nthr + 1
     o_thread = np.empty(cap, np.int64)
     o_kind = np.empty(cap, np.int64)
@@ -494,13 +508,14 @@ def build(tables: dict[str, pa.Table]) -> Graph:
     # typical latencies, measured on this trace
     ln = np.flatnonzero(has_launch)
     l_lag = start[ln] - start[launch_of[ln]]
-    prev_on_stream = np.full(len(kind), -1, np.int64)
-    prev_on_stream[sq] = sp
-    gap = np.where(prev_on_stream >= 0, start - end[np.maximum(prev_on_stream, 0)], -1)
-    idle = ln[(prev_on_stream[ln] < 0) | (gap[ln] > 10_000)]
+    gap_sq = start[sq] - end[sp]  # idle time on the stream before each task that has a prev
+    gap = np.zeros(len(kind), np.int64)
+    gap[sq] = gap_sq
+    has_prev = np.zeros(len(kind), bool)
+    has_prev[sq] = True
+    idle = ln[~has_prev[ln] | (gap[ln] > 10_000)]
     typ_launch = _median(start[idle] - start[launch_of[idle]], DEFAULT_LAUNCH_LAG_NS)
-    small_gaps = gap[(prev_on_stream >= 0) & (gap >= 0) & (gap < 10_000)]
-    typ_stream = _median(small_gaps, DEFAULT_STREAM_LAG_NS)
+    typ_stream = _median(gap_sq[(gap_sq >= 0) & (gap_sq < 10_000)], DEFAULT_STREAM_LAG_NS)
     stats.add("gpu_before_launch", int((l_lag < 0).sum()), severity="warning",
               detail="GPU tasks that start before their launching call (clock skew); lag 0")
 
