@@ -139,7 +139,11 @@ class _Names:
 
 
 def _col(t: pa.Table, name: str, fill: int = -1) -> np.ndarray:
-    return t[name].fill_null(fill).to_numpy(zero_copy_only=False).astype(np.int64)
+    """An integer column as a writable int64 array, nulls as ``fill`` (one copy)."""
+    c = t[name]
+    if c.null_count:
+        c = c.fill_null(fill)
+    return c.to_numpy().astype(np.int64)
 
 
 def _dict(t: pa.Table, name: str = "name") -> tuple[np.ndarray, np.ndarray]:
@@ -528,14 +532,7 @@ def build(tables: dict[str, pa.Table]) -> Graph:
     cand_kind = np.full(len(kind), -1, np.int64)
 
     def offer(tasks, t, k):
-        better = t > cand_time[tasks]
-        # several offers for one task in one call: keep the largest
-        o = np.lexsort((t, tasks))
-        tasks_o, t_o, b_o = tasks[o], t[o], better[o]
-        last = np.r_[tasks_o[1:] != tasks_o[:-1], True] if len(tasks_o) else np.zeros(0, bool)
-        sel = last & b_o
-        cand_time[tasks_o[sel]] = t_o[sel]
-        cand_kind[tasks_o[sel]] = k
+        _offer(cand_time, cand_kind, np.asarray(tasks, np.int64), np.asarray(t, np.int64), k)
 
     offer(sq, end[sp] + typ_stream, EK_STREAM)
     offer(ln, start[launch_of[ln]] + typ_launch, EK_LAUNCH)
@@ -661,6 +658,18 @@ def build(tables: dict[str, pa.Table]) -> Graph:
                  binding=np.concatenate(bind), unit_kind=unit_kind, unit_pid=unit_pid,
                  unit_tid=unit_tid, unit_device=unit_device, unit_stream=unit_stream,
                  unit_name=unit_name, stats=stats)
+
+
+@numba.njit(cache=True)
+def _offer(cand_time, cand_kind, tasks, t, k):
+    """Constraint ``k`` offers start times ``t`` to ``tasks``: each task keeps the latest
+    offer (of this call and earlier ones), and the kind that made it (a tie keeps the
+    earlier kind)."""
+    for i in range(tasks.shape[0]):
+        j = tasks[i]
+        if t[i] > cand_time[j]:
+            cand_time[j] = t[i]
+            cand_kind[j] = k
 
 
 def order_by_unit(unit: np.ndarray) -> np.ndarray:
