@@ -130,7 +130,7 @@ def module_labels(tables: dict[str, pa.Table], rl: pa.Table) -> pa.Table:
     import polars as pl
 
     rng = tables["range"]
-    if not rng.num_rows or not rl.num_rows:
+    if not rng.num_rows or not rl.num_rows or not _has_value(rng["kind"], "module"):
         return rl
     r = pl.from_arrow(rng.select(["range_id", "kind", "name"])).with_columns(
         pl.col("kind").cast(pl.String), pl.col("name").cast(pl.String))
@@ -145,6 +145,14 @@ def module_labels(tables: dict[str, pa.Table], rl: pa.Table) -> pa.Table:
         pl.coalesce("m_layer", "layer").alias("layer"),
         pl.coalesce("m_phase", "phase").alias("phase")).drop("m_layer", "m_phase")
     return out.to_arrow().cast(rl.schema).replace_schema_metadata(rl.schema.metadata)
+
+
+def _has_value(col: pa.ChunkedArray, value: str) -> bool:
+    """Whether a string column may hold ``value``: a dictionary-encoded one (as ingest writes
+    kinds) is answered from its dictionaries, without a look at each row."""
+    if pa.types.is_dictionary(col.type):
+        return any(value in c.dictionary.to_pylist() for c in col.chunks)
+    return True
 
 
 def _named(codes: np.ndarray, names: tuple[str, ...]) -> pa.Array:
