@@ -594,13 +594,12 @@ def build(tables: dict[str, pa.Table]) -> Graph:
     in_op = np.zeros(len(kind), bool)
     if rng.num_rows:
         r_ids = _col(rng, "range_id")
-        op_by_id = np.zeros(int(r_ids.max()) + 1, bool)
+        op_by_id = np.zeros(int(r_ids.max()) + 2, bool)  # the last slot: range id -1
         # old Kineto traces record record_function markers (ProfilerStep#N, "## x ##") as
         # cpu_op too: a wait directly inside one of those is not an operator's own work
         op_by_id[r_ids] = _flag(rng, "kind", lambda k: k == "cpu_op") & ~_flag(
             rng, "name", lambda n: bool(MARKER_RE.match(n)))
-        has_r = rid >= 0
-        in_op[has_r] = op_by_id[rid[has_r]]
+        in_op = op_by_id[rid]
     k_src, k_dst, k_via = _wake_edges(kind, unit, start, end, nthr, threads,
                                       blocking | in_op)
     stats.add("wake_edges", len(k_src), severity="info",
@@ -893,16 +892,14 @@ def _wake(kind, unit, start, end, blocking, cpu, by_end, pid_of_unit):
 def _range_names(pool: _NamePool, rng: pa.Table, range_ids: np.ndarray) -> np.ndarray:
     """Name codes of host tasks: their innermost range's name, "<host>" outside every range."""
     host = pool.add(np.zeros(1, np.int64), np.array(["<host>"], object))[0]
-    out = np.full(len(range_ids), host, np.int64)
     if not rng.num_rows:
-        return out
+        return np.full(len(range_ids), host, np.int64)
     names = pool.add(*_dict(rng))
     ids = _col(rng, "range_id")
-    lookup = np.full(int(ids.max()) + 1 if len(ids) else 0, host, np.int64)
+    # one slot more than the ids: range id -1 (none) reads it
+    lookup = np.full(int(ids.max()) + 2 if len(ids) else 1, host, np.int64)
     lookup[ids] = names
-    ok = range_ids >= 0
-    out[ok] = lookup[range_ids[ok]]
-    return out
+    return lookup[range_ids]
 
 
 def _sync_edges(tables, blocking, start, end, unit, corr, gpu_mask, streams, nthr,
