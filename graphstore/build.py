@@ -139,7 +139,11 @@ class _Names:
 
 
 def _col(t: pa.Table, name: str, fill: int = -1) -> np.ndarray:
-    return t[name].fill_null(fill).to_numpy(zero_copy_only=False).astype(np.int64)
+    """An integer column as a writable int64 array, nulls as ``fill`` (one copy)."""
+    c = t[name]
+    if c.null_count:
+        c = c.fill_null(fill)
+    return c.to_numpy().astype(np.int64)
 
 
 def _dict(t: pa.Table, name: str = "name") -> tuple[np.ndarray, np.ndarray]:
@@ -282,11 +286,30 @@ def _cpu_sweep(thr_off_api, a_start, a_end, thr_off_rng, r_start, r_end, r_id,
 
 def _distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Dense key of each (a, b) pair (numbered in sorted pair order) and the distinct pairs,
-    as an int64 array of shape (k, 2) indexed by key."""
-    key = thread_key(a, b)
-    first = np.zeros(int(key.max()) + 1 if len(key) else 0, np.int64)
+    as an int64 array of shape (k, 2) indexed by key. Rows of one thread (or stream) come in
+    long runs in time order: the pairs are sorted once per run, not once per row."""
+    if not len(a):
+        return np.zeros(0, np.int64), np.zeros((0, 2), np.int64)
+    heads = np.flatnonzero(np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])])
+    key = np.repeat(thread_key(a[heads], b[heads]), np.diff(np.r_[heads, len(a)]))
+    first = np.zeros(int(key.max()) + 1, np.int64)
     first[key] = np.arange(len(key))
     return key, np.stack([a[first], b[first]], 1)
+
+
+def _by_thread(thr: np.ndarray, start: np.ndarray, end: np.ndarray | None = None
+               ) -> np.ndarray:
+    """np.lexsort((start, thr)), or with ``end`` np.lexsort((-end, start, thr)): a stable
+    sort on the thread alone where the rows already come in that order of (start, -end), as
+    ingest writes them."""
+    ds = np.diff(start)
+    in_order = bool((ds >= 0).all())
+    if in_order and end is not None:
+        tie = np.flatnonzero(ds == 0)
+        in_order = bool((end[tie + 1] <= end[tie]).all())
+    if in_order:
+        return order_by_unit(thr)
+    return np.lexsort((start, thr)) if end is None else np.lexsort((-end, start, thr))
 
 
 def _group_offsets(keys_sorted: np.ndarray, n_groups: int) -> np.ndarray:
@@ -307,17 +330,12 @@ def _cpu_tasks(api: pa.Table, rng: pa.Table, stats: Stats):
     r_end = r_start + _col(rng, "dur_ns")[cpu]
     r_id = _col(rng, "range_id")[cpu]
 
-    pairs = np.concatenate([np.stack([a_pid, a_tid], 1), np.stack([r_pid, r_tid], 1)])
-    if len(pairs) == 0:
-        threads = np.zeros((0, 2), np.int64)
-        a_thr = np.zeros(0, np.int64)
-        r_thr = np.zeros(0, np.int64)
-    else:
-        inv, threads = _distinct_pairs(pairs[:, 0], pairs[:, 1])
-        a_thr, r_thr = inv[: len(a_pid)], inv[len(a_pid):]
+    inv, threads = _distinct_pairs(np.concatenate([a_pid, r_pid]),
+                                   np.concatenate([a_tid, r_tid]))
+    a_thr, r_thr = inv[: len(a_pid)], inv[len(a_pid):]
     nthr = len(threads)
-    ao = np.lexsort((a_start, a_thr))
-    ro = np.lexsort((-r_end, r_start, r_thr))
+    ao = _by_thread(a_thr, a_start)
+    ro = _by_thread(r_thr, r_start, r_end)
     cap = 2 * len(a_start) + 2 * len(r_start) + 2 * nthr + 1
     o_thread = np.empty(cap, np.int64)
     o_kind = np.empty(cap, np.int64)
@@ -494,13 +512,14 @@ def build(tables: dict[str, pa.Table]) -> Graph:
     # typical latencies, measured on this trace
     ln = np.flatnonzero(has_launch)
     l_lag = start[ln] - start[launch_of[ln]]
-    prev_on_stream = np.full(len(kind), -1, np.int64)
-    prev_on_stream[sq] = sp
-    gap = np.where(prev_on_stream >= 0, start - end[np.maximum(prev_on_stream, 0)], -1)
-    idle = ln[(prev_on_stream[ln] < 0) | (gap[ln] > 10_000)]
+    gap_sq = start[sq] - end[sp]  # idle time on the stream before each task that has a prev
+    gap = np.zeros(len(kind), np.int64)
+    gap[sq] = gap_sq
+    has_prev = np.zeros(len(kind), bool)
+    has_prev[sq] = True
+    idle = ln[~has_prev[ln] | (gap[ln] > 10_000)]
     typ_launch = _median(start[idle] - start[launch_of[idle]], DEFAULT_LAUNCH_LAG_NS)
-    small_gaps = gap[(prev_on_stream >= 0) & (gap >= 0) & (gap < 10_000)]
-    typ_stream = _median(small_gaps, DEFAULT_STREAM_LAG_NS)
+    typ_stream = _median(gap_sq[(gap_sq >= 0) & (gap_sq < 10_000)], DEFAULT_STREAM_LAG_NS)
     stats.add("gpu_before_launch", int((l_lag < 0).sum()), severity="warning",
               detail="GPU tasks that start before their launching call (clock skew); lag 0")
 
@@ -513,14 +532,7 @@ def build(tables: dict[str, pa.Table]) -> Graph:
     cand_kind = np.full(len(kind), -1, np.int64)
 
     def offer(tasks, t, k):
-        better = t > cand_time[tasks]
-        # several offers for one task in one call: keep the largest
-        o = np.lexsort((t, tasks))
-        tasks_o, t_o, b_o = tasks[o], t[o], better[o]
-        last = np.r_[tasks_o[1:] != tasks_o[:-1], True] if len(tasks_o) else np.zeros(0, bool)
-        sel = last & b_o
-        cand_time[tasks_o[sel]] = t_o[sel]
-        cand_kind[tasks_o[sel]] = k
+        _offer(cand_time, cand_kind, np.asarray(tasks, np.int64), np.asarray(t, np.int64), k)
 
     offer(sq, end[sp] + typ_stream, EK_STREAM)
     offer(ln, start[launch_of[ln]] + typ_launch, EK_LAUNCH)
@@ -582,13 +594,12 @@ def build(tables: dict[str, pa.Table]) -> Graph:
     in_op = np.zeros(len(kind), bool)
     if rng.num_rows:
         r_ids = _col(rng, "range_id")
-        op_by_id = np.zeros(int(r_ids.max()) + 1, bool)
+        op_by_id = np.zeros(int(r_ids.max()) + 2, bool)  # the last slot: range id -1
         # old Kineto traces record record_function markers (ProfilerStep#N, "## x ##") as
         # cpu_op too: a wait directly inside one of those is not an operator's own work
         op_by_id[r_ids] = _flag(rng, "kind", lambda k: k == "cpu_op") & ~_flag(
             rng, "name", lambda n: bool(MARKER_RE.match(n)))
-        has_r = rid >= 0
-        in_op[has_r] = op_by_id[rid[has_r]]
+        in_op = op_by_id[rid]
     k_src, k_dst, k_via = _wake_edges(kind, unit, start, end, nthr, threads,
                                       blocking | in_op)
     stats.add("wake_edges", len(k_src), severity="info",
@@ -648,6 +659,18 @@ def build(tables: dict[str, pa.Table]) -> Graph:
                  unit_name=unit_name, stats=stats)
 
 
+@numba.njit(cache=True)
+def _offer(cand_time, cand_kind, tasks, t, k):
+    """Constraint ``k`` offers start times ``t`` to ``tasks``: each task keeps the latest
+    offer (of this call and earlier ones), and the kind that made it (a tie keeps the
+    earlier kind)."""
+    for i in range(tasks.shape[0]):
+        j = tasks[i]
+        if t[i] > cand_time[j]:
+            cand_time[j] = t[i]
+            cand_kind[j] = k
+
+
 def order_by_unit(unit: np.ndarray) -> np.ndarray:
     """Task ids grouped by unit, in id order within a unit (a stable sort; a radix sort when
     the unit ids fit 16 bits, as they nearly always do)."""
@@ -696,36 +719,58 @@ def _first_task_triggers(kind, unit, start, end, nthr, threads):
     empty = np.zeros(0, np.int64)
     if nthr < 2:
         return empty, empty, np.zeros(0, bool)
-    ids = np.arange(len(unit))
-    cpu = np.flatnonzero((unit < nthr) & (ids > 0))
-    if not len(cpu):
-        return empty, empty, np.zeros(0, bool)
-    order = cpu[order_by_unit(unit[cpu])]
-    u_sorted = unit[order]
-    heads = order[np.r_[True, u_sorted[1:] != u_sorted[:-1]]]
-    pid = threads[:, 0]
-    c_pid = pid[unit[cpu]]
-    long_host = (kind[cpu] == KIND_HOST) & (end[cpu] - start[cpu] >= MIN_WAIT_NS)
-    src, dst, via = [], [], []
-    for f in heads:  # one per thread: a few masks over the CPU tasks
+    src, dst, via = _first_triggers(kind, unit, start, end, nthr,
+                                    np.ascontiguousarray(threads[:, 0], np.int64))
+    return src, dst, via
+
+
+@numba.njit(cache=True)
+def _first_triggers(kind, unit, start, end, nthr, pid):
+    """_first_task_triggers over the tasks (ids in start order, 0 the origin): one scan per
+    thread head. Of the candidates in a pass the latest event wins, the lowest id among ties;
+    a wait beginning (via_start) wins a tie with an end."""
+    n = unit.shape[0]
+    head = np.full(nthr, -1, np.int64)
+    for i in range(1, n):
+        u = unit[i]
+        if u < nthr and head[u] < 0:
+            head[u] = i
+    src = np.empty(nthr, np.int64)
+    dst = np.empty(nthr, np.int64)
+    via = np.empty(nthr, np.bool_)
+    k = 0
+    for uf in range(nthr):
+        f = head[uf]
+        if f < 0:
+            continue
         t = start[f]
-        near = (c_pid == pid[unit[f]]) & (unit[cpu] != unit[f])
-        best, best_t, best_via = -1, -1, False
+        lo = t - FIRST_WAKE_TOL_NS
+        pf = pid[uf]
+        best, best_t, best_via = -1, np.int64(-1), False
         for use_start in (False, True):
-            ev = start[cpu] if use_start else end[cpu]
-            m = near & (ev < t) & (ev >= t - FIRST_WAKE_TOL_NS)
-            if use_start:
-                m &= long_host
-            k = np.flatnonzero(m)
-            if len(k):
-                j = k[np.argmax(ev[k])]  # the latest; the lowest id among ties
-                if ev[j] > best_t or (use_start and ev[j] == best_t):  # a wait beginning
-                    best, best_t, best_via = cpu[j], ev[j], use_start   # wins a tie
+            j, jt = -1, np.int64(0)
+            for i in range(1, n):
+                u = unit[i]
+                if u >= nthr or u == uf or pid[u] != pf:
+                    continue
+                if use_start:
+                    if start[i] >= t:
+                        break  # ids are in start order
+                    if kind[i] != KIND_HOST or end[i] - start[i] < MIN_WAIT_NS:
+                        continue
+                    ev = start[i]
+                else:
+                    ev = end[i]
+                if ev < t and ev >= lo and (j < 0 or ev > jt):
+                    j, jt = i, ev
+            if j >= 0 and (jt > best_t or (use_start and jt == best_t)):
+                best, best_t, best_via = j, jt, use_start
         if best >= 0:
-            src.append(best)
-            dst.append(f)
-            via.append(best_via)
-    return (np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(via, bool))
+            src[k] = best
+            dst[k] = f
+            via[k] = best_via
+            k += 1
+    return src[:k], dst[:k], via[:k]
 
 
 def _wake_edges(kind, unit, start, end, nthr, threads, blocking):
@@ -734,52 +779,127 @@ def _wake_edges(kind, unit, start, end, nthr, threads, blocking):
     autograd thread's last op), or started (the autograd thread idle until backward() was
     called). Returns (waited-for task, waiting host task, via_start) arrays. Times strictly
     increase along these links, so they can close no cycle."""
-    cpu = np.flatnonzero((unit < nthr) & (np.arange(len(unit)) > 0))
     empty = np.zeros(0, np.int64)
-    if not len(cpu) or nthr < 2:
+    if nthr < 2:
+        return empty, empty, np.zeros(0, bool)
+    cpu = np.flatnonzero(unit < nthr)
+    cpu = cpu[cpu > 0]
+    if not len(cpu):
         return empty, empty, np.zeros(0, bool)
     pid_of_unit = np.full(int(unit.max()) + 1, -1, np.int64)
     pid_of_unit[:nthr] = threads[:, 0]
-    waits = cpu[(kind[cpu] == KIND_HOST) & (end[cpu] - start[cpu] >= MIN_WAIT_NS) &
-                ~blocking[cpu]]
-    src = np.full(len(waits), -1, np.int64)
-    via_start = np.zeros(len(waits), bool)
-    for use_start in (False, True):
-        t = start if use_start else end
-        # woken by a start: only by a thread starting a wait of its own (the caller blocking
-        # in backward() while the autograd thread runs)
-        pool = cpu[(kind[cpu] == KIND_HOST) & (end[cpu] - start[cpu] >= MIN_WAIT_NS)] \
-            if use_start else cpu
-        o = np.argsort(t[pool], kind="stable")
-        ys, yt = pool[o], t[pool][o]
-        pos = np.searchsorted(yt, end[waits], side="left") - 1
-        for back in range(8):  # the latest few events before the wait's end
-            p = pos - back
-            ok = (src < 0) & (p >= 0)
-            y = ys[np.maximum(p, 0)]
-            ok &= (unit[y] != unit[waits]) & \
-                (pid_of_unit[unit[y]] == pid_of_unit[unit[waits]])
-            ok &= (t[y] >= end[waits] - WAKE_TOL_NS) & (t[y] > start[waits])
-            ok &= t[y] < end[waits]
-            src[ok] = y[ok]
-            via_start[ok] = use_start
-    hit = src >= 0
-    return src[hit], waits[hit], via_start[hit]
+    # the CPU tasks by end (ids are in start order, so by start they are sorted already)
+    by_end = cpu[np.argsort(end[cpu], kind="stable")]
+    return _wake(kind, unit, start, end, blocking, cpu, by_end, pid_of_unit)
+
+
+@numba.njit(cache=True, inline="always")
+def _lower_bound(a, v, hint):
+    """np.searchsorted(a, v) (side left) for sorted ``a``, galloping out from ``hint``: fast
+    when successive queries lie close together, as event times in time order do."""
+    n = a.shape[0]
+    h = min(max(hint, 0), n)
+    if h > 0 and a[h - 1] >= v:  # the answer is at most h - 1
+        hi = h - 1
+        step = 1
+        lo = hi - step
+        while lo > 0 and a[lo] >= v:
+            hi = lo
+            step *= 2
+            lo = hi - step
+        lo = max(lo, 0)
+    else:  # the answer is at least h
+        lo = h
+        step = 1
+        hi = lo + step
+        while hi < n and a[hi] < v:
+            lo = hi + 1
+            step *= 2
+            hi = lo + step
+        hi = min(hi, n)
+    while lo < hi:  # a[hi] >= v or hi == n; everything before lo is < v
+        mid = (lo + hi) >> 1
+        if a[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True)
+def _wake(kind, unit, start, end, blocking, cpu, by_end, pid_of_unit):
+    """_wake_edges' search: for each wait, the latest of the last 8 task ends before its end
+    (in (end, id) order) that qualifies, else the latest of the last 8 starts of long host
+    tasks."""
+    nc = cpu.shape[0]
+    ends = np.empty(nc, np.int64)
+    for i in range(nc):
+        ends[i] = end[by_end[i]]
+    # long host tasks (the waits and the start events), in id = start order
+    longs = np.empty(nc, np.int64)
+    nl = 0
+    for i in range(nc):
+        c = cpu[i]
+        if kind[c] == KIND_HOST and end[c] - start[c] >= MIN_WAIT_NS:
+            longs[nl] = c
+            nl += 1
+    longs = longs[:nl]
+    starts = np.empty(nl, np.int64)
+    for i in range(nl):
+        starts[i] = start[longs[i]]
+    src = np.empty(nl, np.int64)
+    dst = np.empty(nl, np.int64)
+    via = np.empty(nl, np.bool_)
+    k = 0
+    hint = np.zeros(2, np.int64)  # the waits come in start order: search near the last one
+    for i in range(nl):
+        w = longs[i]
+        if blocking[w]:
+            continue
+        ew, sw, uw = end[w], start[w], unit[w]
+        pw = pid_of_unit[uw]
+        found = -1
+        found_start = False
+        for use_start in (False, True):
+            if use_start:
+                ys, yt = longs, starts
+            else:
+                ys, yt = by_end, ends
+            pos = _lower_bound(yt, ew, hint[int(use_start)])
+            hint[int(use_start)] = pos
+            pos -= 1  # the last event before the wait's end
+            for back in range(8):
+                p = pos - back
+                if p < 0:
+                    break
+                y = ys[p]
+                ty = yt[p]
+                if (unit[y] != uw and pid_of_unit[unit[y]] == pw
+                        and ty >= ew - WAKE_TOL_NS and ty > sw and ty < ew):
+                    found = y
+                    found_start = use_start
+                    break
+            if found >= 0:
+                break
+        if found >= 0:
+            src[k] = found
+            dst[k] = w
+            via[k] = found_start
+            k += 1
+    return src[:k], dst[:k], via[:k]
 
 
 def _range_names(pool: _NamePool, rng: pa.Table, range_ids: np.ndarray) -> np.ndarray:
     """Name codes of host tasks: their innermost range's name, "<host>" outside every range."""
     host = pool.add(np.zeros(1, np.int64), np.array(["<host>"], object))[0]
-    out = np.full(len(range_ids), host, np.int64)
     if not rng.num_rows:
-        return out
+        return np.full(len(range_ids), host, np.int64)
     names = pool.add(*_dict(rng))
     ids = _col(rng, "range_id")
-    lookup = np.full(int(ids.max()) + 1 if len(ids) else 0, host, np.int64)
+    # one slot more than the ids: range id -1 (none) reads it
+    lookup = np.full(int(ids.max()) + 2 if len(ids) else 1, host, np.int64)
     lookup[ids] = names
-    ok = range_ids >= 0
-    out[ok] = lookup[range_ids[ok]]
-    return out
+    return lookup[range_ids]
 
 
 def _sync_edges(tables, blocking, start, end, unit, corr, gpu_mask, streams, nthr,
@@ -900,17 +1020,28 @@ def _infer_waits(tasks, start, end, unit, g_ids, streams, nthr):
     # device-major, then end time relative to the earliest end
     base = int(gend.min()) if len(gend) else 0
     key = gd * (1 << 50) + (gend - base)
-    src, dst = [], []
     q = dev_of_unit[unit[tasks]] * (1 << 50) + (start[tasks] - base)
     pos = np.searchsorted(key, q, side="right") - 1
-    # walk back over candidates on the same stream (a few at most)
-    for j in range(len(tasks)):
+    return _walk_back(tasks.astype(np.int64), pos, start, unit, dev_of_unit, gs, gd, gend)
+
+
+@numba.njit(cache=True)
+def _walk_back(tasks, pos, start, unit, dev_of_unit, gs, gd, gend):
+    """_infer_waits' search: from the last GPU end at or before each task's start on its
+    device, walk back over candidates on the task's own stream (a few at most) to the first
+    task of another stream that ended within WAIT_TOL_NS."""
+    src = np.empty(tasks.shape[0], np.int64)
+    dst = np.empty(tasks.shape[0], np.int64)
+    k = 0
+    for j in range(tasks.shape[0]):
         p = pos[j]
         t = tasks[j]
-        while p >= 0 and gd[p] == dev_of_unit[unit[t]] and start[t] - gend[p] <= WAIT_TOL_NS:
+        d = dev_of_unit[unit[t]]
+        while p >= 0 and gd[p] == d and start[t] - gend[p] <= WAIT_TOL_NS:
             if unit[gs[p]] != unit[t]:
-                src.append(gs[p])
-                dst.append(t)
+                src[k] = gs[p]
+                dst[k] = t
+                k += 1
                 break
             p -= 1
-    return np.array(src, np.int64), np.array(dst, np.int64)
+    return src[:k], dst[:k]

@@ -6,6 +6,7 @@ nesting level, name rules once per distinct name), never Python per event.
 ``find_iterations(tables)``  the training iterations of a trace (ITERATION's columns);
 ``label_ranges(tables)``     layer and phase of every range (range_id, layer, phase): what applies
                              to anything that runs inside that range;
+``iterations_and_labels(tables)``  both at once (the labels are found with the iterations);
 ``find_layers(tables, labels)``  the layers found (LAYER's columns);
 ``mapped_share(task)``       how much GPU time of a task table the labels cover.
 
@@ -626,13 +627,15 @@ def _module_layers(r: pl.DataFrame, is_mod: np.ndarray, tree: _Tree, autograd: n
 
 
 def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
-           ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, _Layers]:
-    """Ranges frame, phase codes, layer codes and the layer dictionary."""
+           ) -> tuple[pl.DataFrame, np.ndarray, np.ndarray, _Layers, pa.Table]:
+    """Ranges frame, phase codes, layer codes, the layer dictionary and the iteration table
+    (which the labels are found with)."""
     r = ranges_frame(tables) if r is None else r
     n = r.height
     layers = _Layers()
     if n == 0:
-        return r, np.zeros(0, np.int8), np.zeros(0, np.int64), layers
+        return (r, np.zeros(0, np.int8), np.zeros(0, np.int64), layers,
+                find_iterations(tables, r))
     tree = _Tree(r)
     nm = _Names.of_ranges(tables, r)
     kind = _Names.of_ranges(tables, r, "kind")
@@ -775,22 +778,29 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
         at, tw = j["pos"].to_numpy(), j["twin"].to_numpy()
         phase[at] = phase[tw]
         layer[at] = layer[tw]
-    return r, phase.astype(np.int8), layer, layers
+    return r, phase.astype(np.int8), layer, layers, its
 
 
 def label_ranges(tables: dict[str, pa.Table], ranges: pl.DataFrame | None = None) -> pa.Table:
     """Layer and phase of every range: range_id, layer (null where unmapped), phase (one of
     PHASES). The rules are in the module doc. The schema metadata holds {layer: source} under
     ``LAYER_SOURCES_KEY`` for find_layers."""
-    r, phase, layer, layers = _label(tables, ranges)
+    return iterations_and_labels(tables, ranges)[1]
+
+
+def iterations_and_labels(tables: dict[str, pa.Table], ranges: pl.DataFrame | None = None
+                          ) -> tuple[pa.Table, pa.Table]:
+    """``find_iterations`` and ``label_ranges`` together: the labels are found with the
+    iterations, so the iterations are found once."""
+    r, phase, layer, layers, its = _label(tables, ranges)
     lay = pa.DictionaryArray.from_arrays(
         pa.array(layer, pa.int64(), mask=layer < 0), pa.array(layers.names, pa.string()))
     ph = pa.DictionaryArray.from_arrays(pa.array(phase, pa.int8()), pa.array(PHASES))
     meta = {LAYER_SOURCES_KEY: json.dumps(dict(zip(layers.names, layers.sources,
                                                    strict=True))).encode()}
-    return pa.table({"range_id": pa.array(r["range_id"].to_numpy(), pa.int64()),
-                     "layer": lay.dictionary_decode(), "phase": ph.dictionary_decode()},
-                    schema=LABEL_SCHEMA.with_metadata(meta))
+    return its, pa.table({"range_id": pa.array(r["range_id"].to_numpy(), pa.int64()),
+                          "layer": lay.dictionary_decode(), "phase": ph.dictionary_decode()},
+                         schema=LABEL_SCHEMA.with_metadata(meta))
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numba
 import numpy as np
 import pyarrow as pa
 
@@ -21,7 +22,6 @@ from graphstore.build import (
     KIND_NAMES,
     Graph,
     build,
-    order_by_unit,
 )
 from graphstore.check import check_acyclic, check_launch_edges
 from graphstore.params import COLUMNS, layer_param_bytes, weight_ops, weight_ops_from_parquet
@@ -63,16 +63,17 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None
     ``weights``: the trace's parameter-owning op calls (``params.weight_ops``), which give
     the layer table its parameter bytes where shapes were recorded."""
     g = build(tables)
-    check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name)
+    check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name, g.start_ns, g.obs_dur_ns)
     launch = g.ekind == EDGE_KIND_NAMES.index("launch")
-    gpu = g.kind >= KIND_NAMES.index("kernel")
+    gpu = np.flatnonzero(g.kind >= KIND_NAMES.index("kernel"))
     api_corr = tables["api"]["correlation"].drop_null().to_numpy()
-    with_call = np.flatnonzero(gpu & np.isin(g.correlation, api_corr) & (g.correlation >= 0))
+    corr = g.correlation[gpu]
+    with_call = gpu[np.isin(corr, api_corr) & (corr >= 0)]
     check_launch_edges(with_call, g.dst[launch])
 
     ranges = labels.ranges_frame(tables)  # read by the three label passes
-    its = labels.find_iterations(tables, ranges)
-    rl = module_labels(tables, labels.label_ranges(tables, ranges))
+    its, rl = labels.iterations_and_labels(tables, ranges)
+    rl = module_labels(tables, rl)
     iteration = _task_iterations(g, its, launch)
     layer, phase = _task_labels(g, rl, launch, iteration)
 
@@ -129,7 +130,7 @@ def module_labels(tables: dict[str, pa.Table], rl: pa.Table) -> pa.Table:
     import polars as pl
 
     rng = tables["range"]
-    if not rng.num_rows or not rl.num_rows:
+    if not rng.num_rows or not rl.num_rows or not _has_value(rng["kind"], "module"):
         return rl
     r = pl.from_arrow(rng.select(["range_id", "kind", "name"])).with_columns(
         pl.col("kind").cast(pl.String), pl.col("name").cast(pl.String))
@@ -144,6 +145,14 @@ def module_labels(tables: dict[str, pa.Table], rl: pa.Table) -> pa.Table:
         pl.coalesce("m_layer", "layer").alias("layer"),
         pl.coalesce("m_phase", "phase").alias("phase")).drop("m_layer", "m_phase")
     return out.to_arrow().cast(rl.schema).replace_schema_metadata(rl.schema.metadata)
+
+
+def _has_value(col: pa.ChunkedArray, value: str) -> bool:
+    """Whether a string column may hold ``value``: a dictionary-encoded one (as ingest writes
+    kinds) is answered from its dictionaries, without a look at each row."""
+    if pa.types.is_dictionary(col.type):
+        return any(value in c.dictionary.to_pylist() for c in col.chunks)
+    return True
 
 
 def _named(codes: np.ndarray, names: tuple[str, ...]) -> pa.Array:
@@ -168,10 +177,9 @@ def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray, iteration: np.ndarr
         row[has] = by_id[g.range_id[has]]
     src, dst = g.src[launch], g.dst[launch]
     row[dst] = row[src]
-    idx = pa.array(row, mask=row < 0)
     if rl.num_rows:
-        lay = rl["layer"].take(idx)
-        pha = _gaps_take_phase(g, rl["phase"].take(idx).fill_null("other"), iteration)
+        lay = rl["layer"].take(pa.array(row, mask=row < 0))
+        pha = _gaps_take_phase(g, rl["phase"], row, iteration)
     else:
         lay = pa.nulls(n, pa.string())
         pha = pa.array(np.full(n, "other", object), pa.string())
@@ -179,29 +187,47 @@ def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray, iteration: np.ndarr
         pha.combine_chunks() if hasattr(pha, "combine_chunks") else pha
 
 
-def _gaps_take_phase(g: Graph, phase: pa.ChunkedArray, iteration: np.ndarray) -> pa.Array:
-    """Host time labelled "other" between two tasks of one phase and one iteration on its
+def _gaps_take_phase(g: Graph, phase: pa.ChunkedArray, row: np.ndarray,
+                     iteration: np.ndarray) -> pa.Array:
+    """The phase of each task: that of its label row ``row`` (-1: "other"), except that host
+    time labelled "other" between two tasks of one phase and one iteration on its
     thread is that phase: interpreter and autograd-engine overhead between operators (between
     two backward nodes on the autograd thread, between two forward ops outside any annotation)
     belongs to the work around it, and transforms that remove a phase's CPU time must remove
     it too. (An idle stretch between two iterations' backward passes stays "other".)"""
-    d = phase.combine_chunks().dictionary_encode()
-    names = d.dictionary.to_pylist()
-    if "other" not in names:
-        return d.cast(pa.string())
-    code = d.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    other = names.index("other")
-    by_unit = order_by_unit(g.unit)
-    u = g.unit[by_unit]
-    c = code[by_unit]
-    it = iteration[by_unit]
-    mid = np.flatnonzero((u[1:-1] == u[:-2]) & (u[1:-1] == u[2:]) & (c[1:-1] == other)
-                         & (c[:-2] == c[2:]) & (c[:-2] != other) & (it[:-2] == it[2:])
-                         & (it[:-2] >= 0)) + 1
-    mid = mid[g.kind[by_unit[mid]] == KIND_NAMES.index("host")]
-    code[by_unit[mid]] = c[mid - 1]
-    return pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32)),
-                                          d.dictionary).cast(pa.string())
+    # the label rows' phases as codes into their distinct values, "other" among them
+    d = phase.combine_chunks().fill_null("other").dictionary_encode()
+    names = d.dictionary
+    other = names.index("other").as_py()
+    if other < 0:
+        other = len(names)
+        names = pa.concat_arrays([names, pa.array(["other"], names.type)])
+    rl_code = d.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+    code = np.where(row >= 0, rl_code[np.maximum(row, 0)], np.int32(other)).astype(np.int32)
+    if len(code):
+        code = _fill_gaps(code, g.unit, iteration, g.kind, other, int(g.unit.max()) + 1,
+                          KIND_NAMES.index("host"))
+    return names.take(pa.array(code)).cast(pa.string())
+
+
+@numba.njit(cache=True)
+def _fill_gaps(code, unit, iteration, kind, other, n_units, host):
+    """_gaps_take_phase's rule in one pass over the tasks in id order, keeping the last two
+    tasks seen on each unit: a host task coded ``other`` between two tasks on its unit of one
+    code (not ``other``) and one iteration (>= 0) takes that code."""
+    out = code.copy()
+    last = np.full(n_units, -1, np.int64)
+    before = np.full(n_units, -1, np.int64)
+    for k in range(code.shape[0]):
+        u = unit[k]
+        a = before[u]
+        m = last[u]
+        if (a >= 0 and code[m] == other and kind[m] == host and code[a] == code[k]
+                and code[a] != other and iteration[a] == iteration[k] and iteration[a] >= 0):
+            out[m] = code[a]
+        before[u] = m
+        last[u] = k
+    return out
 
 
 def _task_iterations(g: Graph, its: pa.Table, launch: np.ndarray) -> np.ndarray:
@@ -217,9 +243,8 @@ def _task_iterations(g: Graph, its: pa.Table, launch: np.ndarray) -> np.ndarray:
     t = g.start_ns.copy()
     t[g.dst[launch]] = g.start_ns[g.src[launch]]
     pos = np.searchsorted(starts, t, side="right") - 1
-    ok = pos >= 0
-    ok[ok] &= t[ok] < ends[pos[ok]]
-    it[ok] = idx[pos[ok]]
+    at = np.maximum(pos, 0)
+    it = np.where((pos >= 0) & (t < ends[at]), idx[at].astype(np.int64), -1)
     it[0] = -1  # the origin task belongs to no iteration
     return it
 

@@ -193,6 +193,22 @@ def test_cycle_is_reported_as_a_path():
     check_acyclic(2, np.array([0, 1]), np.array([1, 0]), np.array([1, 2]), ["call", "copy"])
 
 
+def test_cycle_found_whatever_the_task_times():
+    # Hand-made: with task times, edges that all go forward in time prove the graph acyclic
+    # without the topological sort; the cycle above is still found with any times (one of its
+    # edges must go back), and an acyclic graph with an edge back in time still passes.
+    src, dst, anchor = np.array([0, 1, 2, 2]), np.array([1, 2, 1, 3]), np.array([0, 0, 0, 1])
+    for start in ([0, 10, 20, 30], [0, 0, 0, 0], [30, 20, 10, 0]):
+        with pytest.raises(DaydreamError, match="cycle"):
+            check_acyclic(4, src, dst, anchor, ["a", "b", "c", "d"], np.array(start),
+                          np.array([5, 5, 5, 5]))
+    # the copy's end observed after the call's end: the end_end edge goes back in time
+    check_acyclic(2, np.array([0, 1]), np.array([1, 0]), np.array([1, 2]), ["call", "copy"],
+                  np.array([0, 5]), np.array([10, 10]))
+    check_acyclic(2, np.array([0, 1]), np.array([1, 0]), np.array([1, 2]), ["call", "copy"],
+                  np.array([0, 5]), np.array([10, 2]))
+
+
 def test_wake_edges_between_threads(tmp_path):
     # Hand-made (us): the main thread calls backward() at 100 and waits until the autograd
     # thread's op ends at 300; the autograd thread is idle until woken at 150.
@@ -331,3 +347,18 @@ def test_thread_first_task_follows_the_event_that_woke_it(tmp_path):
     assert got == sorted([("wake", "start_start", 300_000, True, "## backward ##", "bwd op"),
                           ("origin", "end_start", 5_000_000, True, "<trace start>",
                            "late op")])
+
+
+def test_lower_bound_matches_searchsorted():
+    """The galloping search the wake-edge pass uses, on hand-made sorted arrays with runs of
+    equal values, against numpy for every query and every starting hint (far left, far right,
+    exact, past the end)."""
+    from graphstore.build import _lower_bound
+
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 2, 7, 64):
+        a = np.sort(rng.integers(0, 20, n)).astype(np.int64)
+        for v in range(-1, 22):
+            want = int(np.searchsorted(a, v))
+            for hint in (-3, 0, 1, n // 2, n - 1, n, n + 5, want):
+                assert _lower_bound(a, np.int64(v), hint) == want, (a, v, hint)

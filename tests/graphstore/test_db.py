@@ -317,6 +317,25 @@ def test_views_and_tables_carry_their_docs(store: Path) -> None:
                        "AND column_name = 'obs_dur_ns'") == [("Observed duration, ns.",)]
 
 
+def test_a_writer_replaces_views_that_are_not_this_daydreams(store: Path) -> None:
+    # As a database of an older daydream would hold them: another layer_time, and a meta
+    # table without the fingerprint of this daydream's views. The next write puts them back.
+    con = duckdb.connect(str(db.db_path(store)))
+    con.execute("CREATE OR REPLACE VIEW layer_time AS SELECT 1 AS x")
+    con.execute("COMMENT ON TABLE meta IS NULL")
+    con.close()
+    db.write_trace(store, B, trace_b())
+    assert [r[0] for r in rows(store, "DESCRIBE layer_time")][:4] == [
+        "trace_id", "iteration", "layer", "phase"]
+    # a database whose views are current is not rewritten: an edit made behind the
+    # fingerprint's back stays (the writer trusts the fingerprint)
+    con = duckdb.connect(str(db.db_path(store)))
+    con.execute("CREATE OR REPLACE VIEW layer_time AS SELECT 1 AS x")
+    con.close()
+    db.write_trace(store, B, trace_b())
+    assert rows(store, "DESCRIBE layer_time")[0][0] == "x"
+
+
 def _describe(root: Path, view: str) -> list[tuple]:
     return rows(root, f"DESCRIBE {view}")
 
