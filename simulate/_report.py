@@ -1,0 +1,256 @@
+"""Compiled passes behind ``replay``: the simulator's input built and checked, and the task
+columns the reports read, each in one pass over the Arrow buffers of a record batch.
+
+Why compiled: a replay of a 224k-task trace simulates in ~7 ms, and the numpy/pyarrow passes
+around it (concatenating chunks, filling nulls, decoding dictionaries, masks for every
+question asked of the tasks) took three times that; every temporary array is fresh memory,
+and its page faults cost more than the arithmetic. Here each question is answered in the one
+pass over the tasks, straight from the buffers of each batch (no column is concatenated that
+the simulator does not need contiguous).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+_FNV_OFFSET = np.uint64(14695981039346656037)
+_FNV_PRIME = np.uint64(1099511628211)
+
+# ``task_scan``'s accumulators (``acc``): the CPU task with the largest (start, index), the
+# last iteration's task that ended last at or before its end, and the extent of the
+# iterations up to the last.
+FB_START, FB_TASK, MINE_TASK, MINE_END, DONE_OBS_END, DONE_SIM_END, DONE_N = range(7)
+N_ACC = 7
+
+
+@nb.njit(cache=True)
+def count_sources(n, src, indptr, prev):
+    """Count a batch of edge sources into ``indptr[1:]``. Returns (every source in 0..n-1,
+    sources non-decreasing from ``prev`` on, the last source)."""
+    ordered = True
+    for k in range(src.shape[0]):
+        s = src[k]
+        if s < 0 or s >= n:
+            return False, False, prev
+        if s < prev:
+            ordered = False
+        indptr[s + 1] += 1
+        prev = s
+    return True, ordered, prev
+
+
+@nb.njit(cache=True)
+def prefix_sum(a):
+    for i in range(1, a.shape[0]):
+        a[i] += a[i - 1]
+
+
+@nb.njit(cache=True)
+def edges_ok(n, dst, lag):
+    for k in range(dst.shape[0]):
+        if dst[k] < 0 or dst[k] >= n or lag[k] < 0:
+            return False
+    return True
+
+
+@nb.njit(cache=True)
+def _valid(valid, i):
+    return (valid[i >> 3] >> (i & 7)) & 1
+
+
+@nb.njit(cache=True)
+def task_scan(lo, start, obs_dur, kind_idx, cpu_lut, it_val, it_valid, it_voff, it_nulls,
+              sim_start, sim_end, unit, busy, it_of, t_sorted, b_start, b_task, acc,
+              last_it, last_end):
+    """One batch of tasks (global indices ``lo``..): what ``replay`` asks of every task.
+
+    - ``it_of[i]``: the task's iteration, -1 for none (null);
+    - ``busy[u]`` (when ``busy`` is not empty): simulated time held on each unit, summed in
+      float64 in task order (as ``np.bincount`` sums);
+    - per iteration start ``t_sorted[j]`` (ascending): the CPU task (``cpu_lut`` of its kind;
+      task 0, the origin marker, excluded) with the smallest (start, index) among those
+      starting in [t_sorted[j], t_sorted[j+1]) (``b_start``/``b_task``, -1: none); ``finish``
+      turns them into the first CPU task at or after each start;
+    - ``acc``: see FB_START..DONE_N, for ``last_it`` ending at ``last_end``.
+    ``start``, ``sim_*`` and ``unit`` are whole columns; the others hold this batch only."""
+    k = t_sorted.shape[0]
+    use_busy = busy.shape[0] > 0
+    for i in range(obs_dur.shape[0]):
+        g = lo + i
+        s = start[g]
+        v = np.int64(it_val[i])
+        if it_nulls and not _valid(it_valid, it_voff + i):
+            v = -1
+        it_of[g] = v
+        if use_busy:
+            busy[unit[g]] += np.float64(sim_end[g] - sim_start[g])
+        if g > 0 and cpu_lut[kind_idx[i]]:
+            if acc[FB_TASK] < 0 or s >= acc[FB_START]:
+                acc[FB_START] = s
+                acc[FB_TASK] = g
+            a, b = 0, k  # how many iteration starts are <= s
+            while a < b:
+                m = (a + b) >> 1
+                if t_sorted[m] <= s:
+                    a = m + 1
+                else:
+                    b = m
+            if a > 0:
+                j = a - 1
+                if b_task[j] < 0 or s < b_start[j]:
+                    b_start[j] = s
+                    b_task[j] = g
+        e = s + obs_dur[i]
+        if v == last_it and e <= last_end:
+            if acc[MINE_TASK] < 0 or e > acc[MINE_END]:
+                acc[MINE_TASK] = g
+                acc[MINE_END] = e
+        if 0 <= v <= last_it:
+            if acc[DONE_N] == 0 or e > acc[DONE_OBS_END]:
+                acc[DONE_OBS_END] = e
+            if acc[DONE_N] == 0 or sim_end[g] > acc[DONE_SIM_END]:
+                acc[DONE_SIM_END] = sim_end[g]
+            acc[DONE_N] += 1
+
+
+@nb.njit(cache=True)
+def finish_anchors(b_start, b_task, fallback):
+    """From ``task_scan``'s buckets: per sorted iteration start, the CPU task with the
+    smallest (start, index) at or after it (``fallback``, the largest, when there is none)."""
+    k = b_task.shape[0]
+    out = np.empty(k, np.int64)
+    best = -1
+    best_s = 0
+    for j in range(k - 1, -1, -1):
+        if b_task[j] >= 0 and (best < 0 or b_start[j] < best_s
+                               or (b_start[j] == best_s and b_task[j] < best)):
+            best = b_task[j]
+            best_s = b_start[j]
+        out[j] = best if best >= 0 else fallback
+    return out
+
+
+@nb.njit(cache=True)
+def last_in(it_of, iteration, end):
+    """The task of ``iteration`` that ends last (the lowest index among ties), -1 if none."""
+    t = -1
+    for i in range(it_of.shape[0]):
+        if it_of[i] == iteration and (t < 0 or end[i] > end[t]):
+            t = i
+    return t
+
+
+@nb.njit(cache=True)
+def path_held(path, it_of, it, start, end):
+    """A critical path (as walked, time order) cut where it leaves iteration ``it``, a task
+    entered and left counted once, and the time each task holds the path: from where the task
+    before it on the path ended (a kernel that starts while its launch call runs counts only
+    from the call's end). Returns (tasks, held ns)."""
+    n = path.shape[0]
+    first = 0
+    for p in range(n - 1, -1, -1):
+        if it_of[path[p]] != it:
+            first = p + 1
+            break
+    out = np.empty(n - first, np.int64)
+    held = np.empty(n - first, np.int64)
+    m = 0
+    cursor = 0
+    for p in range(first, n):
+        t = path[p]
+        if m > 0 and out[m - 1] == t:
+            continue
+        s, e = start[t], end[t]
+        if m == 0:
+            cursor = s
+        h = e - max(s, cursor)
+        held[m] = h if h > 0 else 0
+        cursor = max(cursor, e)
+        out[m] = t
+        m += 1
+    return out[:m], held[:m]
+
+
+@nb.njit(cache=True)
+def _same(data, a0, a1, b0, b1):
+    if a1 - a0 != b1 - b0:
+        return False
+    for q in range(a1 - a0):
+        if data[a0 + q] != data[b0 + q]:
+            return False
+    return True
+
+
+@nb.njit(cache=True)
+def group_strings(path, lo, hi, offsets, off0, data, valid, nulls, gid, base):
+    """Group the values of one string column chunk (rows ``lo``..``hi`` of the table) at the
+    path's tasks in that range: ``gid[p] = base + local group`` (-1 for null), groups numbered
+    in order of first appearance along the path. Exact: a hash finds the candidate group, the
+    bytes decide. Returns (representative row in the chunk, first path position) per group."""
+    size = 16
+    table = np.full(size, -1, np.int64)
+    rep = np.empty(16, np.int64)
+    first = np.empty(16, np.int64)
+    hashes = np.empty(16, np.uint64)
+    ng = 0
+    prev_row = -1
+    prev_g = -1
+    for p in range(path.shape[0]):
+        t = path[p]
+        if t < lo or t >= hi:
+            continue
+        r = t - lo
+        if nulls and not _valid(valid, off0 + r):
+            gid[p] = -1
+            continue
+        a0, a1 = offsets[off0 + r], offsets[off0 + r + 1]
+        if prev_row >= 0 and _same(data, a0, a1, offsets[off0 + prev_row],
+                                   offsets[off0 + prev_row + 1]):
+            gid[p] = base + prev_g
+            prev_row = r
+            continue
+        h = _FNV_OFFSET
+        for q in range(a0, a1):
+            h = (h ^ np.uint64(data[q])) * _FNV_PRIME
+        slot = np.int64(h & np.uint64(size - 1))
+        found = -1
+        while table[slot] >= 0:
+            c = table[slot]
+            if hashes[c] == h and _same(data, a0, a1, offsets[off0 + rep[c]],
+                                        offsets[off0 + rep[c] + 1]):
+                found = c
+                break
+            slot = (slot + 1) & (size - 1)
+        if found < 0:
+            found = ng
+            if ng == rep.shape[0]:
+                rep = np.concatenate((rep, np.empty(ng, np.int64)))
+                first = np.concatenate((first, np.empty(ng, np.int64)))
+                hashes = np.concatenate((hashes, np.empty(ng, np.uint64)))
+            rep[ng] = r
+            first[ng] = p
+            hashes[ng] = h
+            table[slot] = ng
+            ng += 1
+            if 2 * ng > size:  # grow and rehash
+                size *= 4
+                table = np.full(size, -1, np.int64)
+                for c in range(ng):
+                    sl = np.int64(hashes[c] & np.uint64(size - 1))
+                    while table[sl] >= 0:
+                        sl = (sl + 1) & (size - 1)
+                    table[sl] = c
+        gid[p] = base + found
+        prev_row = r
+        prev_g = found
+    return rep[:ng], first[:ng]
+
+
+@nb.njit(cache=True)
+def gather_codes(path, lo, hi, indices, out):
+    """``out[p] = indices[path[p] - lo]`` for the path's tasks in rows lo..hi."""
+    for p in range(path.shape[0]):
+        t = path[p]
+        if lo <= t < hi:
+            out[p] = indices[t - lo]
