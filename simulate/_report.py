@@ -61,57 +61,91 @@ def _valid(valid, i):
 
 @nb.njit(cache=True)
 def task_scan(lo, start, obs_dur, kind_idx, cpu_lut, it_val, it_valid, it_voff, it_nulls,
-              sim_start, sim_end, unit, busy, it_of, t_sorted, b_start, b_task, acc,
-              last_it, last_end):
+              sim_start, sim_end, unit, busy, t_sorted, b_start, b_task, acc, last_it,
+              last_end):
     """One batch of tasks (global indices ``lo``..): what ``replay`` asks of every task.
 
-    - ``it_of[i]``: the task's iteration, -1 for none (null);
-    - ``busy[u]`` (when ``busy`` is not empty): simulated time held on each unit, summed in
-      float64 in task order (as ``np.bincount`` sums);
+    - ``busy[u]`` (when ``busy`` is not empty): simulated time held on each unit, ns. Summed
+      as integers: what ``np.bincount`` sums in float64 in task order, exactly while a unit's
+      total stays below 2**53 ns (``Schedule.unit_busy_ns``);
     - per iteration start ``t_sorted[j]`` (ascending): the CPU task (``cpu_lut`` of its kind;
       task 0, the origin marker, excluded) with the smallest (start, index) among those
       starting in [t_sorted[j], t_sorted[j+1]) (``b_start``/``b_task``, -1: none); ``finish``
       turns them into the first CPU task at or after each start;
-    - ``acc``: see FB_START..DONE_N, for ``last_it`` ending at ``last_end``.
-    ``start``, ``sim_*`` and ``unit`` are whole columns; the others hold this batch only."""
+    - ``acc``: see FB_START..DONE_N, for iteration ``last_it`` ending at ``last_end``; a task
+      with a null iteration belongs to iteration -1.
+    ``start``, ``sim_*`` and ``unit`` are whole columns; the others hold this batch only.
+    Accumulators live in locals inside the loop (through memory, each was a dependency chain
+    that cost as much as the rest of the pass)."""
     k = t_sorted.shape[0]
     use_busy = busy.shape[0] > 0
+    fb_s, fb_t = acc[FB_START], acc[FB_TASK]
+    mine_t, mine_e = acc[MINE_TASK], acc[MINE_END]
+    done_obs, done_sim, done_n = acc[DONE_OBS_END], acc[DONE_SIM_END], acc[DONE_N]
+    # the bucket of the last CPU task: tasks come nearly in start order, so most fall in it
+    j = -1
+    j_lo, j_hi = np.int64(1), np.int64(0)  # an empty range: the first task searches
     for i in range(obs_dur.shape[0]):
         g = lo + i
         s = start[g]
+        if use_busy:
+            busy[unit[g]] += sim_end[g] - sim_start[g]
+        if g > 0 and cpu_lut[kind_idx[i]]:
+            if fb_t < 0 or s >= fb_s:
+                fb_s, fb_t = s, g
+            if not (j_lo <= s < j_hi):
+                a, b = 0, k  # how many iteration starts are <= s
+                while a < b:
+                    m = (a + b) >> 1
+                    if t_sorted[m] <= s:
+                        a = m + 1
+                    else:
+                        b = m
+                j = a - 1
+                j_lo = t_sorted[j] if j >= 0 else np.iinfo(np.int64).min
+                j_hi = t_sorted[a] if a < k else np.iinfo(np.int64).max
+            if j >= 0 and (b_task[j] < 0 or s < b_start[j]):
+                b_start[j] = s
+                b_task[j] = g
         v = np.int64(it_val[i])
         if it_nulls and not _valid(it_valid, it_voff + i):
             v = -1
-        it_of[g] = v
-        if use_busy:
-            busy[unit[g]] += np.float64(sim_end[g] - sim_start[g])
-        if g > 0 and cpu_lut[kind_idx[i]]:
-            if acc[FB_TASK] < 0 or s >= acc[FB_START]:
-                acc[FB_START] = s
-                acc[FB_TASK] = g
-            a, b = 0, k  # how many iteration starts are <= s
-            while a < b:
-                m = (a + b) >> 1
-                if t_sorted[m] <= s:
-                    a = m + 1
-                else:
-                    b = m
-            if a > 0:
-                j = a - 1
-                if b_task[j] < 0 or s < b_start[j]:
-                    b_start[j] = s
-                    b_task[j] = g
         e = s + obs_dur[i]
-        if v == last_it and e <= last_end:
-            if acc[MINE_TASK] < 0 or e > acc[MINE_END]:
-                acc[MINE_TASK] = g
-                acc[MINE_END] = e
+        if v == last_it and e <= last_end and (mine_t < 0 or e > mine_e):
+            mine_t, mine_e = g, e
         if 0 <= v <= last_it:
-            if acc[DONE_N] == 0 or e > acc[DONE_OBS_END]:
-                acc[DONE_OBS_END] = e
-            if acc[DONE_N] == 0 or sim_end[g] > acc[DONE_SIM_END]:
-                acc[DONE_SIM_END] = sim_end[g]
-            acc[DONE_N] += 1
+            if done_n == 0 or e > done_obs:
+                done_obs = e
+            if done_n == 0 or sim_end[g] > done_sim:
+                done_sim = sim_end[g]
+            done_n += 1
+    acc[FB_START], acc[FB_TASK] = fb_s, fb_t
+    acc[MINE_TASK], acc[MINE_END] = mine_t, mine_e
+    acc[DONE_OBS_END], acc[DONE_SIM_END], acc[DONE_N] = done_obs, done_sim, done_n
+
+
+@nb.njit(cache=True)
+def iteration_of(lo, it_val, it_valid, it_voff, it_nulls, tasks, out):
+    """``out[p]``: the iteration of task ``tasks[p]`` (-1 for null), for the tasks in this
+    batch (global indices ``lo``..)."""
+    hi = lo + it_val.shape[0]
+    for p in range(tasks.shape[0]):
+        t = tasks[p]
+        if lo <= t < hi:
+            r = t - lo
+            out[p] = -1 if it_nulls and not _valid(it_valid, it_voff + r) else it_val[r]
+
+
+@nb.njit(cache=True)
+def last_in(lo, it_val, it_valid, it_voff, it_nulls, iteration, end, best):
+    """The task of ``iteration`` in this batch that ends last, if later than ``best`` (the
+    lowest index among ties; -1: none yet)."""
+    for i in range(it_val.shape[0]):
+        v = -1 if it_nulls and not _valid(it_valid, it_voff + i) else np.int64(it_val[i])
+        g = lo + i
+        if v == iteration and (best < 0 or end[g] > end[best]):
+            best = g
+    return best
 
 
 @nb.njit(cache=True)
@@ -132,25 +166,16 @@ def finish_anchors(b_start, b_task, fallback):
 
 
 @nb.njit(cache=True)
-def last_in(it_of, iteration, end):
-    """The task of ``iteration`` that ends last (the lowest index among ties), -1 if none."""
-    t = -1
-    for i in range(it_of.shape[0]):
-        if it_of[i] == iteration and (t < 0 or end[i] > end[t]):
-            t = i
-    return t
-
-
-@nb.njit(cache=True)
 def path_held(path, it_of, it, start, end):
-    """A critical path (as walked, time order) cut where it leaves iteration ``it``, a task
+    """A critical path (as walked, time order; ``it_of[p]``: iteration of ``path[p]``) cut
+    where it leaves iteration ``it``, a task
     entered and left counted once, and the time each task holds the path: from where the task
     before it on the path ended (a kernel that starts while its launch call runs counts only
     from the call's end). Returns (tasks, held ns)."""
     n = path.shape[0]
     first = 0
     for p in range(n - 1, -1, -1):
-        if it_of[path[p]] != it:
+        if it_of[p] != it:
             first = p + 1
             break
     out = np.empty(n - first, np.int64)

@@ -155,10 +155,9 @@ class _Scan:
     """What the reports read of every task, from one compiled pass (``_report.task_scan``)."""
 
     obs_start: np.ndarray  # observed start of each task
-    iteration: np.ndarray  # int32: each task's iteration, -1 outside every iteration
     anchors: np.ndarray    # per iteration row: its first CPU task (at or after its marker)
     acc: np.ndarray        # the last iteration's extent (``_report`` FB_START..DONE_N)
-    busy: np.ndarray       # float64 simulated time held per unit (empty unless asked)
+    busy: np.ndarray       # int64 simulated time held per unit, ns (empty unless asked)
 
 
 def _batch_codes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -182,8 +181,8 @@ def _batch_ints(arr: pa.Array, fill: int) -> tuple[np.ndarray, np.ndarray, int, 
 
 def _scan(g: dict[str, pa.Table], obs_start: np.ndarray, sim_start: np.ndarray,
           sim_end: np.ndarray, unit: np.ndarray | None = None, n_units: int = 0) -> _Scan:
-    """One pass over the tasks, batch by batch, for iteration times, the critical path's
-    iteration and (with ``unit``) unit load."""
+    """One pass over the tasks, batch by batch, for iteration times and (with ``unit``) unit
+    load."""
     its = g["iteration"]
     t = its["start_ns"].to_numpy()
     order = np.argsort(t, kind="stable")
@@ -195,9 +194,7 @@ def _scan(g: dict[str, pa.Table], obs_start: np.ndarray, sim_start: np.ndarray,
     acc[_report.FB_TASK] = acc[_report.MINE_TASK] = -1
     last_it = int(its["iteration"][k - 1].as_py()) if k else -(2**62)
     last_end = int(its["end_ns"][k - 1].as_py()) if k else 0
-    n = len(obs_start)
-    it_of = np.empty(n, np.int32)
-    busy = np.zeros(n_units if unit is not None else 0, np.float64)
+    busy = np.zeros(n_units if unit is not None else 0, np.int64)
     if unit is None:
         unit = np.empty(0, np.int32)
     lo = 0
@@ -206,14 +203,14 @@ def _scan(g: dict[str, pa.Table], obs_start: np.ndarray, sim_start: np.ndarray,
         kind_idx, cpu_lut = _batch_codes(b.column(1))
         it_val, it_valid, it_voff, it_nulls = _batch_ints(b.column(2), -1)
         _report.task_scan(lo, obs_start, obs_dur, kind_idx, cpu_lut, it_val, it_valid, it_voff,
-                          it_nulls, sim_start, sim_end, unit, busy, it_of, t_sorted, b_start,
-                          b_task, acc, last_it, last_end)
+                          it_nulls, sim_start, sim_end, unit, busy, t_sorted, b_start, b_task,
+                          acc, last_it, last_end)
         lo += b.num_rows
     if k and acc[_report.FB_TASK] < 0:
         raise DaydreamError("no CPU task in the trace: iterations cannot be timed")
     anchors = np.empty(k, np.int64)
     anchors[order] = _report.finish_anchors(b_start, b_task, acc[_report.FB_TASK])
-    return _Scan(obs_start, it_of, anchors, acc, busy)
+    return _Scan(obs_start, anchors, acc, busy)
 
 
 def iteration_times(g: dict[str, pa.Table], sim_start: np.ndarray, sim_end: np.ndarray,
@@ -269,16 +266,16 @@ def _mark_warmup(its: list[Iteration]) -> None:
 
 
 def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, iteration: int,
-                          top: int = 8, last: int | None = None,
-                          scan: _Scan | None = None) -> dict:
+                          top: int = 8, last: int | None = None) -> dict:
     """The chain of tasks that decided when the iteration ended, summarized by phase, layer
     and kind of work (time on the path, ns). ``last`` is the task that ended the iteration
     (what the next iteration's first task waited for); by default the last-ending task."""
     task = g["task"]
-    it_of = (scan.iteration if scan is not None
-             else task["iteration"].fill_null(-1).to_numpy())
-    if last is None or it_of[last] != iteration:
-        last = _report.last_in(it_of, iteration, sched.end_ns)
+    its = [(lo, *_batch_ints(ch, -1)) for lo, ch in _offsets(task["iteration"])]
+    if last is None or _iterations_of(its, np.array([last], np.int64))[0] != iteration:
+        last = -1
+        for lo, *it in its:
+            last = _report.last_in(lo, *it, iteration, sched.end_ns, last)
         if last < 0:
             return {}
     n = _core._walk(sched.bound_by, sched.bound_via_start, sched.end_bound_by, last,
@@ -287,11 +284,29 @@ def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, iteration: in
     _core._walk(sched.bound_by, sched.bound_via_start, sched.end_bound_by, last, walked)
     # cut where the path leaves the iteration; a task entered and left counts once; time is
     # attributed, not durations (see _report.path_held)
-    path, held = _report.path_held(walked, it_of, iteration, sched.start_ns, sched.end_ns)
+    path, held = _report.path_held(walked, _iterations_of(its, walked), iteration,
+                                   sched.start_ns, sched.end_ns)
     out = {"iteration": int(iteration), "tasks": int(len(path)),
            "span_ns": int(sched.end_ns[last] - sched.start_ns[path[0]]) if len(path) else 0}
     for col in ("phase", "kind", "layer"):
         out[f"by_{col}"] = _time_by(task[col], path, held, top, col)
+    return out
+
+
+def _offsets(col: pa.ChunkedArray) -> list[tuple[int, pa.Array]]:
+    """(first row, chunk) of every chunk of a column."""
+    out, lo = [], 0
+    for ch in col.chunks:
+        out.append((lo, ch))
+        lo += len(ch)
+    return out
+
+
+def _iterations_of(its: list, tasks: np.ndarray) -> np.ndarray:
+    """The iteration of each of ``tasks`` (-1 for none), from the column's decoded batches."""
+    out = np.empty(len(tasks), np.int64)
+    for lo, *it in its:
+        _report.iteration_of(lo, *it, tasks, out)
     return out
 
 
@@ -355,12 +370,11 @@ def _time_by(col: pa.ChunkedArray, path: np.ndarray, ns: np.ndarray, top: int,
 
 def unit_busy(g: dict[str, pa.Table], sched: Schedule,
               busy_ns: np.ndarray | None = None) -> list[dict]:
-    """Share of the simulated span each unit is busy (``busy_ns``: float64 time held per
-    unit, when already summed)."""
+    """Share of the simulated span each unit is busy (``busy_ns``: time held per unit, when
+    already summed)."""
     unit = g["unit"]
     n_units = unit.num_rows
-    busy = (sched.unit_busy_ns(n_units) if busy_ns is None
-            else busy_ns.round().astype(np.int64))
+    busy = sched.unit_busy_ns(n_units) if busy_ns is None else busy_ns
     span = max(sched.makespan_ns, 1)
     names = unit["name"].to_pylist()
     kinds = unit["kind"].to_pylist()
@@ -391,6 +405,5 @@ def replay(g: dict[str, pa.Table]) -> Replay:
     cp = {}
     if used:
         med = sorted(used, key=lambda i: i.measured_ns)[len(used) // 2]
-        cp = critical_path_summary(g, sched, med.index,
-                                   last=_ender(g, sched, med.index, scan), scan=scan)
+        cp = critical_path_summary(g, sched, med.index, last=_ender(g, sched, med.index, scan))
     return Replay(sched, its, unit_busy(g, sched, scan.busy), cp)
