@@ -25,33 +25,73 @@ N_ACC = 7
 
 
 @nb.njit(cache=True)
-def count_sources(n, src, indptr, prev):
-    """Count a batch of edge sources into ``indptr[1:]``. Returns (every source in 0..n-1,
-    sources non-decreasing from ``prev`` on, the last source)."""
-    ordered = True
+def csr_offsets(n, src, at, indptr, nxt):
+    """``indptr`` of a CSR from a batch of edge sources that starts at edge ``at``: sources
+    in order, each task's first edge is where its source first appears (``nxt``: the first
+    task whose offset is not written yet). Returns (every source in 0..n-1 and in order,
+    ``nxt``). One sequential write, no counting pass and no prefix sum."""
     for k in range(src.shape[0]):
         s = src[k]
-        if s < 0 or s >= n:
-            return False, False, prev
-        if s < prev:
-            ordered = False
-        indptr[s + 1] += 1
-        prev = s
-    return True, ordered, prev
+        if s < 0 or s >= n or s < nxt - 1:  # out of range, or before the last source
+            return False, nxt
+        while nxt <= s:
+            indptr[nxt] = at + k
+            nxt += 1
+    return True, nxt
 
 
 @nb.njit(cache=True)
-def prefix_sum(a):
-    for i in range(1, a.shape[0]):
-        a[i] += a[i - 1]
+def csr_close(indptr, nxt, m):
+    """The tasks after the last source have no edges."""
+    for t in range(nxt, indptr.shape[0]):
+        indptr[t] = m
 
 
 @nb.njit(cache=True)
-def edges_ok(n, dst, lag):
-    for k in range(dst.shape[0]):
-        if dst[k] < 0 or dst[k] >= n or lag[k] < 0:
+def tasks_into(dur_in, unit_in, n_units, dur, unit, at, copy):
+    """Check a batch of task durations (>= 0) and units (in 0..n_units-1), copying them to
+    ``dur``/``unit`` from ``at`` when ``copy``: one pass for both."""
+    for i in range(dur_in.shape[0]):
+        d, u = dur_in[i], unit_in[i]
+        if d < 0 or u < 0 or u >= n_units:
             return False
+        if copy:
+            dur[at + i] = d
+            unit[at + i] = u
     return True
+
+
+@nb.njit(cache=True)
+def edges_into(n, dst_in, lag_in, dst, lag, at, copy):
+    """Check a batch of edge destinations (in 0..n-1) and lags (>= 0), copying them to
+    ``dst``/``lag`` from ``at`` when ``copy``."""
+    for k in range(dst_in.shape[0]):
+        d, w = dst_in[k], lag_in[k]
+        if d < 0 or d >= n or w < 0:
+            return False
+        if copy:
+            dst[at + k] = d
+            lag[at + k] = w
+    return True
+
+
+@nb.njit(cache=True)
+def decode_into(indices, lut, out, at):
+    """``out[at + i] = lut[indices[i]]``: a batch of a dictionary column decoded."""
+    for i in range(indices.shape[0]):
+        out[at + i] = lut[indices[i]]
+
+
+@nb.njit(cache=True)
+def group_sums(idx, ns, k):
+    """Per group 0..k-1: ``ns`` summed (as integers: what float64 sums exactly below 2**53)
+    and the number of members."""
+    sums = np.zeros(k, np.int64)
+    count = np.zeros(k, np.int64)
+    for p in range(idx.shape[0]):
+        sums[idx[p]] += ns[p]
+        count[idx[p]] += 1
+    return sums, count
 
 
 @nb.njit(cache=True)

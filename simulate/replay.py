@@ -63,22 +63,62 @@ def _codes8(col: pa.ChunkedArray, mapping: dict[str, int], what: str) -> np.ndar
     if col.null_count or not pa.types.is_dictionary(col.type):
         return _codes(col, mapping, what).astype(np.int8)
     out = np.empty(len(col), np.int8)
-    pos = 0
-    for ch in col.chunks:
-        out[pos:pos + len(ch)] = _lut(ch.dictionary, mapping, what, np.int8)[
-            ch.indices.to_numpy()]
-        pos += len(ch)
+    for lo, ch in _offsets(col):
+        _report.decode_into(ch.indices.to_numpy(), _lut(ch.dictionary, mapping, what, np.int8),
+                            out, lo)
     return out
 
 
-def _whole(col: pa.ChunkedArray) -> np.ndarray | None:
-    """An integer column without nulls as one array (no copy when it is one chunk); None for
-    anything else (the generic path then says what is wrong)."""
-    if col.null_count or not pa.types.is_integer(col.type):
+def _ints(col: pa.ChunkedArray) -> bool:
+    return pa.types.is_integer(col.type) and not col.null_count
+
+
+def _fast_simgraph(g: dict[str, pa.Table], policy: np.ndarray, kind: np.ndarray,
+                   priority: np.ndarray) -> SimGraph | None:
+    """The SimGraph of edges already in source order, checked; None when they are not (or
+    a value is bad): ``to_simgraph`` then takes the general path."""
+    task, edge = g["task"], g["edge"]
+    n, m = task.num_rows, edge.num_rows
+    if not all(_ints(c) for c in (task["dur_ns"], task["unit_id"], task["start_ns"],
+                                  edge["src"], edge["dst"], edge["lag_ns"])) \
+            or not pa.types.is_signed_integer(task["unit_id"].type) \
+            or task["unit_id"].type.bit_width > 32:
         return None
-    if col.num_chunks == 1:
-        return col.chunk(0).to_numpy()
-    return col.to_numpy()
+    indptr = np.empty(n + 1, np.int64)
+    nxt = 0
+    for lo, ch in _offsets(edge["src"]):
+        ok, nxt = _report.csr_offsets(n, ch.to_numpy(), lo, indptr, nxt)
+        if not ok:
+            return None
+    _report.csr_close(indptr, nxt, m)
+    # one pass per batch checks what the simulator relies on, and copies the batch out when
+    # there are several (a single batch is used where it lies)
+    batches = task.select(["dur_ns", "unit_id"]).to_batches()
+    dur = np.empty(n if len(batches) > 1 else 0, np.int64)
+    unit = np.empty(n if len(batches) > 1 else 0, np.int32)
+    lo = 0
+    for b in batches:
+        if not _report.tasks_into(b.column(0).to_numpy(), b.column(1).to_numpy(), len(policy),
+                                  dur, unit, lo, len(batches) > 1):
+            return None
+        lo += b.num_rows
+    if len(batches) == 1:
+        dur, unit = batches[0].column(0).to_numpy(), batches[0].column(1).to_numpy()
+    batches = edge.select(["dst", "lag_ns"]).to_batches()
+    dst = np.empty(m if len(batches) > 1 else 0, np.int64)
+    lag = np.empty(m if len(batches) > 1 else 0, np.int64)
+    lo = 0
+    for b in batches:
+        if not _report.edges_into(n, b.column(0).to_numpy(), b.column(1).to_numpy(), dst, lag,
+                                  lo, len(batches) > 1):
+            return None
+        lo += b.num_rows
+    if len(batches) == 1:
+        dst, lag = batches[0].column(0).to_numpy(), batches[0].column(1).to_numpy()
+    start = task["start_ns"]
+    start = start.chunk(0).to_numpy() if start.num_chunks == 1 else start.to_numpy()
+    return SimGraph(dur_ns=dur, unit=unit, unit_policy=policy, order_key=start,
+                    priority=priority, indptr=indptr, dst=dst, lag_ns=lag, edge_kind=kind)
 
 
 def to_simgraph(g: dict[str, pa.Table]) -> SimGraph:
@@ -86,35 +126,19 @@ def to_simgraph(g: dict[str, pa.Table]) -> SimGraph:
     ``SimGraph.from_edges`` checks it (so ``simulate(..., check=False)`` may run it).
 
     Edges come from ``read_graph`` in source order: the CSR is then the edge columns as they
-    are, with ``indptr`` counted from the sources batch by batch, and the values checked in
-    one compiled pass each. Anything else (sources out of order, a bad value, nulls) goes
-    through ``SimGraph.from_edges``, which sorts, or names the problem."""
+    are, with ``indptr`` written from the sources, and each column checked in the pass that
+    copies it out of its chunks. Anything else (sources out of order, a bad value, nulls)
+    goes through ``SimGraph.from_edges``, which sorts, or names the problem."""
     task, edge, unit = g["task"], g["edge"], g["unit"]
-    policy = _codes(unit["policy"], POLICY, "unit policy")
+    policy = _codes(unit["policy"], POLICY, "unit policy").astype(np.int8)
     kind = _codes8(edge["anchor"], ANCHOR_KIND, "edge anchor")
     n = task.num_rows
     prio = task["priority"]
     priority = (np.zeros(n, np.int64) if prio.null_count == n  # untouched pages: no cost
                 else prio.fill_null(0).to_numpy())
-    cols = [_whole(c) for c in (task["dur_ns"], task["unit_id"], task["start_ns"], edge["dst"],
-                                edge["lag_ns"])]
-    if all(c is not None for c in cols) and pa.types.is_integer(edge["src"].type) \
-            and not edge["src"].null_count:
-        dur, unit_id, start, dst, lag = cols
-        indptr = np.zeros(n + 1, np.int64)
-        ok, ordered, prev = True, True, -1
-        for ch in edge["src"].chunks:
-            ok, ordered, prev = _report.count_sources(n, ch.to_numpy(), indptr, prev)
-            if not (ok and ordered):
-                break
-        if ok and ordered:
-            _report.prefix_sum(indptr)
-            sg = SimGraph(dur_ns=dur, unit=unit_id, unit_policy=policy, order_key=start,
-                          priority=priority, indptr=indptr, dst=dst, lag_ns=lag,
-                          edge_kind=kind)
-            if _core.tasks_ok(sg.dur_ns, sg.unit, sg.unit_policy) and \
-                    _report.edges_ok(n, sg.dst, sg.lag_ns):
-                return sg
+    sg = _fast_simgraph(g, policy, kind, priority)
+    if sg is not None:
+        return sg
     return SimGraph.from_edges(
         dur_ns=task["dur_ns"].to_numpy(),
         unit=task["unit_id"].to_numpy(),
@@ -362,8 +386,7 @@ def _time_by(col: pa.ChunkedArray, path: np.ndarray, ns: np.ndarray, top: int,
         idx = d.indices.fill_null(len(names) - 1).to_numpy()
     else:
         idx, names = coded
-    sums = np.bincount(idx, weights=ns, minlength=len(names))
-    seen = np.bincount(idx, minlength=len(names)) > 0
+    sums, seen = _report.group_sums(idx, ns, len(names))
     keys = [k for k in np.argsort(-sums, kind="stable") if seen[k]][:top]
     return [{name: names[k], "ns": int(round(sums[k]))} for k in keys]
 
