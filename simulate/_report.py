@@ -206,23 +206,38 @@ def finish_anchors(b_start, b_task, fallback):
 
 
 @nb.njit(cache=True)
-def path_held(path, it_of, it, start, end):
-    """A critical path (as walked, time order; ``it_of[p]``: iteration of ``path[p]``) cut
-    where it leaves iteration ``it``, a task
-    entered and left counted once, and the time each task holds the path: from where the task
-    before it on the path ended (a kernel that starts while its launch call runs counts only
-    from the call's end). Returns (tasks, held ns)."""
+def walk_back(bound, via, end_bound, x, at_end, out):
+    """``_core._walk`` in blocks: from task ``x`` (at its end when ``at_end``), writes up to
+    ``len(out)`` tasks in walk order (last first). Returns (tasks written, where to resume:
+    task (-1 when the walk has ended) and whether at its end), so that a caller can stop
+    where the path leaves an iteration instead of walking back to the start of the trace."""
+    k = 0
+    while k < out.shape[0]:
+        out[k] = x
+        k += 1
+        if at_end and end_bound[x] >= 0:
+            x = end_bound[x]
+            continue
+        b = bound[x]
+        if b < 0:
+            return k, -1, at_end
+        at_end = via[x] == 0
+        x = b
+    return k, x, at_end
+
+
+@nb.njit(cache=True)
+def path_held(path, start, end):
+    """A critical path (time order) with a task entered and left counted once, and the time
+    each task holds the path: from where the task before it on the path ended (a kernel that
+    starts while its launch call runs counts only from the call's end). Returns (tasks,
+    held ns)."""
     n = path.shape[0]
-    first = 0
-    for p in range(n - 1, -1, -1):
-        if it_of[p] != it:
-            first = p + 1
-            break
-    out = np.empty(n - first, np.int64)
-    held = np.empty(n - first, np.int64)
+    out = np.empty(n, np.int64)
+    held = np.empty(n, np.int64)
     m = 0
     cursor = 0
-    for p in range(first, n):
+    for p in range(n):
         t = path[p]
         if m > 0 and out[m - 1] == t:
             continue

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.errors import DaydreamError
-from simulate import _core, _report
+from simulate import _report
 from simulate.engine import Schedule, simulate
 from simulate.graph import END, FCFS, FIXED, PRIORITY, START, START_START, SimGraph
 
@@ -302,13 +302,19 @@ def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, iteration: in
             last = _report.last_in(lo, *it, iteration, sched.end_ns, last)
         if last < 0:
             return {}
-    n = _core._walk(sched.bound_by, sched.bound_via_start, sched.end_bound_by, last,
-                    np.empty(0, np.int64))
-    walked = np.empty(n, np.int64)
-    _core._walk(sched.bound_by, sched.bound_via_start, sched.end_bound_by, last, walked)
-    # cut where the path leaves the iteration; a task entered and left counts once; time is
-    # attributed, not durations (see _report.path_held)
-    path, held = _report.path_held(walked, _iterations_of(its, walked), iteration,
+    # walk back from ``last`` until the path leaves the iteration (in growing blocks, not
+    # back to the start of the trace); then time on the path per task (_report.path_held)
+    blocks, x, at_end, size = [], last, True, 4096
+    while x >= 0:
+        buf = np.empty(size, np.int64)
+        k, x, at_end = _report.walk_back(sched.bound_by, sched.bound_via_start,
+                                         sched.end_bound_by, x, at_end, buf)
+        outside = np.flatnonzero(_iterations_of(its, buf[:k]) != iteration)
+        blocks.append(buf[:outside[0] if len(outside) else k])
+        if len(outside):
+            break
+        size *= 2
+    path, held = _report.path_held(np.ascontiguousarray(np.concatenate(blocks)[::-1]),
                                    sched.start_ns, sched.end_ns)
     out = {"iteration": int(iteration), "tasks": int(len(path)),
            "span_ns": int(sched.end_ns[last] - sched.start_ns[path[0]]) if len(path) else 0}
