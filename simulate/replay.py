@@ -194,8 +194,9 @@ def _batch_codes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 def _batch_ints(arr: pa.Array, fill: int) -> tuple[np.ndarray, np.ndarray, int, bool]:
     """(values, validity bitmap, its bit offset, has nulls) of an integer batch column."""
-    if not pa.types.is_integer(arr.type):
-        return arr.fill_null(fill).cast(pa.int64()).to_numpy(), np.empty(0, np.uint8), 0, False
+    if not pa.types.is_integer(arr.type) or not len(arr):
+        return (arr.fill_null(fill).cast(pa.int64()).to_numpy(zero_copy_only=False),
+                np.empty(0, np.uint8), 0, False)
     vals = np.frombuffer(arr.buffers()[1], arr.type.to_pandas_dtype())
     vals = vals[arr.offset:arr.offset + len(arr)]
     if not arr.null_count:
@@ -361,6 +362,8 @@ def _path_codes(col: pa.ChunkedArray, path: np.ndarray) -> tuple[np.ndarray, lis
     first: dict[str, int] = {}  # value -> first position on the path
     local: list[str] = []       # value of each chunk-local group, all chunks in a row
     for ch in col.chunks:
+        if not len(ch):
+            continue
         valid, offsets, data = ch.buffers()
         rep, pos = _report.group_strings(
             path, lo, lo + len(ch), np.frombuffer(offsets, off_type), ch.offset,
