@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.errors import DaydreamError
-from simulate import _core
+from simulate import _report
 from simulate.engine import Schedule, simulate
 from simulate.graph import END, FCFS, FIXED, PRIORITY, START, START_START, SimGraph
 
@@ -50,30 +50,95 @@ def _codes(col: pa.ChunkedArray | pa.Array, mapping: dict[str, int], what: str) 
     return lut[idx.to_numpy(zero_copy_only=False)]
 
 
-@dataclass(frozen=True)
-class _TaskCols:
-    """The task columns the reports read, decoded once per replay."""
+def _lut(dictionary: pa.Array, mapping: dict[str, int], what: str, dtype) -> np.ndarray:
+    values = dictionary.to_pylist()
+    unknown = [v for v in values if v not in mapping]
+    if unknown:
+        raise DaydreamError(f"unknown {what} {unknown[0]!r}; known: {', '.join(mapping)}")
+    return np.array([mapping[v] for v in values] or [0], dtype)
 
-    obs_start: np.ndarray
-    obs_end: np.ndarray
-    cpu: np.ndarray       # bool: an api or host task (the origin marker excluded)
-    iteration: np.ndarray  # -1 outside every iteration
 
-    @classmethod
-    def of(cls, task: pa.Table) -> _TaskCols:
-        start = task["start_ns"].to_numpy()
-        cpu = _codes(task["kind"], KIND_CODE, "task kind") < len(CPU_KINDS)
-        if len(cpu):
-            cpu[0] = False  # the origin marker
-        return cls(start, start + task["obs_dur_ns"].to_numpy(), cpu,
-                   task["iteration"].fill_null(-1).to_numpy())
+def _codes8(col: pa.ChunkedArray, mapping: dict[str, int], what: str) -> np.ndarray:
+    """``_codes`` as int8, a dictionary column decoded chunk by chunk (no chunks combined)."""
+    if col.null_count or not pa.types.is_dictionary(col.type):
+        return _codes(col, mapping, what).astype(np.int8)
+    out = np.empty(len(col), np.int8)
+    for lo, ch in _offsets(col):
+        _report.decode_into(ch.indices.to_numpy(), _lut(ch.dictionary, mapping, what, np.int8),
+                            out, lo)
+    return out
+
+
+def _ints(col: pa.ChunkedArray) -> bool:
+    return pa.types.is_integer(col.type) and not col.null_count
+
+
+def _fast_simgraph(g: dict[str, pa.Table], policy: np.ndarray, kind: np.ndarray,
+                   priority: np.ndarray) -> SimGraph | None:
+    """The SimGraph of edges already in source order, checked; None when they are not (or
+    a value is bad): ``to_simgraph`` then takes the general path."""
+    task, edge = g["task"], g["edge"]
+    n, m = task.num_rows, edge.num_rows
+    if not all(_ints(c) for c in (task["dur_ns"], task["unit_id"], task["start_ns"],
+                                  edge["src"], edge["dst"], edge["lag_ns"])) \
+            or not pa.types.is_signed_integer(task["unit_id"].type) \
+            or task["unit_id"].type.bit_width > 32:
+        return None
+    indptr = np.empty(n + 1, np.int64)
+    nxt = 0
+    for lo, ch in _offsets(edge["src"]):
+        ok, nxt = _report.csr_offsets(n, ch.to_numpy(), lo, indptr, nxt)
+        if not ok:
+            return None
+    _report.csr_close(indptr, nxt, m)
+    # one pass per batch checks what the simulator relies on, and copies the batch out when
+    # there are several (a single batch is used where it lies)
+    batches = task.select(["dur_ns", "unit_id"]).to_batches()
+    dur = np.empty(n if len(batches) > 1 else 0, np.int64)
+    unit = np.empty(n if len(batches) > 1 else 0, np.int32)
+    lo = 0
+    for b in batches:
+        if not _report.tasks_into(b.column(0).to_numpy(), b.column(1).to_numpy(), len(policy),
+                                  dur, unit, lo, len(batches) > 1):
+            return None
+        lo += b.num_rows
+    if len(batches) == 1:
+        dur, unit = batches[0].column(0).to_numpy(), batches[0].column(1).to_numpy()
+    batches = edge.select(["dst", "lag_ns"]).to_batches()
+    dst = np.empty(m if len(batches) > 1 else 0, np.int64)
+    lag = np.empty(m if len(batches) > 1 else 0, np.int64)
+    lo = 0
+    for b in batches:
+        if not _report.edges_into(n, b.column(0).to_numpy(), b.column(1).to_numpy(), dst, lag,
+                                  lo, len(batches) > 1):
+            return None
+        lo += b.num_rows
+    if len(batches) == 1:
+        dst, lag = batches[0].column(0).to_numpy(), batches[0].column(1).to_numpy()
+    start = task["start_ns"]
+    start = start.chunk(0).to_numpy() if start.num_chunks == 1 else start.to_numpy()
+    return SimGraph(dur_ns=dur, unit=unit, unit_policy=policy, order_key=start,
+                    priority=priority, indptr=indptr, dst=dst, lag_ns=lag, edge_kind=kind)
 
 
 def to_simgraph(g: dict[str, pa.Table]) -> SimGraph:
-    """The simulator's columnar input from the graph tables of one trace."""
+    """The simulator's columnar input from the graph tables of one trace, checked as
+    ``SimGraph.from_edges`` checks it (so ``simulate(..., check=False)`` may run it).
+
+    Edges come from ``read_graph`` in source order: the CSR is then the edge columns as they
+    are, with ``indptr`` written from the sources, and each column checked in the pass that
+    copies it out of its chunks. Anything else (sources out of order, a bad value, nulls)
+    goes through ``SimGraph.from_edges``, which sorts, or names the problem."""
     task, edge, unit = g["task"], g["edge"], g["unit"]
-    policy = _codes(unit["policy"], POLICY, "unit policy")
-    kind = _codes(edge["anchor"], ANCHOR_KIND, "edge anchor")
+    policy = _codes(unit["policy"], POLICY, "unit policy").astype(np.int8)
+    kind = _codes8(edge["anchor"], ANCHOR_KIND, "edge anchor")
+    n = task.num_rows
+    prio = task["priority"]
+    priority = (np.zeros(n, np.int64) if prio.null_count == n  # untouched pages: no cost
+                else prio.fill_null(0).to_numpy())
+    sg = _fast_simgraph(g, policy, kind, priority)
+    if sg is not None:
+        return sg
     return SimGraph.from_edges(
         dur_ns=task["dur_ns"].to_numpy(),
         unit=task["unit_id"].to_numpy(),
@@ -81,7 +146,7 @@ def to_simgraph(g: dict[str, pa.Table]) -> SimGraph:
         src=edge["src"].to_numpy(), dst=edge["dst"].to_numpy(),
         lag_ns=edge["lag_ns"].to_numpy(), edge_kind=kind,
         order_key=task["start_ns"].to_numpy(),
-        priority=task["priority"].fill_null(0).to_numpy(),
+        priority=priority,
     )
 
 
@@ -109,51 +174,104 @@ class Replay:
         return float(np.mean(used)) if used else float("nan")
 
 
-def _first_at_or_after(start: np.ndarray, cpu: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """For each time in t, the CPU task with the smallest observed start >= t."""
-    ids = np.flatnonzero(cpu)
-    s = start[ids]
-    if len(s) > 1 and bool(np.any(s[1:] < s[:-1])):  # task ids are in start order: rarely
-        o = np.argsort(s, kind="stable")
-        ids, s = ids[o], s[o]
-    pos = np.minimum(np.searchsorted(s, t, side="left"), len(ids) - 1)
-    return ids[pos]
+@dataclass(frozen=True)
+class _Scan:
+    """What the reports read of every task, from one compiled pass (``_report.task_scan``)."""
+
+    obs_start: np.ndarray  # observed start of each task
+    anchors: np.ndarray    # per iteration row: its first CPU task (at or after its marker)
+    acc: np.ndarray        # the last iteration's extent (``_report`` FB_START..DONE_N)
+    busy: np.ndarray       # int64 simulated time held per unit, ns (empty unless asked)
+
+
+def _batch_codes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(index per task, is-CPU per index) of one batch of the task kind column."""
+    if pa.types.is_dictionary(arr.type) and not arr.null_count:
+        lut = _lut(arr.dictionary, KIND_CODE, "task kind", np.int8) < len(CPU_KINDS)
+        return arr.indices.to_numpy(), lut
+    return _codes(arr, KIND_CODE, "task kind"), np.arange(len(KIND_CODE)) < len(CPU_KINDS)
+
+
+def _batch_ints(arr: pa.Array, fill: int) -> tuple[np.ndarray, np.ndarray, int, bool]:
+    """(values, validity bitmap, its bit offset, has nulls) of an integer batch column."""
+    if not pa.types.is_integer(arr.type) or not len(arr):
+        return (arr.fill_null(fill).cast(pa.int64()).to_numpy(zero_copy_only=False),
+                np.empty(0, np.uint8), 0, False)
+    vals = np.frombuffer(arr.buffers()[1], arr.type.to_pandas_dtype())
+    vals = vals[arr.offset:arr.offset + len(arr)]
+    if not arr.null_count:
+        return vals, np.empty(0, np.uint8), 0, False
+    return vals, np.frombuffer(arr.buffers()[0], np.uint8), arr.offset, True
+
+
+def _scan(g: dict[str, pa.Table], obs_start: np.ndarray, sim_start: np.ndarray,
+          sim_end: np.ndarray, unit: np.ndarray | None = None, n_units: int = 0) -> _Scan:
+    """One pass over the tasks, batch by batch, for iteration times and (with ``unit``) unit
+    load."""
+    its = g["iteration"]
+    t = its["start_ns"].to_numpy()
+    order = np.argsort(t, kind="stable")
+    t_sorted = np.ascontiguousarray(t[order], np.int64)
+    k = len(t)
+    b_start = np.zeros(k, np.int64)
+    b_task = np.full(k, -1, np.int64)
+    acc = np.zeros(_report.N_ACC, np.int64)
+    acc[_report.FB_TASK] = acc[_report.MINE_TASK] = -1
+    last_it = int(its["iteration"][k - 1].as_py()) if k else -(2**62)
+    last_end = int(its["end_ns"][k - 1].as_py()) if k else 0
+    busy = np.zeros(n_units if unit is not None else 0, np.int64)
+    if unit is None:
+        unit = np.empty(0, np.int32)
+    lo = 0
+    for b in g["task"].select(["obs_dur_ns", "kind", "iteration"]).to_batches():
+        obs_dur = b.column(0).to_numpy()
+        kind_idx, cpu_lut = _batch_codes(b.column(1))
+        it_val, it_valid, it_voff, it_nulls = _batch_ints(b.column(2), -1)
+        _report.task_scan(lo, obs_start, obs_dur, kind_idx, cpu_lut, it_val, it_valid, it_voff,
+                          it_nulls, sim_start, sim_end, unit, busy, t_sorted, b_start, b_task,
+                          acc, last_it, last_end)
+        lo += b.num_rows
+    if k and acc[_report.FB_TASK] < 0:
+        raise DaydreamError("no CPU task in the trace: iterations cannot be timed")
+    anchors = np.empty(k, np.int64)
+    anchors[order] = _report.finish_anchors(b_start, b_task, acc[_report.FB_TASK])
+    return _Scan(obs_start, anchors, acc, busy)
 
 
 def iteration_times(g: dict[str, pa.Table], sim_start: np.ndarray, sim_end: np.ndarray,
-                    cols: _TaskCols | None = None) -> list[Iteration]:
+                    scan: _Scan | None = None) -> list[Iteration]:
     """Measured and simulated time of every iteration (see the module doc for the rule)."""
     its = g["iteration"]
     if not its.num_rows:
         return []
-    c = cols or _TaskCols.of(g["task"])
+    if scan is None:
+        scan = _scan(g, g["task"]["start_ns"].to_numpy(), sim_start, sim_end)
+    obs_start, anchors, acc = scan.obs_start, scan.anchors, scan.acc
     idx = its["iteration"].to_numpy()
     labels = its["label"].to_pylist()
     ends = its["end_ns"].to_numpy()
-    anchors = _first_at_or_after(c.obs_start, c.cpu, its["start_ns"].to_numpy())
     out = []
     for k in range(len(idx)):
         a = anchors[k]
         if k + 1 < len(idx):
             b = anchors[k + 1]
-            meas = c.obs_start[b] - c.obs_start[a]
+            meas = obs_start[b] - obs_start[a]
             simt = sim_start[b] - sim_start[a]
         else:
             # the last iteration ends at its marker's end (CPU step or the GPU work it
             # launched): map that time through the task of the iteration that ended there
+            # (the last to end at or before it)
             end_ns = int(ends[k])
-            mine = np.flatnonzero((c.iteration == idx[k]) & (c.obs_end <= end_ns))
-            if len(mine):
-                last = mine[np.argmax(c.obs_end[mine])]
+            last = int(acc[_report.MINE_TASK])
+            if last >= 0:
                 # ... and no earlier than the work of every iteration so far is done, less
                 # what the trace itself left running past the end: a CPU that runs ahead (up
                 # to the launch queue) leaves GPU work behind it, which the window's last
                 # iteration must still wait for
-                done = np.flatnonzero((c.iteration >= 0) & (c.iteration <= idx[k]))
-                slack = int(c.obs_end[done].max()) - end_ns
-                meas = end_ns - c.obs_start[a]
-                simt = max(int(sim_end[last]) + (end_ns - int(c.obs_end[last])),
-                           int(sim_end[done].max()) - max(slack, 0)) - sim_start[a]
+                slack = int(acc[_report.DONE_OBS_END]) - end_ns
+                meas = end_ns - obs_start[a]
+                simt = max(int(sim_end[last]) + (end_ns - int(acc[_report.MINE_END])),
+                           int(acc[_report.DONE_SIM_END]) - max(slack, 0)) - sim_start[a]
             else:
                 meas = simt = 0
         out.append(Iteration(int(idx[k]), labels[k], int(meas), int(simt)))
@@ -172,63 +290,123 @@ def _mark_warmup(its: list[Iteration]) -> None:
                        "for the others; left out of the means")
 
 
-def _iteration_path(sched: Schedule, last: int, it_of: np.ndarray, it: int) -> np.ndarray:
-    """The critical path back from task ``last``, cut where it leaves iteration ``it``."""
-    n = _core._walk(sched.bound_by, sched.bound_via_start, sched.end_bound_by, last,
-                    np.empty(0, np.int64))
-    path = np.empty(n, np.int64)
-    _core._walk(sched.bound_by, sched.bound_via_start, sched.end_bound_by, last, path)
-    outside = np.flatnonzero(it_of[path] != it)
-    return path[outside[-1] + 1:] if len(outside) else path
-
-
 def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, iteration: int,
-                          top: int = 8, last: int | None = None,
-                          cols: _TaskCols | None = None) -> dict:
+                          top: int = 8, last: int | None = None) -> dict:
     """The chain of tasks that decided when the iteration ended, summarized by phase, layer
     and kind of work (time on the path, ns). ``last`` is the task that ended the iteration
     (what the next iteration's first task waited for); by default the last-ending task."""
     task = g["task"]
-    it_of = (cols.iteration if cols is not None
-             else task["iteration"].fill_null(-1).to_numpy())
-    mine = np.flatnonzero(it_of == iteration)
-    if not len(mine):
-        return {}
-    if last is None or it_of[last] != iteration:
-        last = mine[np.argmax(sched.end_ns[mine])]
-    path = _iteration_path(sched, int(last), it_of, iteration)
-    path = path[np.r_[True, path[1:] != path[:-1]]]  # a task entered and left: count once
-    # attribute time, not durations: a task overlapped by the one before it on the path (a
-    # kernel that starts while its launch call runs) counts only from where that one ended
-    s, e = sched.start_ns[path], sched.end_ns[path]
-    cursor = np.maximum.accumulate(np.r_[s[:1], e[:-1]])
-    held = np.maximum(e - np.maximum(s, cursor), 0)
+    its = [(lo, *_batch_ints(ch, -1)) for lo, ch in _offsets(task["iteration"])]
+    if last is None or _iterations_of(its, np.array([last], np.int64))[0] != iteration:
+        last = -1
+        for lo, *it in its:
+            last = _report.last_in(lo, *it, iteration, sched.end_ns, last)
+        if last < 0:
+            return {}
+    # walk back from ``last`` until the path leaves the iteration (in growing blocks, not
+    # back to the start of the trace); then time on the path per task (_report.path_held)
+    blocks, x, at_end, size = [], last, True, 4096
+    while x >= 0:
+        buf = np.empty(size, np.int64)
+        k, x, at_end = _report.walk_back(sched.bound_by, sched.bound_via_start,
+                                         sched.end_bound_by, x, at_end, buf)
+        outside = np.flatnonzero(_iterations_of(its, buf[:k]) != iteration)
+        blocks.append(buf[:outside[0] if len(outside) else k])
+        if len(outside):
+            break
+        size *= 2
+    path, held = _report.path_held(np.ascontiguousarray(np.concatenate(blocks)[::-1]),
+                                   sched.start_ns, sched.end_ns)
     out = {"iteration": int(iteration), "tasks": int(len(path)),
            "span_ns": int(sched.end_ns[last] - sched.start_ns[path[0]]) if len(path) else 0}
-    on_path = pa.array(path)
     for col in ("phase", "kind", "layer"):
-        out[f"by_{col}"] = _time_by(task[col].take(on_path), held, top, col)
+        out[f"by_{col}"] = _time_by(task[col], path, held, top, col)
     return out
 
 
-def _time_by(values: pa.ChunkedArray, ns: np.ndarray, top: int, col: str) -> list[dict]:
-    """``ns`` summed per distinct value (null is a value), largest first, ``top`` of them."""
-    d = values.combine_chunks()
-    if not pa.types.is_dictionary(d.type):
-        d = d.dictionary_encode()
-    names = d.dictionary.to_pylist() + [None]
-    idx = d.indices.fill_null(len(names) - 1).to_numpy()
-    sums = np.bincount(idx, weights=ns, minlength=len(names))
-    seen = np.bincount(idx, minlength=len(names)) > 0
+def _offsets(col: pa.ChunkedArray) -> list[tuple[int, pa.Array]]:
+    """(first row, chunk) of every chunk of a column."""
+    out, lo = [], 0
+    for ch in col.chunks:
+        out.append((lo, ch))
+        lo += len(ch)
+    return out
+
+
+def _iterations_of(its: list, tasks: np.ndarray) -> np.ndarray:
+    """The iteration of each of ``tasks`` (-1 for none), from the column's decoded batches."""
+    out = np.empty(len(tasks), np.int64)
+    for lo, *it in its:
+        _report.iteration_of(lo, *it, tasks, out)
+    return out
+
+
+def _path_codes(col: pa.ChunkedArray, path: np.ndarray) -> tuple[np.ndarray, list] | None:
+    """(index per path task, names; the last name is None, for null) as a dictionary encoding
+    of the column's values along the path would give them; None for a column type not handled
+    here. Dictionary columns keep their dictionary; strings are grouped by value in order of
+    first appearance, straight from each chunk's buffers (``_report.group_strings``)."""
+    idx = np.empty(len(path), np.int64)
+    lo = 0
+    if pa.types.is_dictionary(col.type):
+        if col.null_count or not col.num_chunks or \
+                any(not ch.dictionary.equals(col.chunk(0).dictionary) for ch in col.chunks):
+            return None
+        for ch in col.chunks:
+            _report.gather_codes(path, lo, lo + len(ch), ch.indices.to_numpy(), idx)
+            lo += len(ch)
+        return idx, col.chunk(0).dictionary.to_pylist() + [None]
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return None
+    off_type = np.int32 if pa.types.is_string(col.type) else np.int64
+    first: dict[str, int] = {}  # value -> first position on the path
+    local: list[str] = []       # value of each chunk-local group, all chunks in a row
+    for ch in col.chunks:
+        if not len(ch):
+            continue
+        valid, offsets, data = ch.buffers()
+        rep, pos = _report.group_strings(
+            path, lo, lo + len(ch), np.frombuffer(offsets, off_type), ch.offset,
+            np.frombuffer(data, np.uint8) if data is not None else np.empty(0, np.uint8),
+            np.frombuffer(valid, np.uint8) if valid is not None else np.empty(0, np.uint8),
+            ch.null_count > 0, idx, len(local))
+        for r, p in zip(rep.tolist(), pos.tolist(), strict=True):
+            v = ch[r].as_py()
+            first[v] = min(first.get(v, p), p)
+            local.append(v)
+        lo += len(ch)
+    names = sorted(first, key=first.__getitem__)
+    code = {v: i for i, v in enumerate(names)}
+    # local group -> code; the extra last entry is null's (group -1)
+    lut = np.array([code[v] for v in local] + [len(names)], np.int64)
+    return lut[idx], names + [None]
+
+
+def _time_by(col: pa.ChunkedArray, path: np.ndarray, ns: np.ndarray, top: int,
+             name: str) -> list[dict]:
+    """``ns`` of each path task summed per distinct value of ``col`` (null is a value),
+    largest first (ties in order of first appearance), ``top`` of them."""
+    coded = _path_codes(col, path)
+    if coded is None:
+        d = col.take(pa.array(path)).combine_chunks()
+        if not pa.types.is_dictionary(d.type):
+            d = d.dictionary_encode()
+        names = d.dictionary.to_pylist() + [None]
+        idx = d.indices.fill_null(len(names) - 1).to_numpy()
+    else:
+        idx, names = coded
+    sums, seen = _report.group_sums(idx, ns, len(names))
     keys = [k for k in np.argsort(-sums, kind="stable") if seen[k]][:top]
-    return [{col: names[k], "ns": int(round(sums[k]))} for k in keys]
+    return [{name: names[k], "ns": int(round(sums[k]))} for k in keys]
 
 
-def unit_busy(g: dict[str, pa.Table], sched: Schedule) -> list[dict]:
-    """Share of the simulated span each unit is busy."""
+def unit_busy(g: dict[str, pa.Table], sched: Schedule,
+              busy_ns: np.ndarray | None = None) -> list[dict]:
+    """Share of the simulated span each unit is busy (``busy_ns``: time held per unit, when
+    already summed)."""
     unit = g["unit"]
     n_units = unit.num_rows
-    busy = sched.unit_busy_ns(n_units)
+    busy = sched.unit_busy_ns(n_units) if busy_ns is None else busy_ns
     span = max(sched.makespan_ns, 1)
     names = unit["name"].to_pylist()
     kinds = unit["kind"].to_pylist()
@@ -237,29 +415,27 @@ def unit_busy(g: dict[str, pa.Table], sched: Schedule) -> list[dict]:
             if names[u] != "origin"]
 
 
-def _ender(g: dict[str, pa.Table], sched: Schedule, iteration: int,
-           cols: _TaskCols | None = None) -> int | None:
+def _ender(g: dict[str, pa.Table], sched: Schedule, iteration: int, scan: _Scan) -> int | None:
     """The task whose end let the next iteration's first task start (None for the last)."""
-    its = g["iteration"]
-    idx = its["iteration"].to_numpy()
+    idx = g["iteration"]["iteration"].to_numpy()
     k = np.flatnonzero(idx == iteration)
     if not len(k) or k[0] + 1 >= len(idx):
         return None
-    c = cols or _TaskCols.of(g["task"])
-    nxt = _first_at_or_after(c.obs_start, c.cpu, its["start_ns"].to_numpy()[k[0] + 1:k[0] + 2])[0]
+    nxt = scan.anchors[k[0] + 1]
     b = int(sched.bound_by[nxt])
     return b if b >= 0 and not sched.bound_via_start[nxt] else None
 
 
 def replay(g: dict[str, pa.Table]) -> Replay:
     """Simulate a graph and measure it like the trace was measured."""
-    sched = simulate(to_simgraph(g))
-    cols = _TaskCols.of(g["task"])
-    its = iteration_times(g, sched.start_ns, sched.end_ns, cols)
+    sg = to_simgraph(g)
+    sched = simulate(sg, check=False)  # to_simgraph checked it
+    # sg.order_key is the observed start of each task
+    scan = _scan(g, sg.order_key, sched.start_ns, sched.end_ns, sg.unit, sg.n_units)
+    its = iteration_times(g, sched.start_ns, sched.end_ns, scan)
     used = [i for i in its if i.used]
     cp = {}
     if used:
         med = sorted(used, key=lambda i: i.measured_ns)[len(used) // 2]
-        cp = critical_path_summary(g, sched, med.index,
-                                   last=_ender(g, sched, med.index, cols), cols=cols)
-    return Replay(sched, its, unit_busy(g, sched), cp)
+        cp = critical_path_summary(g, sched, med.index, last=_ender(g, sched, med.index, scan))
+    return Replay(sched, its, unit_busy(g, sched, scan.busy), cp)

@@ -1,0 +1,149 @@
+"""The compiled passes behind ``replay`` (simulate/_report.py) against plain numpy/pyarrow
+references, on a real trace's graph: as read (one chunk per column) and cut into many small
+chunks (as DuckDB returns large graphs), so that every batch boundary is crossed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from daydream import api
+from graphstore.read import read_graph
+from ingest.errors import DaydreamError
+from simulate.engine import simulate
+from simulate.graph import SimGraph
+from simulate.replay import (
+    ANCHOR_KIND,
+    CPU_KINDS,
+    _codes,
+    _time_by,
+    critical_path_summary,
+    replay,
+    to_simgraph,
+)
+from tests.conftest import DATA
+
+TRACE = DATA / "kineto" / "resnet50_ddp_a100_rank0.json.gz"
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    st = tmp_path_factory.mktemp("passes") / "store"
+    d = api.predict(str(TRACE), st)
+    return read_graph(st, d["trace_id"])
+
+
+def rechunk(g: dict[str, pa.Table], rows: int) -> dict[str, pa.Table]:
+    return {k: pa.Table.from_batches(t.to_batches(max_chunksize=rows), t.schema)
+            for k, t in g.items()}
+
+
+def test_graph_is_cut_into_chunks(graph):
+    g = rechunk(graph, 7001)
+    assert g["task"]["dur_ns"].num_chunks > 3 and g["edge"]["dst"].num_chunks > 3
+
+
+@pytest.mark.parametrize("rows", [None, 7001])
+def test_simgraph_matches_from_edges(graph, rows):
+    g = graph if rows is None else rechunk(graph, rows)
+    task, edge = graph["task"], graph["edge"]
+    ref = SimGraph.from_edges(
+        dur_ns=task["dur_ns"].to_numpy(), unit=task["unit_id"].to_numpy(),
+        unit_policy=_codes(graph["unit"]["policy"], {"fixed": 0, "fcfs": 1, "priority": 2}, "p"),
+        src=edge["src"].to_numpy(), dst=edge["dst"].to_numpy(), lag_ns=edge["lag_ns"].to_numpy(),
+        edge_kind=_codes(edge["anchor"], ANCHOR_KIND, "a"), order_key=task["start_ns"].to_numpy(),
+        priority=task["priority"].fill_null(0).to_numpy())
+    sg = to_simgraph(g)
+    for f in ("dur_ns", "unit", "unit_policy", "order_key", "priority", "indptr", "dst",
+              "lag_ns", "edge_kind"):
+        a, b = getattr(sg, f), getattr(ref, f)
+        assert a.dtype == b.dtype and np.array_equal(a, b), f
+
+
+def test_edges_out_of_order_are_sorted(graph):
+    """Edges not in source order take the general path: the CSR is the same."""
+    rng = np.random.default_rng(0)
+    g = dict(graph)
+    g["edge"] = graph["edge"].take(pa.array(rng.permutation(graph["edge"].num_rows)))
+    a, b = to_simgraph(g), to_simgraph(graph)
+    assert np.array_equal(a.indptr, b.indptr)
+    # within a source the order of edges may differ: compare them as sets per source
+    for t in rng.choice(a.n_tasks, 200, replace=False):
+        s = slice(a.indptr[t], a.indptr[t + 1])
+        assert sorted(zip(a.dst[s], a.lag_ns[s], a.edge_kind[s], strict=True)) == \
+            sorted(zip(b.dst[s], b.lag_ns[s], b.edge_kind[s], strict=True))
+
+
+def test_bad_edge_is_named(graph):
+    g = rechunk(graph, 7001)
+    lag = graph["edge"]["lag_ns"].to_numpy().copy()
+    lag[9000] = -5  # in the second chunk
+    g["edge"] = g["edge"].set_column(g["edge"].schema.get_field_index("lag_ns"), "lag_ns",
+                                     pa.array(lag))
+    with pytest.raises(DaydreamError, match="edge 9000 has negative lag_ns -5"):
+        to_simgraph(g)
+
+
+def test_replay_does_not_depend_on_chunks(graph):
+    a, b = replay(graph), replay(rechunk(graph, 7001))
+    assert a.iterations == b.iterations
+    assert a.unit_busy == b.unit_busy
+    assert a.critical_path == b.critical_path
+    assert np.array_equal(a.schedule.end_ns, b.schedule.end_ns)
+
+
+def test_unit_busy_matches_bincount(graph):
+    r = replay(rechunk(graph, 7001))
+    s = r.schedule
+    ref = np.bincount(s.unit, weights=s.end_ns - s.start_ns).round().astype(np.int64)
+    names = graph["unit"]["name"].to_pylist()
+    got = {u["unit"]: u["busy_ns"] for u in r.unit_busy}
+    assert got == {names[u]: int(ref[u]) for u in range(len(names)) if names[u] != "origin"}
+
+
+def test_iteration_times_from_first_cpu_task(graph):
+    """Each iteration but the last lasts from its first CPU task (at or after its marker) to
+    the next one's: a numpy reference for the anchors the scan finds."""
+    r = replay(rechunk(graph, 7001))
+    task = graph["task"]
+    start = task["start_ns"].to_numpy()
+    cpu = np.isin(np.array(task["kind"].to_pylist()), CPU_KINDS)
+    cpu[0] = False
+    its = graph["iteration"]
+    anchors = [int(np.flatnonzero(cpu & (start >= t))[np.argmin(start[cpu & (start >= t)])])
+               for t in its["start_ns"].to_numpy()]
+    s = r.schedule.start_ns
+    for k, it in enumerate(r.iterations[:-1]):
+        a, b = anchors[k], anchors[k + 1]
+        assert it.measured_ns == start[b] - start[a]
+        assert it.simulated_ns == s[b] - s[a]
+
+
+@pytest.mark.parametrize("col", ["phase", "kind", "layer", "name"])
+def test_time_by_matches_pyarrow(graph, col):
+    """Grouping along a path straight from the string buffers, against pyarrow's values."""
+    g = rechunk(graph, 7001)
+    rng = np.random.default_rng(1)
+    path = np.sort(rng.choice(graph["task"].num_rows, 5000, replace=False))
+    ns = rng.integers(0, 10_000, len(path))
+    got = _time_by(g["task"][col], path, ns, 10**6, col)
+    vals = graph["task"][col].take(pa.array(path)).to_pylist()
+    sums: dict = {}
+    for v, x in zip(vals, ns, strict=True):
+        sums[v] = sums.get(v, 0) + int(x)
+    assert {r[col]: r["ns"] for r in got} == sums
+    assert [r["ns"] for r in got] == sorted(sums.values(), reverse=True)
+
+
+def test_critical_path_without_ender(graph):
+    """Without ``last`` the path ends at the iteration's last-ending task, on any chunking."""
+    g = rechunk(graph, 7001)
+    sched = simulate(to_simgraph(graph))
+    a = critical_path_summary(graph, sched, 1)
+    assert a == critical_path_summary(g, sched, 1)
+    it = graph["task"]["iteration"].fill_null(-1).to_numpy()
+    mine = np.flatnonzero(it == 1)
+    last = mine[np.argmax(sched.end_ns[mine])]
+    assert a["span_ns"] <= sched.end_ns[last]
+    assert critical_path_summary(graph, sched, 10**6) == {}
