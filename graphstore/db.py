@@ -25,6 +25,7 @@ import csv
 import decimal
 import hashlib
 import io
+import os
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -303,8 +304,8 @@ def connect(store_root: str | Path, read_only: bool = True,
     if read_only and not path.exists():
         raise DaydreamError(f"no graph in {store_root}: ingest traces first "
                             f"(`daydream ingest TRACE... --store {store_root}`)")
-    if not read_only:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    if not read_only and not path.exists():
+        _create(path)
     con = _open(path, read_only, timeout_s)
     try:
         if read_only:
@@ -314,6 +315,24 @@ def connect(store_root: str | Path, read_only: bool = True,
         yield con
     finally:
         con.close()
+
+
+def _create(path: Path) -> None:
+    """Create the database with its tables and views under a temporary name, then rename it
+    into place: a process killed meanwhile leaves no half-made graph.duckdb that readers
+    would take for a broken graph (the caller holds the store's writer lock)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(path.name + ".new*"):
+        stale.unlink(missing_ok=True)  # left by a writer killed while creating
+    tmp = path.with_name(path.name + ".new")
+    con = duckdb.connect(str(tmp))
+    try:
+        create_schema(con, tmp)
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)  # checkpointed on close
+    os.replace(tmp, path)
 
 
 def _first_line(msg: str) -> str:

@@ -531,3 +531,25 @@ def test_every_query_in_docs_sql_md_runs_and_shows_its_output(store: Path) -> No
         got = db.query(store, sql)
         if shown:
             assert got == shown, sql
+
+
+def test_a_creation_interrupted_before_its_schema_leaves_no_database(tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    """A writer killed while creating graph.duckdb must not leave a file without tables, which
+    readers would take for a broken graph; a later writer sweeps the half-made file."""
+    root = tmp_path / "store"
+
+    def killed(con, path=None):
+        con.execute("CREATE TABLE meta (key VARCHAR)")  # part of the schema, then the kill
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(db, "create_schema", killed)
+    with pytest.raises(KeyboardInterrupt):
+        db.write_trace(root, A, trace_a())
+    assert not db.db_path(root).exists()
+    assert db.trace_ids(root) == []  # no graph yet, rather than a broken one
+    monkeypatch.undo()
+    db.write_trace(root, A, trace_a())
+    assert db.trace_ids(root) == [A]
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith("graph.duckdb")) == [
+        "graph.duckdb"]
