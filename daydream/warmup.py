@@ -30,8 +30,12 @@ def warm() -> float:
         f = Path(d) / "warm.json"
         f.write_text(json.dumps({"traceEvents": ev}))
         conv = read_kineto(f)
-    g = build(conv.tables)
-    check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name)
+        g = build(conv.tables)
+        check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name)
+        # the whole path of a command: ingest, labels, the graph's DuckDB tables, replay and
+        # its reports (each stage compiles kernels of its own)
+        from daydream import api
+        api.predict(str(f), Path(d) / "store")
     try:
         from simulate.warmup import warm as warm_sim
         warm_sim()
