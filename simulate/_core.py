@@ -392,6 +392,23 @@ def _unit_freed(t, e, u, start, pend, qbase, psize, qsize, prio, free, busy, las
 
 
 @nb.njit(cache=True, inline="always")
+def _push(d, cur, minw, behind, stack, bits, loff, use_bitmap):
+    """Task ``d`` became runnable: behind the sweep cursor it goes on the stack (or, once the
+    sweep is over, into the bitmap); at or past it the sweep finds it. Returns (minw, behind).
+    The stack write is unconditional, so that the sweep's push is a store and an add."""
+    if use_bitmap:
+        if d < cur:
+            _bm_insert(bits, loff, d)
+            if (d >> 6) < minw:
+                minw = d >> 6
+            behind += 1
+    else:
+        stack[behind] = d
+        behind += d < cur
+    return minw, behind
+
+
+@nb.njit(cache=True, inline="always")
 def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, end_cnt, start,
                 end, bound, via, end_bound, stack, bits, loff, pend, qbase, psize, qsize, prio,
                 free, busy, last, hk, hu, st, use_bitmap):
@@ -405,9 +422,12 @@ def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, 
     so that access stays near index order. Compiled as two functions, so that neither carries
     the other's code in its loop.
 
-    A task's first pop starts it: its start binder is decoded and its START_START edges (only
-    looked at when the graph has any, ``has_ss``) release their destinations. It finishes on
-    that pop, or on a second one once its END predecessors are done."""
+    A task's first pop starts it: its start binder is decoded. Most tasks also finish on that
+    pop, and one pass over their out-edges fires them all: START_START ones (only looked at
+    when the graph has any, ``has_ss``) from the start, START and END ones from the end. A
+    task with END predecessors still to finish fires its START_START edges when it starts and
+    the rest on a second pop, once those are done. A destination's (time, binder key) is
+    raised with selects rather than branches: which bound wins is data, not a pattern."""
     n = dur.shape[0]
     all_fixed = st[_ALL_FIXED] != 0
     has_ss = st[_HAS_SS] != 0
@@ -432,6 +452,7 @@ def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, 
                 break
             t = cur
             cur += 1
+        fire_ss = False
         if start_cnt[t] == 0:
             # start t
             start_cnt[t] = -1
@@ -441,39 +462,38 @@ def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, 
                 via[t] = b & 1
             else:
                 bound[t] = -1
-            if has_ss:
-                kss = ((n - t) << 1) | 1  # t's binder key through its start
-                for k in range(indptr[t], indptr[t + 1]):
-                    if kind[k] != _START_START:
-                        continue
-                    d = dst[k]
-                    v = start[t] + lag[k]
-                    cv = start[d]
-                    if v > cv or (v == cv and kss > bound[d]):
-                        start[d] = v
-                        bound[d] = kss
-                    c = start_cnt[d] - 1
-                    start_cnt[d] = c
-                    if c == 0:
-                        if all_fixed or unit_policy[unit[d]] == _FIXED:
-                            if d < cur:
-                                if use_bitmap:
-                                    _bm_insert(bits, loff, d)
-                                    if (d >> 6) < minw:
-                                        minw = d >> 6
-                                else:
-                                    stack[behind] = d
-                                behind += 1
-                        else:
-                            start_cnt[d] = _QUEUED
-                            _release(d, unit, start, pend, qbase, psize, qsize, prio, free,
-                                     busy, hk, hu, st)
+            fire_ss = has_ss
             if end_cnt[t] > 0:
-                continue  # started; finishes when its END predecessors are done
+                # started; finishes when its END predecessors are done
+                if has_ss:
+                    kss = ((n - t) << 1) | 1  # t's binder key through its start
+                    st_t = start[t]
+                    for k in range(indptr[t], indptr[t + 1]):
+                        if kind[k] != _START_START:
+                            continue
+                        d = dst[k]
+                        v = st_t + lag[k]
+                        cv = start[d]
+                        bd = bound[d]
+                        up = (v > cv) | ((v == cv) & (kss > bd))
+                        start[d] = v if up else cv
+                        bound[d] = kss if up else bd
+                        c = start_cnt[d] - 1
+                        start_cnt[d] = c
+                        if not (all_fixed or unit_policy[unit[d]] == _FIXED):
+                            if c == 0:
+                                start_cnt[d] = _QUEUED
+                                _release(d, unit, start, pend, qbase, psize, qsize, prio,
+                                         free, busy, hk, hu, st)
+                        elif c == 0:
+                            minw, behind = _push(d, cur, minw, behind, stack, bits, loff,
+                                                 use_bitmap)
+                continue
         # finish t
         e = start[t] + dur[t]
-        if end[t] > e:
-            e = end[t]
+        ce = end[t]
+        if ce > e:
+            e = ce
             end_bound[t] = n - end_bound[t]
         else:
             end_bound[t] = -1
@@ -485,66 +505,56 @@ def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, 
             j = nxt[t] - 1
             if j >= 0:
                 cv = start[j]
-                if e > cv or (e == cv and kt > bound[j]):
-                    start[j] = e
-                    bound[j] = kt
+                bj = bound[j]
+                up = (e > cv) | ((e == cv) & (kt > bj))
+                start[j] = e if up else cv
+                bound[j] = kt if up else bj
                 c = start_cnt[j] - 1
                 start_cnt[j] = c
-                if c == 0 and j < cur:
-                    if use_bitmap:
-                        _bm_insert(bits, loff, j)
-                        if (j >> 6) < minw:
-                            minw = j >> 6
-                    else:
-                        stack[behind] = j
-                    behind += 1
+                if c == 0:
+                    minw, behind = _push(j, cur, minw, behind, stack, bits, loff, use_bitmap)
         else:
             _unit_freed(t, e, unit[t], start, pend, qbase, psize, qsize, prio, free, busy, last,
                         hk, hu, st)
+        st_t = start[t]
         for k in range(indptr[t], indptr[t + 1]):
             kd = kind[k]
-            if kd == _START:
-                d = dst[k]
-                v = e + lag[k]
-                cv = start[d]
-                if v > cv or (v == cv and kt > bound[d]):
-                    start[d] = v
-                    bound[d] = kt
-                c = start_cnt[d] - 1
-                start_cnt[d] = c
-                if c == 0:
-                    if all_fixed or unit_policy[unit[d]] == _FIXED:
-                        if d < cur:
-                            if use_bitmap:
-                                _bm_insert(bits, loff, d)
-                                if (d >> 6) < minw:
-                                    minw = d >> 6
-                            else:
-                                stack[behind] = d
-                            behind += 1
-                    else:
-                        start_cnt[d] = _QUEUED
-                        _release(d, unit, start, pend, qbase, psize, qsize, prio, free, busy,
-                                 hk, hu, st)
-            elif kd == _END:
-                d = dst[k]
+            d = dst[k]
+            if kd == _END:
                 v = e + lag[k]
                 ke = kt >> 1
                 cv = end[d]
-                if v > cv or (v == cv and ke > end_bound[d]):
-                    end[d] = v
-                    end_bound[d] = ke
+                bd = end_bound[d]
+                up = (v > cv) | ((v == cv) & (ke > bd))
+                end[d] = v if up else cv
+                end_bound[d] = ke if up else bd
                 c = end_cnt[d] - 1
                 end_cnt[d] = c
-                if c == 0 and start_cnt[d] == -1 and d < cur:
-                    if use_bitmap:
-                        _bm_insert(bits, loff, d)
-                        if (d >> 6) < minw:
-                            minw = d >> 6
-                    else:
-                        stack[behind] = d
-                    behind += 1
-            # START_START edges were followed when t started
+                if c == 0 and start_cnt[d] == -1:
+                    minw, behind = _push(d, cur, minw, behind, stack, bits, loff, use_bitmap)
+                continue
+            if kd == _START:
+                v = e + lag[k]
+                key = kt
+            elif fire_ss:
+                v = st_t + lag[k]
+                key = kt | 1  # t's binder key through its start
+            else:
+                continue  # a START_START edge, fired when t started
+            cv = start[d]
+            bd = bound[d]
+            up = (v > cv) | ((v == cv) & (key > bd))
+            start[d] = v if up else cv
+            bound[d] = key if up else bd
+            c = start_cnt[d] - 1
+            start_cnt[d] = c
+            if not (all_fixed or unit_policy[unit[d]] == _FIXED):
+                if c == 0:
+                    start_cnt[d] = _QUEUED
+                    _release(d, unit, start, pend, qbase, psize, qsize, prio, free, busy,
+                             hk, hu, st)
+            elif c == 0:
+                minw, behind = _push(d, cur, minw, behind, stack, bits, loff, use_bitmap)
     st[_CUR] = cur
     st[_MINW] = minw
     st[_BEHIND] = behind
