@@ -253,21 +253,32 @@ def _bm_pop(bits, loff, minw):
 # --- the simulation -------------------------------------------------------------------------
 
 
+@nb.njit(cache=True, inline="always")
+def _U(i):
+    """An index known to be >= 0, as unsigned: numba then indexes without the wraparound
+    arithmetic (a select on the sign and a load of the array's length) it adds for a signed
+    index. In the hot loop that arithmetic, and the registers it takes, cost a third of the
+    time (bench/bench_simulate.py)."""
+    return np.uint64(i)
+
+
+
 @nb.njit(cache=True)
 def csr_ok(indptr, dst, lag, kind):
     """One pass over the CSR values ``check.check_graph`` checks: indptr from 0 to the edge
-    count and never decreasing, destinations in range, lags >= 0, known edge kinds."""
+    count and never decreasing, destinations in range, lags >= 0, known edge kinds. No early
+    exit, and range checks as one unsigned compare, so that the loops vectorize."""
     n = indptr.shape[0] - 1
     m = dst.shape[0]
     if indptr[0] != 0 or indptr[n] != m:
         return False
+    bad = False
     for i in range(n):
-        if indptr[i + 1] < indptr[i]:
-            return False
+        bad |= indptr[i + 1] < indptr[i]
+    un = np.uint64(n)
     for k in range(m):
-        if dst[k] < 0 or dst[k] >= n or lag[k] < 0 or kind[k] < 0 or kind[k] > 2:
-            return False
-    return True
+        bad |= (np.uint64(dst[k]) >= un) | (lag[k] < 0) | (np.uint8(kind[k]) > np.uint8(2))
+    return not bad
 
 
 @nb.njit(cache=True)
@@ -289,15 +300,16 @@ def edge_list_ok(n, src, dst, lag, kind):
 
 @nb.njit(cache=True)
 def tasks_ok(dur, unit, unit_policy):
-    """One pass over the per-task values ``check.check_tasks`` checks."""
+    """One pass over the per-task values ``check.check_tasks`` checks (vectorizable, as
+    ``csr_ok``)."""
     n_units = unit_policy.shape[0]
+    bad = False
     for u in range(n_units):
-        if unit_policy[u] < 0 or unit_policy[u] > 2:
-            return False
+        bad |= np.uint8(unit_policy[u]) > np.uint8(2)
+    nu = np.uint32(n_units)
     for i in range(dur.shape[0]):
-        if dur[i] < 0 or unit[i] < 0 or unit[i] >= n_units:
-            return False
-    return True
+        bad |= (dur[i] < 0) | (np.uint32(unit[i]) >= nu)
+    return not bad
 
 
 @nb.njit(cache=True)
@@ -310,15 +322,15 @@ def prepare(unit, unit_policy, order_key, nxt, start_cnt):
     last = np.full(n_units, -1, np.int64)
     sorted_ = True
     for i in range(n):
-        u = unit[i]
+        u = _U(unit[_U(i)])
         if unit_policy[u] == _FIXED:
             p = last[u]
             if p >= 0:
-                if order_key[i] < order_key[p]:
+                if order_key[_U(i)] < order_key[_U(p)]:
                     sorted_ = False
                     break
-                nxt[p] = i + 1
-                start_cnt[i] = 1
+                nxt[_U(p)] = i + 1
+                start_cnt[_U(i)] = 1
             last[u] = i
     return sorted_
 
@@ -330,12 +342,13 @@ def count_in(dst, kind, start_cnt, end_cnt):
     tasks and their edges it ran half as fast.)"""
     has_ss = False
     for k in range(dst.shape[0]):
-        kd = kind[k]
+        kd = kind[_U(k)]
+        d = _U(dst[_U(k)])
         if kd != _END:
-            start_cnt[dst[k]] += 1
+            start_cnt[d] += 1
             has_ss |= kd == _START_START
         else:
-            end_cnt[dst[k]] += 1
+            end_cnt[d] += 1
     return has_ss
 
 
@@ -389,15 +402,6 @@ def _unit_freed(t, e, u, start, pend, qbase, psize, qsize, prio, free, busy, las
         _unit_push(hk, hu, st[_HSIZE], _candidate(u, free, pend, psize, prio, qsize, qbase,
                                                   start), u)
         st[_HSIZE] += 1
-
-
-@nb.njit(cache=True, inline="always")
-def _U(i):
-    """An index known to be >= 0, as unsigned: numba then indexes without the wraparound
-    arithmetic (a select on the sign and a load of the array's length) it adds for a signed
-    index. In the hot loop that arithmetic, and the registers it takes, cost a third of the
-    time (bench/bench_simulate.py)."""
-    return np.uint64(i)
 
 
 @nb.njit(cache=True, inline="always")
