@@ -46,20 +46,30 @@ _START_START = 2
 _QUEUED = -3  # state of a task waiting in its FCFS/PRIORITY unit's queue
 
 
+@nb.njit(cache=True, inline="always")
+def _U(i):
+    """An index known to be >= 0, as unsigned: numba then indexes without the wraparound
+    arithmetic (a select on the sign and a load of the array's length) it adds for a signed
+    index. Every index into a task, edge, queue or bitmap array below goes through it: in the
+    hot loop that arithmetic, and the registers it takes, cost a third of the time
+    (bench/bench_simulate.py)."""
+    return np.uint64(i)
+
+
 # --- heaps over task indices, keys read through arrays --------------------------------------
 
 
 @nb.njit(cache=True)
 def _pend_less(a, b, ready):
     # FCFS / pending order: (ready time, task index)
-    return ready[a] < ready[b] or (ready[a] == ready[b] and a < b)
+    return ready[_U(a)] < ready[_U(b)] or (ready[_U(a)] == ready[_U(b)] and a < b)
 
 
 @nb.njit(cache=True)
 def _prio_less(a, b, ready, priority):
     # PRIORITY order among ready tasks: (priority, ready time, task index)
-    if priority[a] != priority[b]:
-        return priority[a] < priority[b]
+    if priority[_U(a)] != priority[_U(b)]:
+        return priority[_U(a)] < priority[_U(b)]
     return _pend_less(a, b, ready)
 
 
@@ -68,33 +78,33 @@ def _pend_push(h, base, size, t, ready):
     i = size
     while i > 0:
         p = (i - 1) >> 1
-        if _pend_less(t, h[base + p], ready):
-            h[base + i] = h[base + p]
+        if _pend_less(t, h[_U(base + p)], ready):
+            h[_U(base + i)] = h[_U(base + p)]
             i = p
         else:
             break
-    h[base + i] = t
+    h[_U(base + i)] = t
 
 
 @nb.njit(cache=True)
 def _pend_pop(h, base, size, ready):
-    top = h[base]
+    top = h[_U(base)]
     size -= 1
     if size > 0:
-        t = h[base + size]
+        t = h[_U(base + size)]
         i = 0
         while True:
             c = 2 * i + 1
             if c >= size:
                 break
-            if c + 1 < size and _pend_less(h[base + c + 1], h[base + c], ready):
+            if c + 1 < size and _pend_less(h[_U(base + c + 1)], h[_U(base + c)], ready):
                 c += 1
-            if _pend_less(h[base + c], t, ready):
-                h[base + i] = h[base + c]
+            if _pend_less(h[_U(base + c)], t, ready):
+                h[_U(base + i)] = h[_U(base + c)]
                 i = c
             else:
                 break
-        h[base + i] = t
+        h[_U(base + i)] = t
     return top
 
 
@@ -103,33 +113,33 @@ def _prio_push(h, base, size, t, ready, priority):
     i = size
     while i > 0:
         p = (i - 1) >> 1
-        if _prio_less(t, h[base + p], ready, priority):
-            h[base + i] = h[base + p]
+        if _prio_less(t, h[_U(base + p)], ready, priority):
+            h[_U(base + i)] = h[_U(base + p)]
             i = p
         else:
             break
-    h[base + i] = t
+    h[_U(base + i)] = t
 
 
 @nb.njit(cache=True)
 def _prio_pop(h, base, size, ready, priority):
-    top = h[base]
+    top = h[_U(base)]
     size -= 1
     if size > 0:
-        t = h[base + size]
+        t = h[_U(base + size)]
         i = 0
         while True:
             c = 2 * i + 1
             if c >= size:
                 break
-            if c + 1 < size and _prio_less(h[base + c + 1], h[base + c], ready, priority):
+            if c + 1 < size and _prio_less(h[_U(base + c + 1)], h[_U(base + c)], ready, priority):
                 c += 1
-            if _prio_less(h[base + c], t, ready, priority):
-                h[base + i] = h[base + c]
+            if _prio_less(h[_U(base + c)], t, ready, priority):
+                h[_U(base + i)] = h[_U(base + c)]
                 i = c
             else:
                 break
-        h[base + i] = t
+        h[_U(base + i)] = t
     return top
 
 
@@ -139,46 +149,48 @@ def _unit_push(hk, hu, size, key, u):
     i = size
     while i > 0:
         p = (i - 1) >> 1
-        if key < hk[p] or (key == hk[p] and u < hu[p]):
-            hk[i] = hk[p]
-            hu[i] = hu[p]
+        if key < hk[_U(p)] or (key == hk[_U(p)] and u < hu[_U(p)]):
+            hk[_U(i)] = hk[_U(p)]
+            hu[_U(i)] = hu[_U(p)]
             i = p
         else:
             break
-    hk[i] = key
-    hu[i] = u
+    hk[_U(i)] = key
+    hu[_U(i)] = u
 
 
 @nb.njit(cache=True)
 def _unit_pop(hk, hu, size):
     size -= 1
     if size > 0:
-        key = hk[size]
-        u = hu[size]
+        key = hk[_U(size)]
+        u = hu[_U(size)]
         i = 0
         while True:
             c = 2 * i + 1
             if c >= size:
                 break
-            if c + 1 < size and (hk[c + 1] < hk[c] or (hk[c + 1] == hk[c] and hu[c + 1] < hu[c])):
+            c0 = _U(c)
+            c1 = _U(c + 1)
+            if c + 1 < size and (hk[c1] < hk[c0] or (hk[c1] == hk[c0] and hu[c1] < hu[c0])):
                 c += 1
-            if hk[c] < key or (hk[c] == key and hu[c] < u):
-                hk[i] = hk[c]
-                hu[i] = hu[c]
+            if hk[_U(c)] < key or (hk[_U(c)] == key and hu[_U(c)] < u):
+                hk[_U(i)] = hk[_U(c)]
+                hu[_U(i)] = hu[_U(c)]
                 i = c
             else:
                 break
-        hk[i] = key
-        hu[i] = u
+        hk[_U(i)] = key
+        hu[_U(i)] = u
 
 
 @nb.njit(cache=True)
 def _candidate(u, free, pend, psize, prio, qsize, qbase, ready):
     """Earliest start of the next task on non-FIXED unit u (which is idle and has a queue)."""
-    if qsize[u] > 0:
-        return free[u]
-    r = ready[pend[qbase[u]]]
-    return r if r > free[u] else free[u]
+    if qsize[_U(u)] > 0:
+        return free[_U(u)]
+    r = ready[pend[qbase[_U(u)]]]
+    return r if r > free[_U(u)] else free[_U(u)]
 
 
 # --- a hierarchical bitmap of runnable tasks, popped lowest index first --------------------
@@ -213,9 +225,9 @@ def bitmap_offsets(n: int) -> np.ndarray:
 def _bm_insert(bits, loff, x):
     i = x
     for lv in range(loff.shape[0] - 1):
-        at = loff[lv] + (i >> 6)
-        old = bits[at]
-        bits[at] = old | (np.int64(1) << (i & 63))
+        at = loff[_U(lv)] + (i >> 6)
+        old = bits[_U(at)]
+        bits[_U(at)] = old | (np.int64(1) << (i & 63))
         if old != 0:
             break
         i >>= 6
@@ -226,24 +238,24 @@ def _bm_pop(bits, loff, minw):
     """Remove and return the lowest set index; ``minw`` is a level-0 word index below which
     every word is zero. Returns (index, new minw), or (-1, minw) when empty."""
     top = loff.shape[0] - 2
-    w = bits[minw]
+    w = bits[_U(minw)]
     if w == 0:
-        if bits[loff[top]] == 0:
+        if bits[loff[_U(top)]] == 0:
             return -1, minw
         i = 0
         for lv in range(top, 0, -1):
-            i = (i << 6) + _cttz(bits[loff[lv] + i])
+            i = (i << 6) + _cttz(bits[loff[_U(lv)] + i])
         minw = i
-        w = bits[minw]
+        w = bits[_U(minw)]
     x = (minw << 6) + _cttz(w)
     w &= w - 1
-    bits[minw] = w
+    bits[_U(minw)] = w
     if w == 0:
         i = minw
         for lv in range(1, top + 1):
-            at = loff[lv] + (i >> 6)
-            word = bits[at] & ~(np.int64(1) << (i & 63))
-            bits[at] = word
+            at = loff[_U(lv)] + (i >> 6)
+            word = bits[_U(at)] & ~(np.int64(1) << (i & 63))
+            bits[_U(at)] = word
             if word != 0:
                 break
             i >>= 6
@@ -251,15 +263,6 @@ def _bm_pop(bits, loff, minw):
 
 
 # --- the simulation -------------------------------------------------------------------------
-
-
-@nb.njit(cache=True, inline="always")
-def _U(i):
-    """An index known to be >= 0, as unsigned: numba then indexes without the wraparound
-    arithmetic (a select on the sign and a load of the array's length) it adds for a signed
-    index. In the hot loop that arithmetic, and the registers it takes, cost a third of the
-    time (bench/bench_simulate.py)."""
-    return np.uint64(i)
 
 
 
@@ -383,10 +386,10 @@ _CUR, _MINW, _BEHIND, _DONE, _HSIZE, _ALL_FIXED, _HAS_SS = 0, 1, 2, 3, 4, 5, 6
 @nb.njit(cache=True)
 def _release(d, unit, start, pend, qbase, psize, qsize, prio, free, busy, hk, hu, st):
     """Task ``d`` on a FCFS/PRIORITY unit has its START predecessors done: queue it."""
-    u = unit[d]
-    _pend_push(pend, qbase[u], psize[u], d, start)
-    psize[u] += 1
-    if not busy[u]:
+    u = unit[_U(d)]
+    _pend_push(pend, qbase[_U(u)], psize[_U(u)], d, start)
+    psize[_U(u)] += 1
+    if not busy[_U(u)]:
         _unit_push(hk, hu, st[_HSIZE], _candidate(u, free, pend, psize, prio, qsize, qbase,
                                                   start), u)
         st[_HSIZE] += 1
@@ -395,10 +398,10 @@ def _release(d, unit, start, pend, qbase, psize, qsize, prio, free, busy, hk, hu
 @nb.njit(cache=True)
 def _unit_freed(t, e, u, start, pend, qbase, psize, qsize, prio, free, busy, last, hk, hu, st):
     """Task ``t`` on FCFS/PRIORITY unit ``u`` ended at ``e``: the unit can take its next."""
-    busy[u] = False
-    free[u] = e
-    last[u] = t
-    if psize[u] + qsize[u] > 0:
+    busy[_U(u)] = False
+    free[_U(u)] = e
+    last[_U(u)] = t
+    if psize[_U(u)] + qsize[_U(u)] > 0:
         _unit_push(hk, hu, st[_HSIZE], _candidate(u, free, pend, psize, prio, qsize, qbase,
                                                   start), u)
         st[_HSIZE] += 1
@@ -663,32 +666,34 @@ def run(dur, unit, unit_policy, priority, has_ss, indptr, dst, lag, kind, nxt, s
             u = hu[0]
             _unit_pop(hk, hu, st[_HSIZE])
             st[_HSIZE] -= 1
-            if busy[u] or psize[u] + qsize[u] == 0:
+            if busy[_U(u)] or psize[_U(u)] + qsize[_U(u)] == 0:
                 continue
             tnow = _candidate(u, free, pend, psize, prio, qsize, qbase, start)
             if tnow != key:
                 continue  # stale entry; the current one is in the heap too
-            base = qbase[u]
-            if unit_policy[u] == _FCFS:
-                t = _pend_pop(pend, base, psize[u], start)
-                psize[u] -= 1
+            base = qbase[_U(u)]
+            if unit_policy[_U(u)] == _FCFS:
+                t = _pend_pop(pend, base, psize[_U(u)], start)
+                psize[_U(u)] -= 1
             else:
-                while psize[u] > 0 and start[pend[base]] <= tnow:
-                    x = _pend_pop(pend, base, psize[u], start)
-                    psize[u] -= 1
-                    _prio_push(prio, base, qsize[u], x, start, priority)
-                    qsize[u] += 1
-                t = _prio_pop(prio, base, qsize[u], start, priority)
-                qsize[u] -= 1
+                while psize[_U(u)] > 0 and start[pend[_U(base)]] <= tnow:
+                    x = _pend_pop(pend, base, psize[_U(u)], start)
+                    psize[_U(u)] -= 1
+                    _prio_push(prio, base, qsize[_U(u)], x, start, priority)
+                    qsize[_U(u)] += 1
+                t = _prio_pop(prio, base, qsize[_U(u)], start, priority)
+                qsize[_U(u)] -= 1
             # start = max(unit free, ready); the unit's previous task binds when it frees later
             # (or at the same time with a smaller index).
-            p = last[u]
+            p = last[_U(u)]
             kp = (n - p) << 1
-            if p >= 0 and (free[u] > start[t] or (free[u] == start[t] and kp > bound[t])):
-                bound[t] = kp
-            start[t] = tnow
-            busy[u] = True
-            start_cnt[t] = 0
+            fu = free[_U(u)]
+            rt = start[_U(t)]
+            if p >= 0 and (fu > rt or (fu == rt and kp > bound[_U(t)])):
+                bound[_U(t)] = kp
+            start[_U(t)] = tnow
+            busy[_U(u)] = True
+            start_cnt[_U(t)] = 0
             # The sweep has passed every index by now: from here on the bitmap holds the
             # runnable tasks.
             _bm_insert(bits, loff, t)
