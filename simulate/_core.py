@@ -46,20 +46,30 @@ _START_START = 2
 _QUEUED = -3  # state of a task waiting in its FCFS/PRIORITY unit's queue
 
 
+@nb.njit(cache=True, inline="always")
+def _U(i):
+    """An index known to be >= 0, as unsigned: numba then indexes without the wraparound
+    arithmetic (a select on the sign and a load of the array's length) it adds for a signed
+    index. Every index into a task, edge, queue or bitmap array below goes through it: in the
+    hot loop that arithmetic, and the registers it takes, cost a third of the time
+    (bench/bench_simulate.py)."""
+    return np.uint64(i)
+
+
 # --- heaps over task indices, keys read through arrays --------------------------------------
 
 
 @nb.njit(cache=True)
 def _pend_less(a, b, ready):
     # FCFS / pending order: (ready time, task index)
-    return ready[a] < ready[b] or (ready[a] == ready[b] and a < b)
+    return ready[_U(a)] < ready[_U(b)] or (ready[_U(a)] == ready[_U(b)] and a < b)
 
 
 @nb.njit(cache=True)
 def _prio_less(a, b, ready, priority):
     # PRIORITY order among ready tasks: (priority, ready time, task index)
-    if priority[a] != priority[b]:
-        return priority[a] < priority[b]
+    if priority[_U(a)] != priority[_U(b)]:
+        return priority[_U(a)] < priority[_U(b)]
     return _pend_less(a, b, ready)
 
 
@@ -68,33 +78,33 @@ def _pend_push(h, base, size, t, ready):
     i = size
     while i > 0:
         p = (i - 1) >> 1
-        if _pend_less(t, h[base + p], ready):
-            h[base + i] = h[base + p]
+        if _pend_less(t, h[_U(base + p)], ready):
+            h[_U(base + i)] = h[_U(base + p)]
             i = p
         else:
             break
-    h[base + i] = t
+    h[_U(base + i)] = t
 
 
 @nb.njit(cache=True)
 def _pend_pop(h, base, size, ready):
-    top = h[base]
+    top = h[_U(base)]
     size -= 1
     if size > 0:
-        t = h[base + size]
+        t = h[_U(base + size)]
         i = 0
         while True:
             c = 2 * i + 1
             if c >= size:
                 break
-            if c + 1 < size and _pend_less(h[base + c + 1], h[base + c], ready):
+            if c + 1 < size and _pend_less(h[_U(base + c + 1)], h[_U(base + c)], ready):
                 c += 1
-            if _pend_less(h[base + c], t, ready):
-                h[base + i] = h[base + c]
+            if _pend_less(h[_U(base + c)], t, ready):
+                h[_U(base + i)] = h[_U(base + c)]
                 i = c
             else:
                 break
-        h[base + i] = t
+        h[_U(base + i)] = t
     return top
 
 
@@ -103,33 +113,33 @@ def _prio_push(h, base, size, t, ready, priority):
     i = size
     while i > 0:
         p = (i - 1) >> 1
-        if _prio_less(t, h[base + p], ready, priority):
-            h[base + i] = h[base + p]
+        if _prio_less(t, h[_U(base + p)], ready, priority):
+            h[_U(base + i)] = h[_U(base + p)]
             i = p
         else:
             break
-    h[base + i] = t
+    h[_U(base + i)] = t
 
 
 @nb.njit(cache=True)
 def _prio_pop(h, base, size, ready, priority):
-    top = h[base]
+    top = h[_U(base)]
     size -= 1
     if size > 0:
-        t = h[base + size]
+        t = h[_U(base + size)]
         i = 0
         while True:
             c = 2 * i + 1
             if c >= size:
                 break
-            if c + 1 < size and _prio_less(h[base + c + 1], h[base + c], ready, priority):
+            if c + 1 < size and _prio_less(h[_U(base + c + 1)], h[_U(base + c)], ready, priority):
                 c += 1
-            if _prio_less(h[base + c], t, ready, priority):
-                h[base + i] = h[base + c]
+            if _prio_less(h[_U(base + c)], t, ready, priority):
+                h[_U(base + i)] = h[_U(base + c)]
                 i = c
             else:
                 break
-        h[base + i] = t
+        h[_U(base + i)] = t
     return top
 
 
@@ -139,46 +149,48 @@ def _unit_push(hk, hu, size, key, u):
     i = size
     while i > 0:
         p = (i - 1) >> 1
-        if key < hk[p] or (key == hk[p] and u < hu[p]):
-            hk[i] = hk[p]
-            hu[i] = hu[p]
+        if key < hk[_U(p)] or (key == hk[_U(p)] and u < hu[_U(p)]):
+            hk[_U(i)] = hk[_U(p)]
+            hu[_U(i)] = hu[_U(p)]
             i = p
         else:
             break
-    hk[i] = key
-    hu[i] = u
+    hk[_U(i)] = key
+    hu[_U(i)] = u
 
 
 @nb.njit(cache=True)
 def _unit_pop(hk, hu, size):
     size -= 1
     if size > 0:
-        key = hk[size]
-        u = hu[size]
+        key = hk[_U(size)]
+        u = hu[_U(size)]
         i = 0
         while True:
             c = 2 * i + 1
             if c >= size:
                 break
-            if c + 1 < size and (hk[c + 1] < hk[c] or (hk[c + 1] == hk[c] and hu[c + 1] < hu[c])):
+            c0 = _U(c)
+            c1 = _U(c + 1)
+            if c + 1 < size and (hk[c1] < hk[c0] or (hk[c1] == hk[c0] and hu[c1] < hu[c0])):
                 c += 1
-            if hk[c] < key or (hk[c] == key and hu[c] < u):
-                hk[i] = hk[c]
-                hu[i] = hu[c]
+            if hk[_U(c)] < key or (hk[_U(c)] == key and hu[_U(c)] < u):
+                hk[_U(i)] = hk[_U(c)]
+                hu[_U(i)] = hu[_U(c)]
                 i = c
             else:
                 break
-        hk[i] = key
-        hu[i] = u
+        hk[_U(i)] = key
+        hu[_U(i)] = u
 
 
 @nb.njit(cache=True)
 def _candidate(u, free, pend, psize, prio, qsize, qbase, ready):
     """Earliest start of the next task on non-FIXED unit u (which is idle and has a queue)."""
-    if qsize[u] > 0:
-        return free[u]
-    r = ready[pend[qbase[u]]]
-    return r if r > free[u] else free[u]
+    if qsize[_U(u)] > 0:
+        return free[_U(u)]
+    r = ready[pend[qbase[_U(u)]]]
+    return r if r > free[_U(u)] else free[_U(u)]
 
 
 # --- a hierarchical bitmap of runnable tasks, popped lowest index first --------------------
@@ -213,9 +225,9 @@ def bitmap_offsets(n: int) -> np.ndarray:
 def _bm_insert(bits, loff, x):
     i = x
     for lv in range(loff.shape[0] - 1):
-        at = loff[lv] + (i >> 6)
-        old = bits[at]
-        bits[at] = old | (np.int64(1) << (i & 63))
+        at = loff[_U(lv)] + (i >> 6)
+        old = bits[_U(at)]
+        bits[_U(at)] = old | (np.int64(1) << (i & 63))
         if old != 0:
             break
         i >>= 6
@@ -226,24 +238,24 @@ def _bm_pop(bits, loff, minw):
     """Remove and return the lowest set index; ``minw`` is a level-0 word index below which
     every word is zero. Returns (index, new minw), or (-1, minw) when empty."""
     top = loff.shape[0] - 2
-    w = bits[minw]
+    w = bits[_U(minw)]
     if w == 0:
-        if bits[loff[top]] == 0:
+        if bits[loff[_U(top)]] == 0:
             return -1, minw
         i = 0
         for lv in range(top, 0, -1):
-            i = (i << 6) + _cttz(bits[loff[lv] + i])
+            i = (i << 6) + _cttz(bits[loff[_U(lv)] + i])
         minw = i
-        w = bits[minw]
+        w = bits[_U(minw)]
     x = (minw << 6) + _cttz(w)
     w &= w - 1
-    bits[minw] = w
+    bits[_U(minw)] = w
     if w == 0:
         i = minw
         for lv in range(1, top + 1):
-            at = loff[lv] + (i >> 6)
-            word = bits[at] & ~(np.int64(1) << (i & 63))
-            bits[at] = word
+            at = loff[_U(lv)] + (i >> 6)
+            word = bits[_U(at)] & ~(np.int64(1) << (i & 63))
+            bits[_U(at)] = word
             if word != 0:
                 break
             i >>= 6
@@ -253,21 +265,23 @@ def _bm_pop(bits, loff, minw):
 # --- the simulation -------------------------------------------------------------------------
 
 
+
 @nb.njit(cache=True)
 def csr_ok(indptr, dst, lag, kind):
     """One pass over the CSR values ``check.check_graph`` checks: indptr from 0 to the edge
-    count and never decreasing, destinations in range, lags >= 0, known edge kinds."""
+    count and never decreasing, destinations in range, lags >= 0, known edge kinds. No early
+    exit, and range checks as one unsigned compare, so that the loops vectorize."""
     n = indptr.shape[0] - 1
     m = dst.shape[0]
     if indptr[0] != 0 or indptr[n] != m:
         return False
+    bad = False
     for i in range(n):
-        if indptr[i + 1] < indptr[i]:
-            return False
+        bad |= indptr[i + 1] < indptr[i]
+    un = np.uint64(n)
     for k in range(m):
-        if dst[k] < 0 or dst[k] >= n or lag[k] < 0 or kind[k] < 0 or kind[k] > 2:
-            return False
-    return True
+        bad |= (np.uint64(dst[k]) >= un) | (lag[k] < 0) | (np.uint8(kind[k]) > np.uint8(2))
+    return not bad
 
 
 @nb.njit(cache=True)
@@ -289,15 +303,16 @@ def edge_list_ok(n, src, dst, lag, kind):
 
 @nb.njit(cache=True)
 def tasks_ok(dur, unit, unit_policy):
-    """One pass over the per-task values ``check.check_tasks`` checks."""
+    """One pass over the per-task values ``check.check_tasks`` checks (vectorizable, as
+    ``csr_ok``)."""
     n_units = unit_policy.shape[0]
+    bad = False
     for u in range(n_units):
-        if unit_policy[u] < 0 or unit_policy[u] > 2:
-            return False
+        bad |= np.uint8(unit_policy[u]) > np.uint8(2)
+    nu = np.uint32(n_units)
     for i in range(dur.shape[0]):
-        if dur[i] < 0 or unit[i] < 0 or unit[i] >= n_units:
-            return False
-    return True
+        bad |= (dur[i] < 0) | (np.uint32(unit[i]) >= nu)
+    return not bad
 
 
 @nb.njit(cache=True)
@@ -310,15 +325,15 @@ def prepare(unit, unit_policy, order_key, nxt, start_cnt):
     last = np.full(n_units, -1, np.int64)
     sorted_ = True
     for i in range(n):
-        u = unit[i]
+        u = _U(unit[_U(i)])
         if unit_policy[u] == _FIXED:
             p = last[u]
             if p >= 0:
-                if order_key[i] < order_key[p]:
+                if order_key[_U(i)] < order_key[_U(p)]:
                     sorted_ = False
                     break
-                nxt[p] = i + 1
-                start_cnt[i] = 1
+                nxt[_U(p)] = i + 1
+                start_cnt[_U(i)] = 1
             last[u] = i
     return sorted_
 
@@ -330,12 +345,13 @@ def count_in(dst, kind, start_cnt, end_cnt):
     tasks and their edges it ran half as fast.)"""
     has_ss = False
     for k in range(dst.shape[0]):
-        kd = kind[k]
+        kd = kind[_U(k)]
+        d = _U(dst[_U(k)])
         if kd != _END:
-            start_cnt[dst[k]] += 1
+            start_cnt[d] += 1
             has_ss |= kd == _START_START
         else:
-            end_cnt[dst[k]] += 1
+            end_cnt[d] += 1
     return has_ss
 
 
@@ -370,10 +386,10 @@ _CUR, _MINW, _BEHIND, _DONE, _HSIZE, _ALL_FIXED, _HAS_SS = 0, 1, 2, 3, 4, 5, 6
 @nb.njit(cache=True)
 def _release(d, unit, start, pend, qbase, psize, qsize, prio, free, busy, hk, hu, st):
     """Task ``d`` on a FCFS/PRIORITY unit has its START predecessors done: queue it."""
-    u = unit[d]
-    _pend_push(pend, qbase[u], psize[u], d, start)
-    psize[u] += 1
-    if not busy[u]:
+    u = unit[_U(d)]
+    _pend_push(pend, qbase[_U(u)], psize[_U(u)], d, start)
+    psize[_U(u)] += 1
+    if not busy[_U(u)]:
         _unit_push(hk, hu, st[_HSIZE], _candidate(u, free, pend, psize, prio, qsize, qbase,
                                                   start), u)
         st[_HSIZE] += 1
@@ -382,13 +398,30 @@ def _release(d, unit, start, pend, qbase, psize, qsize, prio, free, busy, hk, hu
 @nb.njit(cache=True)
 def _unit_freed(t, e, u, start, pend, qbase, psize, qsize, prio, free, busy, last, hk, hu, st):
     """Task ``t`` on FCFS/PRIORITY unit ``u`` ended at ``e``: the unit can take its next."""
-    busy[u] = False
-    free[u] = e
-    last[u] = t
-    if psize[u] + qsize[u] > 0:
+    busy[_U(u)] = False
+    free[_U(u)] = e
+    last[_U(u)] = t
+    if psize[_U(u)] + qsize[_U(u)] > 0:
         _unit_push(hk, hu, st[_HSIZE], _candidate(u, free, pend, psize, prio, qsize, qbase,
                                                   start), u)
         st[_HSIZE] += 1
+
+
+@nb.njit(cache=True, inline="always")
+def _push(d, cur, minw, behind, stack, bits, loff, use_bitmap):
+    """Task ``d`` became runnable: behind the sweep cursor it goes on the stack (or, once the
+    sweep is over, into the bitmap); at or past it the sweep finds it. Returns (minw, behind).
+    The stack write is unconditional, so that the sweep's push is a store and an add."""
+    if use_bitmap:
+        if d < cur:
+            _bm_insert(bits, loff, d)
+            if (d >> 6) < minw:
+                minw = d >> 6
+            behind += 1
+    else:
+        stack[_U(behind)] = d
+        behind += d < cur
+    return minw, behind
 
 
 @nb.njit(cache=True, inline="always")
@@ -405,9 +438,12 @@ def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, 
     so that access stays near index order. Compiled as two functions, so that neither carries
     the other's code in its loop.
 
-    A task's first pop starts it: its start binder is decoded and its START_START edges (only
-    looked at when the graph has any, ``has_ss``) release their destinations. It finishes on
-    that pop, or on a second one once its END predecessors are done."""
+    A task's first pop starts it: its start binder is decoded. Most tasks also finish on that
+    pop, and one pass over their out-edges fires them all: START_START ones (only looked at
+    when the graph has any, ``has_ss``) from the start, START and END ones from the end. A
+    task with END predecessors still to finish fires its START_START edges when it starts and
+    the rest on a second pop, once those are done. A destination's (time, binder key) is
+    raised with selects rather than branches: which bound wins is data, not a pattern."""
     n = dur.shape[0]
     all_fixed = st[_ALL_FIXED] != 0
     has_ss = st[_HAS_SS] != 0
@@ -421,130 +457,120 @@ def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, 
             if use_bitmap:
                 t, minw = _bm_pop(bits, loff, minw)
             else:
-                t = stack[behind]
+                t = stack[_U(behind)]
         else:
             while cur < n:
-                c = start_cnt[cur]
-                if c == 0 or (c == -1 and end_cnt[cur] == 0):
+                c = start_cnt[_U(cur)]
+                if c == 0 or (c == -1 and end_cnt[_U(cur)] == 0):
                     break
                 cur += 1
             if cur == n:
                 break
             t = cur
             cur += 1
-        if start_cnt[t] == 0:
+        fire_ss = False
+        if start_cnt[_U(t)] == 0:
             # start t
-            start_cnt[t] = -1
-            b = bound[t]
+            start_cnt[_U(t)] = -1
+            b = bound[_U(t)]
             if b != 0:
-                bound[t] = n - (b >> 1)
-                via[t] = b & 1
+                bound[_U(t)] = n - (b >> 1)
+                via[_U(t)] = b & 1
             else:
-                bound[t] = -1
-            if has_ss:
-                kss = ((n - t) << 1) | 1  # t's binder key through its start
-                for k in range(indptr[t], indptr[t + 1]):
-                    if kind[k] != _START_START:
-                        continue
-                    d = dst[k]
-                    v = start[t] + lag[k]
-                    cv = start[d]
-                    if v > cv or (v == cv and kss > bound[d]):
-                        start[d] = v
-                        bound[d] = kss
-                    c = start_cnt[d] - 1
-                    start_cnt[d] = c
-                    if c == 0:
-                        if all_fixed or unit_policy[unit[d]] == _FIXED:
-                            if d < cur:
-                                if use_bitmap:
-                                    _bm_insert(bits, loff, d)
-                                    if (d >> 6) < minw:
-                                        minw = d >> 6
-                                else:
-                                    stack[behind] = d
-                                behind += 1
-                        else:
-                            start_cnt[d] = _QUEUED
-                            _release(d, unit, start, pend, qbase, psize, qsize, prio, free,
-                                     busy, hk, hu, st)
-            if end_cnt[t] > 0:
-                continue  # started; finishes when its END predecessors are done
+                bound[_U(t)] = -1
+            fire_ss = has_ss
+            if end_cnt[_U(t)] > 0:
+                # started; finishes when its END predecessors are done
+                if has_ss:
+                    kss = ((n - t) << 1) | 1  # t's binder key through its start
+                    st_t = start[_U(t)]
+                    for k in range(indptr[_U(t)], indptr[_U(t + 1)]):
+                        if kind[_U(k)] != _START_START:
+                            continue
+                        d = dst[_U(k)]
+                        v = st_t + lag[_U(k)]
+                        cv = start[_U(d)]
+                        bd = bound[_U(d)]
+                        up = (v > cv) | ((v == cv) & (kss > bd))
+                        start[_U(d)] = v if up else cv
+                        bound[_U(d)] = kss if up else bd
+                        c = start_cnt[_U(d)] - 1
+                        start_cnt[_U(d)] = c
+                        if not (all_fixed or unit_policy[unit[_U(d)]] == _FIXED):
+                            if c == 0:
+                                start_cnt[_U(d)] = _QUEUED
+                                _release(d, unit, start, pend, qbase, psize, qsize, prio,
+                                         free, busy, hk, hu, st)
+                        elif c == 0:
+                            minw, behind = _push(d, cur, minw, behind, stack, bits, loff,
+                                                 use_bitmap)
+                continue
         # finish t
-        e = start[t] + dur[t]
-        if end[t] > e:
-            e = end[t]
-            end_bound[t] = n - end_bound[t]
+        e = start[_U(t)] + dur[_U(t)]
+        ce = end[_U(t)]
+        if ce > e:
+            e = ce
+            end_bound[_U(t)] = n - end_bound[_U(t)]
         else:
-            end_bound[t] = -1
-        end[t] = e
-        start_cnt[t] = -2
+            end_bound[_U(t)] = -1
+        end[_U(t)] = e
+        start_cnt[_U(t)] = -2
         done += 1
         kt = (n - t) << 1  # t's binder key through its end: larger for smaller indices
-        if all_fixed or unit_policy[unit[t]] == _FIXED:
-            j = nxt[t] - 1
+        if all_fixed or unit_policy[unit[_U(t)]] == _FIXED:
+            j = nxt[_U(t)] - 1
             if j >= 0:
-                cv = start[j]
-                if e > cv or (e == cv and kt > bound[j]):
-                    start[j] = e
-                    bound[j] = kt
-                c = start_cnt[j] - 1
-                start_cnt[j] = c
-                if c == 0 and j < cur:
-                    if use_bitmap:
-                        _bm_insert(bits, loff, j)
-                        if (j >> 6) < minw:
-                            minw = j >> 6
-                    else:
-                        stack[behind] = j
-                    behind += 1
-        else:
-            _unit_freed(t, e, unit[t], start, pend, qbase, psize, qsize, prio, free, busy, last,
-                        hk, hu, st)
-        for k in range(indptr[t], indptr[t + 1]):
-            kd = kind[k]
-            if kd == _START:
-                d = dst[k]
-                v = e + lag[k]
-                cv = start[d]
-                if v > cv or (v == cv and kt > bound[d]):
-                    start[d] = v
-                    bound[d] = kt
-                c = start_cnt[d] - 1
-                start_cnt[d] = c
+                cv = start[_U(j)]
+                bj = bound[_U(j)]
+                up = (e > cv) | ((e == cv) & (kt > bj))
+                start[_U(j)] = e if up else cv
+                bound[_U(j)] = kt if up else bj
+                c = start_cnt[_U(j)] - 1
+                start_cnt[_U(j)] = c
                 if c == 0:
-                    if all_fixed or unit_policy[unit[d]] == _FIXED:
-                        if d < cur:
-                            if use_bitmap:
-                                _bm_insert(bits, loff, d)
-                                if (d >> 6) < minw:
-                                    minw = d >> 6
-                            else:
-                                stack[behind] = d
-                            behind += 1
-                    else:
-                        start_cnt[d] = _QUEUED
-                        _release(d, unit, start, pend, qbase, psize, qsize, prio, free, busy,
-                                 hk, hu, st)
-            elif kd == _END:
-                d = dst[k]
-                v = e + lag[k]
+                    minw, behind = _push(j, cur, minw, behind, stack, bits, loff, use_bitmap)
+        else:
+            _unit_freed(t, e, unit[_U(t)], start, pend, qbase, psize, qsize, prio, free, busy, last,
+                        hk, hu, st)
+        st_t = start[_U(t)]
+        for k in range(indptr[_U(t)], indptr[_U(t + 1)]):
+            kd = kind[_U(k)]
+            d = dst[_U(k)]
+            if kd == _END:
+                v = e + lag[_U(k)]
                 ke = kt >> 1
-                cv = end[d]
-                if v > cv or (v == cv and ke > end_bound[d]):
-                    end[d] = v
-                    end_bound[d] = ke
-                c = end_cnt[d] - 1
-                end_cnt[d] = c
-                if c == 0 and start_cnt[d] == -1 and d < cur:
-                    if use_bitmap:
-                        _bm_insert(bits, loff, d)
-                        if (d >> 6) < minw:
-                            minw = d >> 6
-                    else:
-                        stack[behind] = d
-                    behind += 1
-            # START_START edges were followed when t started
+                cv = end[_U(d)]
+                bd = end_bound[_U(d)]
+                up = (v > cv) | ((v == cv) & (ke > bd))
+                end[_U(d)] = v if up else cv
+                end_bound[_U(d)] = ke if up else bd
+                c = end_cnt[_U(d)] - 1
+                end_cnt[_U(d)] = c
+                if c == 0 and start_cnt[_U(d)] == -1:
+                    minw, behind = _push(d, cur, minw, behind, stack, bits, loff, use_bitmap)
+                continue
+            if kd == _START:
+                v = e + lag[_U(k)]
+                key = kt
+            elif fire_ss:
+                v = st_t + lag[_U(k)]
+                key = kt | 1  # t's binder key through its start
+            else:
+                continue  # a START_START edge, fired when t started
+            cv = start[_U(d)]
+            bd = bound[_U(d)]
+            up = (v > cv) | ((v == cv) & (key > bd))
+            start[_U(d)] = v if up else cv
+            bound[_U(d)] = key if up else bd
+            c = start_cnt[_U(d)] - 1
+            start_cnt[_U(d)] = c
+            if not (all_fixed or unit_policy[unit[_U(d)]] == _FIXED):
+                if c == 0:
+                    start_cnt[_U(d)] = _QUEUED
+                    _release(d, unit, start, pend, qbase, psize, qsize, prio, free, busy,
+                             hk, hu, st)
+            elif c == 0:
+                minw, behind = _push(d, cur, minw, behind, stack, bits, loff, use_bitmap)
     st[_CUR] = cur
     st[_MINW] = minw
     st[_BEHIND] = behind
@@ -640,32 +666,34 @@ def run(dur, unit, unit_policy, priority, has_ss, indptr, dst, lag, kind, nxt, s
             u = hu[0]
             _unit_pop(hk, hu, st[_HSIZE])
             st[_HSIZE] -= 1
-            if busy[u] or psize[u] + qsize[u] == 0:
+            if busy[_U(u)] or psize[_U(u)] + qsize[_U(u)] == 0:
                 continue
             tnow = _candidate(u, free, pend, psize, prio, qsize, qbase, start)
             if tnow != key:
                 continue  # stale entry; the current one is in the heap too
-            base = qbase[u]
-            if unit_policy[u] == _FCFS:
-                t = _pend_pop(pend, base, psize[u], start)
-                psize[u] -= 1
+            base = qbase[_U(u)]
+            if unit_policy[_U(u)] == _FCFS:
+                t = _pend_pop(pend, base, psize[_U(u)], start)
+                psize[_U(u)] -= 1
             else:
-                while psize[u] > 0 and start[pend[base]] <= tnow:
-                    x = _pend_pop(pend, base, psize[u], start)
-                    psize[u] -= 1
-                    _prio_push(prio, base, qsize[u], x, start, priority)
-                    qsize[u] += 1
-                t = _prio_pop(prio, base, qsize[u], start, priority)
-                qsize[u] -= 1
+                while psize[_U(u)] > 0 and start[pend[_U(base)]] <= tnow:
+                    x = _pend_pop(pend, base, psize[_U(u)], start)
+                    psize[_U(u)] -= 1
+                    _prio_push(prio, base, qsize[_U(u)], x, start, priority)
+                    qsize[_U(u)] += 1
+                t = _prio_pop(prio, base, qsize[_U(u)], start, priority)
+                qsize[_U(u)] -= 1
             # start = max(unit free, ready); the unit's previous task binds when it frees later
             # (or at the same time with a smaller index).
-            p = last[u]
+            p = last[_U(u)]
             kp = (n - p) << 1
-            if p >= 0 and (free[u] > start[t] or (free[u] == start[t] and kp > bound[t])):
-                bound[t] = kp
-            start[t] = tnow
-            busy[u] = True
-            start_cnt[t] = 0
+            fu = free[_U(u)]
+            rt = start[_U(t)]
+            if p >= 0 and (fu > rt or (fu == rt and kp > bound[_U(t)])):
+                bound[_U(t)] = kp
+            start[_U(t)] = tnow
+            busy[_U(u)] = True
+            start_cnt[_U(t)] = 0
             # The sweep has passed every index by now: from here on the bitmap holds the
             # runnable tasks.
             _bm_insert(bits, loff, t)
