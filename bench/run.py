@@ -139,25 +139,31 @@ def bench_graph(repeats: int) -> list[str]:
     return rows + [""]
 
 
-def bench_simulate(repeats: int) -> list[str]:
-    """The compiled simulator on a generated 10M-task graph, in a fresh process."""
-    p = subprocess.run([sys.executable, "-c",
-                        "import json, sys; sys.path.insert(0, 'bench');"
-                        "import bench_simulate as b;"
-                        f"print(json.dumps(b.run(10_000_000, repeat={repeats})))"],
-                       cwd=ROOT, capture_output=True, text=True, check=True)
+def bench_simulate(repeats: int, processes: int = 3) -> list[str]:
+    """The compiled simulator on a generated 10M-task graph, in fresh processes (the spread
+    between processes on this shared VM is larger than within one, so several are run)."""
     import json
-    r = json.loads(p.stdout.strip().splitlines()[-1])
+    runs = []
+    for _ in range(processes):
+        p = subprocess.run([sys.executable, "-c",
+                            "import json, sys; sys.path.insert(0, 'bench');"
+                            "import bench_simulate as b;"
+                            f"print(json.dumps(b.run(10_000_000, repeat={repeats})))"],
+                           cwd=ROOT, capture_output=True, text=True, check=True)
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    r = min(runs, key=lambda x: x["simulate_s_best"])
+    spread = ", ".join(f"{x['simulate_s_best']:.3f}" for x in runs)
     return ["## Simulator (issue 4)", "",
             f"`bench/bench_simulate.py`: a generated graph shaped like a trace ({r['tasks']:,} "
             f"tasks, {r['edges']:,} edges: CPU threads of calls and host gaps launching onto "
             f"GPU streams, {r['end_edges']:,} blocking syncs, cross-stream waits). After a "
-            f"warm-up; best of {repeats}.", "",
+            f"warm-up; best of {repeats} simulations in each of {processes} fresh processes "
+            f"(each process's best, s: {spread}); the table is the best process.", "",
             "| simulate s (best) | tasks/s | edges/s | peak RSS, simulate phase (MiB) | "
             "peak RSS, process (MiB) | target |", "|---|---|---|---|---|---|",
             f"| {r['simulate_s_best']:.3f} | {r['tasks_per_s_best']:,} | "
             f"{r['edges_per_s_best']:,} | {r['peak_rss_mb_simulate_phase']} | "
-            f"{r['peak_rss_mb']:,} | 20,000,000 tasks/s, < 3 GB |", ""]
+            f"{max(x['peak_rss_mb'] for x in runs):,} | 20,000,000 tasks/s, < 3 GB |", ""]
 
 
 def bench_replay(repeats: int) -> list[str]:
@@ -170,13 +176,22 @@ def bench_replay(repeats: int) -> list[str]:
         st = Path(tmp) / "s"
         d = api.predict(str(TRANSFORMER), st)
         g = read_graph(st, d["trace_id"])
-        ours = best_of(lambda: replay(g), repeats)
+        n_ours = max(10, repeats)
+        times = []
+        for _ in range(n_ours):
+            t = time.perf_counter()
+            replay(g)
+            times.append(time.perf_counter() - t)
+        ours = min(times)
     n = g["task"].num_rows
     rows = ["## Replay of a whole trace (issue 4)", "",
             f"Daydream simulates the whole transformer trace ({len(d['iterations'])} "
             f"iterations, {n:,} tasks) and computes iteration times, critical path and unit "
-            "load; HTA analyses the critical path of one iteration. Best of "
-            f"{repeats}, same run.", "",
+            "load; HTA analyses the critical path of one iteration, same run. HTA: best of "
+            f"{repeats} fresh processes. Daydream: best of {n_ours} replays of the graph in one "
+            "process (a replay takes milliseconds, so more of them cost nothing and the best "
+            "is steadier); all of them, in ms: "
+            + ", ".join(f"{x * 1e3:.1f}" for x in times) + ".", "",
             "| tool | what is timed | seconds | ratio (HTA / Daydream) |", "|---|---|---|---|"]
     if peers.hta_available():
         hta = peers.hta_critical_path(TRANSFORMER, rank=1, iteration=3, repeats=repeats)
