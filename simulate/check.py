@@ -114,12 +114,18 @@ def check_edge_list(n: int, src, dst, lag_ns, edge_kind) -> bool:
     return bool(in_order)
 
 
+def check_shapes(g: SimGraph) -> None:
+    """``check_graph`` but for the edge values, which ``simulate`` checks in the pass that
+    counts them (``_core.count_in``), naming a problem through ``check_graph``."""
+    check_tasks(g.dur_ns, g.unit, g.unit_policy, g.order_key, g.priority)
+    _check_1d("indptr", g.indptr, g.n_tasks + 1, "task, plus one")
+    _edge_shapes(g.dst, g.lag_ns, g.edge_kind)
+
+
 def check_graph(g: SimGraph) -> None:
     """Everything ``simulate`` relies on; raises ``DaydreamError`` naming the first problem."""
-    check_tasks(g.dur_ns, g.unit, g.unit_policy, g.order_key, g.priority)
+    check_shapes(g)
     n = g.n_tasks
-    _check_1d("indptr", g.indptr, n + 1, "task, plus one")
-    _edge_shapes(g.dst, g.lag_ns, g.edge_kind)
     if _core.csr_ok(g.indptr, g.dst, g.lag_ns, g.edge_kind):  # one compiled pass
         return
     m = g.dst.shape[0]

@@ -9,7 +9,7 @@ import numpy as np
 
 from ingest.errors import DaydreamError
 from simulate import _core
-from simulate.check import check_graph, deadlock_error
+from simulate.check import check_graph, check_shapes, deadlock_error
 from simulate.graph import SimGraph
 
 # Task indices are int32 inside the core (less memory traffic); the outputs are int64.
@@ -117,7 +117,10 @@ def _run_core(g: SimGraph):
         # order_key is not sorted within some FIXED unit: link by (order_key, index).
         _core.relink(g.unit, g.unit_policy, np.argsort(g.order_key, kind="stable"), nxt,
                      start_cnt)
-    has_ss = _core.count_in(g.dst, g.edge_kind, start_cnt, end_cnt)
+    ok, has_ss = _core.count_in(g.indptr, g.dst, g.lag_ns, g.edge_kind, start_cnt, end_cnt)
+    if not ok:
+        check_graph(g)  # names the problem
+        raise DaydreamError("graph failed its edge checks")  # the two passes disagree: a bug
     loff = _core.bitmap_offsets(n)
     bits = _zeros(int(loff[-1]), np.int64)
     done = _core.run(g.dur_ns, g.unit, g.unit_policy, g.priority, has_ss, g.indptr, g.dst,
@@ -137,12 +140,13 @@ def simulate(graph: SimGraph, *, check: bool = True) -> Schedule:
 
     Raises ``DaydreamError`` on malformed input and ``SimulationDeadlock`` (a ``DaydreamError``)
     with a cycle of task indices when some tasks can never run. ``check=False`` skips the
-    input checks, for a graph that ``SimGraph.from_edges`` or ``replay.to_simgraph`` just built:
-    they checked everything the core relies on, and a second pass costs as much as the
-    replay's reports.
+    shape and task checks, for a graph that ``SimGraph.from_edges`` or ``replay.to_simgraph``
+    just built (they checked everything the core relies on, and a second pass costs as much
+    as the replay's reports); edge values are checked either way, in the pass that counts
+    them.
     """
     if check:
-        check_graph(graph)
+        check_shapes(graph)  # the edge values are checked as _run_core counts them
     state, (start, end, bound, via, end_bound), done = _run_core(graph)
     if done != graph.n_tasks:
         raise deadlock_error(graph, state)
