@@ -407,3 +407,13 @@ class Graph:
         return self.edge.filter(pl.col("kind") == "launch").select(
             pl.col("src").alias("api"), pl.col("dst").alias("gpu"))
 
+    def gpu_streams(self) -> list[list[int]]:
+        """Task ids of each GPU unit's tasks (kernels, copies, sets, collectives; the origin
+        marker left out), in start order: what "adjacent on a stream" means to fusions."""
+        kind = self.task["kind"].to_numpy()
+        unit = self.task["unit_id"].to_numpy()
+        gpu = np.isin(kind, list(GPU_KINDS))
+        if len(gpu):
+            gpu[0] = False
+        return [np.flatnonzero(gpu & (unit == u)).tolist() for u in np.unique(unit[gpu])]
+

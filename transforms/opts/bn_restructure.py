@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from transforms.primitives import GPU_KINDS, Graph
+from transforms.primitives import Graph
 from transforms.registry import Context, register
 
 _JUNG = ("Jung et al., MLSys 2019, sec. 3-4: BN fission into sub-layers and fusion with the "
@@ -90,18 +90,14 @@ def pairs(g: Graph) -> tuple[list[tuple[list[int], int]], list[tuple[int, list[i
     one iteration)."""
     t = g.task
     kind = t["kind"].to_numpy()
-    unit = t["unit_id"].to_numpy()
     name = t["name"].to_list()
     ph = t["phase"].to_list()
     it = t["iteration"].to_list()
-    gpu = np.isin(kind, list(GPU_KINDS))
-    gpu[0] = False
     k = kind == "kernel"
     bn = np.array([k[i] and is_bn(n) for i, n in enumerate(name)])
     relu = np.array([k[i] and is_relu(n) for i, n in enumerate(name)])
     fwd, bwd = [], []
-    for u in np.unique(unit[gpu]):
-        ids = np.flatnonzero(gpu & (unit == u)).tolist()
+    for ids in g.gpu_streams():
         for p, i in enumerate(ids):
             if not relu[i] or it[i] is None:
                 continue

@@ -7,7 +7,7 @@ import re
 import numpy as np
 
 from ingest.errors import DaydreamError
-from transforms.primitives import GPU_KINDS, Graph
+from transforms.primitives import Graph
 from transforms.registry import Context, register
 
 # Constants of the model, each with where it comes from ("estimate" = a modelling choice).
@@ -75,20 +75,15 @@ def chains(g: Graph, max_chain: int = 8, optimizer: bool = False) -> list[list[i
     count only with OPTIMIZER (a compiled model leaves the optimizer step eager)."""
     t = g.task
     kind = t["kind"].to_numpy()
-    unit = t["unit_id"].to_numpy()
     name = t["name"].to_list()
     it = t["iteration"].to_list()
     ph = t["phase"].to_list()
-    gpu = np.isin(kind, list(GPU_KINDS))
-    gpu[0] = False
     ew = np.array([k == "kernel" and is_elementwise(n) and (optimizer or p != "weight_update")
                    for k, n, p in zip(kind, name, ph, strict=True)])
     out: list[list[int]] = []
-    for u in np.unique(unit[gpu]):
+    for ids in g.gpu_streams():
         run: list[int] = []
-        ids = np.flatnonzero(gpu & (unit == u))  # ids are in start order
-        for i in list(ids) + [-1]:
-            i = int(i)
+        for i in ids + [-1]:
             if i >= 0 and ew[i] and run and it[i] == it[run[-1]] and ph[i] == ph[run[-1]]:
                 run.append(i)
                 continue
