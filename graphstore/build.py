@@ -24,6 +24,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, TASK_KINDS
 from ingest.nesting import thread_key
 from ingest.stats import Stats
 
@@ -38,13 +39,15 @@ COMM_RE = re.compile(r"nccl|rccl", re.IGNORECASE)
 # record_function markers that are no operator: the profiler's step and "## name ##" notes
 MARKER_RE = re.compile(r"^ProfilerStep#\d+$|^## .* ##$")
 
-KIND_API, KIND_HOST, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_COMM = range(6)
-KIND_NAMES = ("api", "host", "kernel", "memcpy", "memset", "comm")
-
-EK_THREAD, EK_STREAM, EK_LAUNCH, EK_SYNC, EK_WAIT, EK_ORIGIN, EK_WAKE, EK_QUEUE = range(8)
-EDGE_KIND_NAMES = ("thread", "stream", "launch", "sync", "wait", "origin", "wake", "queue")
-A_END_START, A_START_START, A_END_END = range(3)
-ANCHOR_NAMES = ("end_start", "start_start", "end_end")
+# Integer codes of the kind, ekind and anchor columns: positions in the schema's vocabularies
+# (graphstore.load names them by indexing those tuples).
+KIND_API, KIND_HOST, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_COMM = (
+    TASK_KINDS.index(k) for k in ("api", "host", "kernel", "memcpy", "memset", "comm"))
+EK_THREAD, EK_STREAM, EK_LAUNCH, EK_SYNC, EK_WAIT, EK_ORIGIN, EK_WAKE, EK_QUEUE = (
+    EDGE_KINDS.index(k) for k in ("thread", "stream", "launch", "sync", "wait", "origin", "wake",
+                                  "queue"))
+A_END_START, A_START_START, A_END_END = (
+    EDGE_ANCHORS.index(a) for a in ("end_start", "start_start", "end_end"))
 
 # Latencies used when the trace shows none (ns); measured per trace when it does.
 DEFAULT_LAUNCH_LAG_NS = 5_000

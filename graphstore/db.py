@@ -36,7 +36,14 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from graphstore.schema import GRAPH_SCHEMA_VERSION, GRAPH_TABLES, RESULT_TABLES, GTable
+from graphstore.schema import (
+    CPU_KINDS,
+    GPU_KINDS,
+    GRAPH_SCHEMA_VERSION,
+    GRAPH_TABLES,
+    RESULT_TABLES,
+    GTable,
+)
 from ingest import schema as activity_schema
 from ingest.errors import DaydreamError
 from ingest.store import PART, Store
@@ -46,8 +53,6 @@ META_KEY = "graph_schema_version"
 # The order write_trace fills the tables in (the order is only for error messages: it is one
 # transaction).
 WRITE_ORDER = ("task", "edge", "unit", "iteration", "layer")
-GPU_KINDS = ("kernel", "memcpy", "memset", "comm")
-CPU_KINDS = ("api", "host")
 FORMATS = ("table", "csv", "json", "parquet")
 DEFAULT_TIMEOUT_S = 60.0
 # The text table shows at most this many rows (the footer says how many there were).

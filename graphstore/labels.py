@@ -97,7 +97,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphstore.schema import ITERATION, LAYER, PHASES, GTable
+from graphstore.schema import GPU_KINDS, ITERATION, LAYER, PHASES, GTable
 
 FORWARD, BACKWARD, WEIGHT_UPDATE, DATA_LOADING, OTHER = (PHASES.index(p) for p in (
     "forward", "backward", "weight_update", "data_loading", "other"))
@@ -105,7 +105,6 @@ NONE = -1
 MARKED = -2  # a name rule matched but gives no phase (ProfilerStep)
 
 GPU_TABLES = ("kernel", "memcpy", "memset")
-GPU_TASK_KINDS = ("kernel", "memcpy", "memset", "comm")
 
 # Range names that carry a phase, first match wins (regular expressions, matched from the start).
 NAME_PHASE_RULES: tuple[tuple[str, str], ...] = (
@@ -871,7 +870,7 @@ def mapped_share(task: pa.Table) -> dict:
     t = pl.from_arrow(task.select(["kind", "dur_ns", "layer", "phase"])).with_columns(
         pl.col("kind").cast(pl.String), pl.col("phase").cast(pl.String),
         pl.col("layer").cast(pl.String))
-    g = t.filter(pl.col("kind").is_in(list(GPU_TASK_KINDS)))
+    g = t.filter(pl.col("kind").is_in(list(GPU_KINDS)))
     total = int(g["dur_ns"].sum() or 0)
     with_layer = int(g.filter(pl.col("layer").is_not_null())["dur_ns"].sum() or 0)
     ph = g.with_columns(pl.col("phase").fill_null("other"))

@@ -16,15 +16,10 @@ import numpy as np
 import pyarrow as pa
 
 from graphstore import db, labels
-from graphstore.build import (
-    ANCHOR_NAMES,
-    EDGE_KIND_NAMES,
-    KIND_NAMES,
-    Graph,
-    build,
-)
+from graphstore.build import EK_LAUNCH, KIND_HOST, Graph, build
 from graphstore.check import check_acyclic, check_launch_edges
 from graphstore.params import COLUMNS, layer_param_bytes, weight_ops, weight_ops_from_parquet
+from graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, GPU_KINDS, TASK_KINDS
 from ingest import schema as activity_schema
 from ingest.errors import DaydreamError
 from ingest.store import PART, Store
@@ -64,8 +59,8 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None
     the layer table its parameter bytes where shapes were recorded."""
     g = build(tables)
     check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name, g.start_ns, g.obs_dur_ns)
-    launch = g.ekind == EDGE_KIND_NAMES.index("launch")
-    gpu = np.flatnonzero(g.kind >= KIND_NAMES.index("kernel"))
+    launch = g.ekind == EK_LAUNCH
+    gpu = np.flatnonzero(np.isin(g.kind, [TASK_KINDS.index(k) for k in GPU_KINDS]))
     api_corr = tables["api"]["correlation"].drop_null().to_numpy()
     corr = g.correlation[gpu]
     with_call = gpu[np.isin(corr, api_corr) & (corr >= 0)]
@@ -79,7 +74,7 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None
 
     task = pa.table({
         "task_id": pa.array(np.arange(g.n_tasks, dtype=np.int64)),
-        "kind": _named(g.kind, KIND_NAMES),
+        "kind": _named(g.kind, TASK_KINDS),
         "unit_id": pa.array(g.unit.astype(np.int32)),
         "name": g.name_column(),
         "layer": layer,
@@ -96,8 +91,8 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None
     })
     edge = pa.table({
         "src": pa.array(g.src), "dst": pa.array(g.dst),
-        "kind": _named(g.ekind, EDGE_KIND_NAMES),
-        "anchor": _named(g.anchor, ANCHOR_NAMES),
+        "kind": _named(g.ekind, EDGE_KINDS),
+        "anchor": _named(g.anchor, EDGE_ANCHORS),
         "lag_ns": pa.array(g.lag_ns), "binding": pa.array(g.binding),
     })
     unit = pa.table({
@@ -206,7 +201,7 @@ def _gaps_take_phase(g: Graph, phase: pa.ChunkedArray, row: np.ndarray,
     code = np.where(row >= 0, rl_code[np.maximum(row, 0)], np.int32(other)).astype(np.int32)
     if len(code):
         code = _fill_gaps(code, g.unit, iteration, g.kind, other, int(g.unit.max()) + 1,
-                          KIND_NAMES.index("host"))
+                          KIND_HOST)
     return names.take(pa.array(code)).cast(pa.string())
 
 

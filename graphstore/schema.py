@@ -40,7 +40,11 @@ class GTable:
         return pa.schema([pa.field(c.name, types[c.sql.split()[0]]) for c in self.columns])
 
 
-TASK_KINDS = ("api", "host", "kernel", "memcpy", "memset", "comm")
+# Task kinds. CPU kinds come first: the simulator's reports tell CPU from GPU by code order.
+CPU_KINDS = ("api", "host")
+LOCAL_GPU_KINDS = ("kernel", "memcpy", "memset")  # GPU work of one rank alone (no collective)
+GPU_KINDS = LOCAL_GPU_KINDS + ("comm",)
+TASK_KINDS = CPU_KINDS + GPU_KINDS
 EDGE_KINDS = ("thread", "stream", "launch", "sync", "wait", "wake", "origin", "queue", "rank",
               "inserted")
 # How an edge constrains its destination (the simulator's three anchors):

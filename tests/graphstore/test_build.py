@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphstore.build import ANCHOR_NAMES, EDGE_KIND_NAMES, KIND_NAMES, build
+from graphstore.build import build
 from graphstore.check import check_acyclic
+from graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, GPU_KINDS, TASK_KINDS
 from ingest.convert import read_trace
 from ingest.errors import DaydreamError
 from tests.conftest import DATA, SHARED, kineto_files
@@ -20,8 +21,8 @@ def edges(g, kinds=None):
     out = []
     for s, d, k, a, lg, b in zip(g.src, g.dst, g.ekind, g.anchor, g.lag_ns, g.binding,
                                  strict=True):
-        if kinds is None or EDGE_KIND_NAMES[k] in kinds:
-            out.append((EDGE_KIND_NAMES[k], ANCHOR_NAMES[a], int(lg), bool(b), g.name[s],
+        if kinds is None or EDGE_KINDS[k] in kinds:
+            out.append((EDGE_KINDS[k], EDGE_ANCHORS[a], int(lg), bool(b), g.name[s],
                         g.name[d]))
     return sorted(out)
 
@@ -87,7 +88,7 @@ def test_launch_stream_sync_inferred_wait(tmp_path):
     assert g.dur_ns[sync] == 2000 and g.obs_dur_ns[sync] == 12000
     # host time between calls is a task named after the enclosing range
     hosts = [(int(g.start_ns[i]), int(g.obs_dur_ns[i])) for i in range(g.n_tasks)
-             if KIND_NAMES[g.kind[i]] == "host" and g.name[i] == "op"]
+             if TASK_KINDS[g.kind[i]] == "host" and g.name[i] == "op"]
     assert hosts == [(5000, 5000), (15000, 1000), (18000, 2000), (32000, 8000),
                      (42000, 20000), (64000, 16000)]
     # thread order covers the thread without gaps
@@ -144,7 +145,7 @@ def test_event_sync_multi_stream_real():
         ("wait", "end_start", 1000, False, "ampere_sgemm_128x64_nn", "Memset (Device)"),
         ("sync", "end_end", 13000, True, "ampere_sgemm_128x64_nn", "cudaDeviceSynchronize"),
     ])
-    w = [i for i in range(len(g.src)) if EDGE_KIND_NAMES[g.ekind[i]] == "wait"][0]
+    w = [i for i in range(len(g.src)) if EDGE_KINDS[g.ekind[i]] == "wait"][0]
     assert g.correlation[g.src[w]] == 27 and g.correlation[g.dst[w]] == 1411
     assert g.unit_name[g.unit[g.src[w]]] == "gpu 0 stream 20"
     assert g.unit_name[g.unit[g.dst[w]]] == "gpu 0 stream 24"
@@ -167,18 +168,18 @@ def test_real_trace_invariants(path):
     api_corr = set(tables["api"]["correlation"].drop_null().to_pylist())
     expect = sum(1 for t in ("kernel", "memcpy", "memset")
                  for c in tables[t]["correlation"].to_pylist() if c in api_corr)
-    launch = np.array([EDGE_KIND_NAMES[k] == "launch" for k in g.ekind])
+    launch = np.array([EDGE_KINDS[k] == "launch" for k in g.ekind])
     assert launch.sum() == expect
     assert len(np.unique(g.dst[launch])) == expect
     # every task but the origin has a predecessor; every GPU row became a task
     assert set(np.unique(g.dst)) == set(range(1, g.n_tasks))
     gpu_rows = sum(tables[t].num_rows for t in ("kernel", "memcpy", "memset"))
-    assert sum(KIND_NAMES[k] in ("kernel", "memcpy", "memset", "comm") for k in g.kind) == \
+    assert sum(TASK_KINDS[k] in GPU_KINDS for k in g.kind) == \
         gpu_rows
     # every edge points forward in observed time from its anchor (the graph is causal)
     s_time = np.where(g.anchor == 1, g.start_ns[g.src], g.start_ns[g.src] + g.obs_dur_ns[g.src])
     d_time = np.where(g.anchor == 2, g.start_ns[g.dst] + g.obs_dur_ns[g.dst], g.start_ns[g.dst])
-    stream = np.array([EDGE_KIND_NAMES[k] == "stream" for k in g.ekind])
+    stream = np.array([EDGE_KINDS[k] == "stream" for k in g.ekind])
     assert np.all((d_time >= s_time) | stream)
 
 
