@@ -3,9 +3,9 @@
 ``simulate(SimGraph) -> Schedule``; see ``simulate.graph`` for the input contract.
 """
 
-from simulate.check import SimulationDeadlock
-from simulate.engine import Schedule, simulate
-from simulate.graph import END, FCFS, FIXED, PRIORITY, START, START_START, SimGraph
+from simulate.codes import END, FCFS, FIXED, PRIORITY, START, START_START
+from simulate.engine import Schedule, SimulationDeadlock, simulate
+from simulate.graph import SimGraph
 
 __all__ = ["END", "FCFS", "FIXED", "PRIORITY", "START", "START_START", "Schedule", "SimGraph",
            "SimulationDeadlock", "simulate"]

@@ -1,4 +1,5 @@
-"""Checks of the simulator's input, and the cycle finder for graphs that cannot be scheduled.
+"""Checks of the simulator's input (a ``simulate.graph.SimGraph``, or the arrays it is built
+from; this module sits below it, so it reads a graph's fields without importing its class).
 
 The input checks: shapes in Python, values in one compiled pass over the tasks and one over the
 edges (no temporaries); only when a pass finds a problem do the numpy checks below run to
@@ -7,33 +8,11 @@ locate and name the first offending index.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ingest.errors import DaydreamError
 from simulate import _core
-from simulate.graph import END, FIXED, PRIORITY, START, START_START
-
-if TYPE_CHECKING:
-    from simulate.graph import SimGraph
-
-
-class SimulationDeadlock(DaydreamError):
-    """Some tasks can never run: a dependency cycle, possibly through unit order.
-
-    ``cycle`` is an int64 array of task indices ``[t0, t1, ..., tk]`` with ``tk == t0`` where each
-    task must finish (or, for a unit link, free its unit) before the next can proceed;
-    ``links`` names each step: "start" (START edge), "end" (END edge), "start_start"
-    (START_START edge: the later task waits for the earlier one to start) or "unit" (the
-    earlier task holds or precedes the later one on its unit).
-    """
-
-    def __init__(self, message: str, *, cycle: np.ndarray, links: list[str], stuck: int):
-        self.cycle = cycle
-        self.links = links
-        self.stuck = stuck
-        super().__init__(message)
+from simulate.codes import FIXED, PRIORITY, START, START_START
 
 
 def _first(mask: np.ndarray) -> int:
@@ -114,7 +93,7 @@ def check_edge_list(n: int, src, dst, lag_ns, edge_kind) -> bool:
     return bool(in_order)
 
 
-def check_shapes(g: SimGraph) -> None:
+def check_shapes(g) -> None:
     """``check_graph`` but for the edge values, which ``simulate`` checks in the pass that
     counts them (``_core.count_in``), naming a problem through ``check_graph``."""
     check_tasks(g.dur_ns, g.unit, g.unit_policy, g.order_key, g.priority)
@@ -122,7 +101,7 @@ def check_shapes(g: SimGraph) -> None:
     _edge_shapes(g.dst, g.lag_ns, g.edge_kind)
 
 
-def check_graph(g: SimGraph) -> None:
+def check_graph(g) -> None:
     """Everything ``simulate`` relies on; raises ``DaydreamError`` naming the first problem."""
     check_shapes(g)
     n = g.n_tasks
@@ -138,97 +117,3 @@ def check_graph(g: SimGraph) -> None:
                             f"indptr[{i + 1}] = {int(g.indptr[i + 1])}")
     _edge_values(n, g.dst, g.lag_ns, g.edge_kind, where="edge (CSR position)")
     raise DaydreamError("graph failed its checks")  # the two passes disagree: a bug
-
-
-# --- cycles --------------------------------------------------------------------------------
-
-
-def find_cycle(g: SimGraph, state: np.ndarray | None = None
-               ) -> tuple[np.ndarray, list[str]] | None:
-    """One cycle of tasks that can never run, or None when the whole graph can be scheduled.
-
-    ``state`` (int32[n]: >= 0 not started, -3 queued on its FCFS/PRIORITY unit, -1 started and
-    waiting on END predecessors, -2 finished) is where a simulation got stuck; without it the
-    simulator is run to find out (after ``check_graph``).
-    Returns ``(cycle, links)`` as described on ``SimulationDeadlock``.
-
-    Every stuck task waits on at least one other stuck task: a START predecessor or the task
-    before it on a FIXED unit (not started), the task holding its FCFS/PRIORITY unit (queued), or
-    an END predecessor (started). Following one such wait from any stuck task must revisit a
-    task, and the revisited stretch is the cycle.
-    """
-    if state is None:
-        from simulate.engine import _run_core
-
-        check_graph(g)
-        state = _run_core(g)[0]
-    stuck = np.flatnonzero(state != -2)
-    if stuck.size == 0:
-        return None
-    n = g.n_tasks
-    from simulate.engine import _fixed_next
-
-    # Reverse adjacency (in-edges), built only on this error path.
-    src = g.edge_src()
-    order = np.argsort(g.dst, kind="stable")
-    in_src = src[order]
-    in_kind = g.edge_kind[order]
-    in_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(g.dst, minlength=n), out=in_ptr[1:])
-    prev_fixed = np.full(n, -1, dtype=np.int64)
-    nxt = _fixed_next(g)
-    has_next = np.flatnonzero(nxt >= 0)
-    prev_fixed[nxt[has_next]] = has_next
-    # Which started-unfinished task holds each non-FIXED unit.
-    holder = np.full(g.n_units, -1, dtype=np.int64)
-    started = np.flatnonzero(state == -1)
-    holder[g.unit[started]] = started
-
-    def blocker(t: int) -> tuple[int, str]:
-        lo, hi = in_ptr[t], in_ptr[t + 1]
-        if state[t] == -1:
-            for k in range(lo, hi):
-                if in_kind[k] == END and state[in_src[k]] != -2:
-                    return int(in_src[k]), "end"
-        else:
-            p = prev_fixed[t]
-            if p >= 0 and state[p] != -2:
-                return int(p), "unit"
-            for k in range(lo, hi):
-                if in_kind[k] == START and state[in_src[k]] != -2:
-                    return int(in_src[k]), "start"
-                # a START_START predecessor holds t until it starts (state -1 or -2)
-                if in_kind[k] == START_START and state[in_src[k]] not in (-1, -2):
-                    return int(in_src[k]), "start_start"
-            h = holder[g.unit[t]]
-            if g.unit_policy[g.unit[t]] != FIXED and h >= 0:
-                return int(h), "unit"
-        raise AssertionError(f"task {t} is stuck but waits on nothing")  # pragma: no cover
-
-    seen = {}
-    walk: list[int] = []
-    kinds: list[str] = []
-    t = int(stuck[0])
-    while t not in seen:
-        seen[t] = len(walk)
-        walk.append(t)
-        t, kind = blocker(t)
-        kinds.append(kind)
-    # walk[i] waits on walk[i+1] via kinds[i]; the cycle is walk[seen[t]:] back to t.
-    loop = walk[seen[t]:] + [t]
-    loop_kinds = kinds[seen[t]:]
-    # Report in dependency direction: each task precedes the next.
-    return np.array(loop[::-1], dtype=np.int64), loop_kinds[::-1]
-
-
-def deadlock_error(g: SimGraph, state: np.ndarray) -> SimulationDeadlock:
-    found = find_cycle(g, state)
-    assert found is not None
-    cycle, links = found
-    n_stuck = int(np.count_nonzero(state != -2))
-    path = str(int(cycle[0])) + "".join(
-        f" -{kind}-> {int(t)}" for kind, t in zip(links, cycle[1:], strict=True))
-    return SimulationDeadlock(
-        f"deadlock: {n_stuck} of {g.n_tasks} tasks can never run; cycle of task indices: {path} "
-        "(start/end/start_start: a START/END/START_START edge; unit: the earlier task holds or "
-        "precedes the later on its unit)", cycle=cycle, links=links, stuck=n_stuck)

@@ -16,21 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ingest.errors import DaydreamError
-
-# Unit policies (``unit_policy``).
-FIXED = 0      # the trace fixes the order: tasks run by (order_key, task index)
-FCFS = 1       # ready tasks run in order of ready time, ties by task index
-PRIORITY = 2   # when the unit frees, the ready task with the smallest priority runs;
-#                ties by ready time, then task index
-
-# Edge kinds (``edge_kind``).
-START = 0  # dst cannot start before src ends + lag
-END = 1    # dst cannot end before src ends + lag (a blocking call waiting for GPU work)
-START_START = 2  # dst cannot start before src STARTS + lag (a launch: the GPU work is
-#                  enqueued during the call and may start before the call returns)
-
-POLICY_NAMES = {FIXED: "FIXED", FCFS: "FCFS", PRIORITY: "PRIORITY"}
-EDGE_KIND_NAMES = {START: "START", END: "END", START_START: "START_START"}
+from simulate.check import check_edge_list, check_tasks
 
 
 def _arr(name: str, value, dtype, length: int | None = None) -> np.ndarray:
@@ -59,7 +45,7 @@ class SimGraph:
 
     - ``dur_ns`` int64[n]: duration of each task, >= 0.
     - ``unit`` int32[n]: the unit that runs each task, in 0..u-1.
-    - ``unit_policy`` int8[u]: FIXED (0), FCFS (1) or PRIORITY (2).
+    - ``unit_policy`` int8[u]: FIXED (0), FCFS (1) or PRIORITY (2) (``simulate.codes``).
     - ``order_key`` int64[n]: observed start time; on FIXED units tasks run in
       (order_key, task index) order.
     - ``priority`` int64[n]: used on PRIORITY units; lower runs first.
@@ -115,8 +101,6 @@ class SimGraph:
         Edges of one source keep their input order. Bad input raises ``DaydreamError`` naming
         the first offending task or edge (edge indices refer to the input list).
         """
-        from simulate.check import check_edge_list, check_tasks
-
         dur_ns = _arr("dur_ns", dur_ns, np.int64)
         n = dur_ns.shape[0]
         unit = _arr("unit", unit, np.int32)

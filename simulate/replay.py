@@ -16,16 +16,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from graphstore.schema import CPU_KINDS, EDGE_ANCHORS, POLICIES, TASK_KINDS
 from ingest.errors import DaydreamError
 from simulate import _report
+from simulate.codes import END, FCFS, FIXED, PRIORITY, START, START_START
 from simulate.engine import Schedule, simulate
-from simulate.graph import END, FCFS, FIXED, PRIORITY, START, START_START, SimGraph
+from simulate.graph import SimGraph
 
-ANCHOR_KIND = {"end_start": START, "end_end": END, "start_start": START_START}
-POLICY = {"fixed": FIXED, "fcfs": FCFS, "priority": PRIORITY}
-CPU_KINDS = ("api", "host")
-GPU_KINDS = ("kernel", "memcpy", "memset", "comm")
-KIND_CODE = {k: i for i, k in enumerate(CPU_KINDS + GPU_KINDS)}
+# The graph schema's vocabularies -> the simulator's codes.
+ANCHOR_KIND = dict(zip(EDGE_ANCHORS, (START, START_START, END), strict=True))
+POLICY = dict(zip(POLICIES, (FIXED, FCFS, PRIORITY), strict=True))
+KIND_CODE = {k: i for i, k in enumerate(TASK_KINDS)}  # codes below len(CPU_KINDS): CPU tasks
 WARMUP_TOLERANCE = 0.10  # a first iteration this far from the others' median is a warm-up
 
 

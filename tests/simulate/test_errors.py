@@ -8,7 +8,7 @@ import pytest
 
 from ingest.errors import DaydreamError
 from simulate import FCFS, FIXED, SimGraph, SimulationDeadlock, simulate
-from simulate.check import find_cycle
+from simulate.engine import find_cycle
 from tests.simulate.timeline import build
 
 
