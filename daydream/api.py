@@ -196,12 +196,13 @@ def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | No
     out["baseline_error_pct"] = _err(out["baseline_ms"], out["measured_ms"])
     pred = g2 = None
     if opts:
-        from transforms import rewrite
+        from transforms import Context, rewrite
         spec = "+".join(opts)
         notes: list[str] = []
-        g2 = rewrite(g, spec, device=_trace_device(st, tid, g), notes=notes,
-                     activity=lambda name: st.read(name, tid),
-                     world_size=st.trace_row(tid)["world_size"], param_bytes=param_bytes)
+        g2 = rewrite(g, spec, Context(device=_trace_device(st, tid, g), notes=notes,
+                                      activity=lambda name: st.read(name, tid),
+                                      world_size=st.trace_row(tid)["world_size"],
+                                      param_bytes=param_bytes))
         pred = replay(g2)
         out["opts"] = spec
         out["notes"] = notes
@@ -284,6 +285,8 @@ def _phase_ms(g, rep, ranks: int = 1) -> dict:
     """Time per phase over the used iterations (GPU and CPU busy time), ms per iteration (and
     per rank, for a job graph of RANKS ranks)."""
     import numpy as np
+
+    from graphstore.schema import GPU_KINDS
     task = g["task"]
     used = {i.index for i in rep.iterations if i.used}
     it = task["iteration"].fill_null(-1).to_numpy()
@@ -291,7 +294,7 @@ def _phase_ms(g, rep, ranks: int = 1) -> dict:
     held = (rep.schedule.end_ns - rep.schedule.start_ns)[mask]
     phase = np.asarray(task["phase"].fill_null("other").to_pylist(), object)[mask]
     kind = np.asarray(task["kind"].to_pylist(), object)[mask]
-    gpu = np.isin(kind, ["kernel", "memcpy", "memset", "comm"])
+    gpu = np.isin(kind, GPU_KINDS)
     out = {}
     for ph in sorted(set(phase)):
         sel = phase == ph

@@ -99,7 +99,7 @@ def predict_trace(trace_id: str, graph: dict[str, pa.Table], device: dict | None
     returns ``{"ok": True, "rows": [...], "errors": {spec: message}}`` or ``{"ok": False,
     "error": message}`` when even the baseline fails."""
     from simulate.replay import replay
-    from transforms import rewrite
+    from transforms import Context, rewrite
 
     try:
         base = replay(graph)
@@ -115,7 +115,7 @@ def predict_trace(trace_id: str, graph: dict[str, pa.Table], device: dict | None
     for spec in specs:
         notes: list[str] = []
         try:
-            pred = replay(rewrite(graph, spec, device=device, notes=notes))
+            pred = replay(rewrite(graph, spec, Context(device=device, notes=notes)))
         except DaydreamError as e:
             errors[spec] = str(e)
             continue

@@ -128,10 +128,11 @@ def predict_job(st: Store, jg, opts: list[str] | None, device: dict | None,
     }
     out["baseline_error_pct"] = _err(out["baseline_ms"], out["measured_ms"])
     if opts:
-        from transforms import rewrite
+        from transforms import Context, rewrite
         spec = "+".join(opts)
         notes: list[str] = []
-        t2 = rewrite(jg.tables, spec, device=device, notes=notes, param_bytes=param_bytes)
+        t2 = rewrite(jg.tables, spec, Context(device=device, notes=notes,
+                                              param_bytes=param_bytes))
         pred = replay_job(t2)
         out["opts"] = spec
         out["notes"] += notes

@@ -16,7 +16,6 @@ import pyarrow as pa
 PHASE_ORDER = ("data_loading", "forward", "backward", "weight_update", "other")
 PHASE_COLOR = {"data_loading": "#8c6d31", "forward": "#3182bd", "backward": "#e6550d",
                "weight_update": "#31a354", "other": "#969696"}
-GPU_KINDS = ("kernel", "memcpy", "memset", "comm")
 
 
 def phase_stack(phases: dict) -> tuple[list[str], dict[str, list[float]]]:

@@ -1,5 +1,5 @@
 """Graph -> rewritten graph: the what-if optimizations (see transforms.registry.rewrite)."""
 
-from transforms.registry import list_opts, rewrite
+from transforms.registry import Context, list_opts, rewrite
 
-__all__ = ["rewrite", "list_opts"]
+__all__ = ["Context", "rewrite", "list_opts"]

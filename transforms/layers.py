@@ -9,12 +9,12 @@ import re
 import numpy as np
 import polars as pl
 
+from graphstore.schema import CPU_KINDS, LOCAL_GPU_KINDS
 from ingest.errors import DaydreamError
-from transforms.primitives import CPU_KINDS, Graph
+from transforms.primitives import Graph
 
 # GPU work a layer recomputes or whose input it copies: kernels, copies and sets (not
 # collectives, which belong to the data-parallel machinery, not to the layer's math).
-LAYER_GPU_KINDS = ("kernel", "memcpy", "memset")
 
 
 def forward_order(g: Graph) -> list[str]:
@@ -22,7 +22,7 @@ def forward_order(g: Graph) -> list[str]:
     of their first forward GPU task."""
     t = g.task.with_row_index("id")
     base = t.filter(pl.col("layer").is_not_null(), pl.col("iteration").is_not_null(),
-                    pl.col("kind").is_in(LAYER_GPU_KINDS))
+                    pl.col("kind").is_in(LOCAL_GPU_KINDS))
     fwd = base.filter(pl.col("phase") == "forward").group_by("layer").agg(
         pl.col("id").min().alias("first"))
     bwd = base.filter(pl.col("phase") == "backward").select("layer").unique()
@@ -57,7 +57,7 @@ def sites(g: Graph, chosen: list[str]) -> list[dict]:
                   g.edge.filter(pl.col("kind") == "launch")["src"].to_list(), strict=False))
     unit = g.task["unit_id"].to_numpy()
     out = []
-    gpu = pl.col("kind").is_in(LAYER_GPU_KINDS)
+    gpu = pl.col("kind").is_in(LOCAL_GPU_KINDS)
     cpu = pl.col("kind").is_in(CPU_KINDS)
     for (it, layer), s in t.group_by("iteration", "layer"):
         fg = s.filter(gpu, pl.col("phase") == "forward")["id"].sort().to_list()

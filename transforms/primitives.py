@@ -26,10 +26,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from graphstore.schema import GPU_KINDS, POLICIES
 from ingest.errors import DaydreamError
 
-CPU_KINDS = ("api", "host")
-GPU_KINDS = ("kernel", "memcpy", "memset", "comm")
 # Where an anchor attaches on its source and destination.
 _SRC_POINT = {"end_start": "end", "start_start": "start", "end_end": "end"}
 _DST_POINT = {"end_start": "start", "start_start": "start", "end_end": "end"}
@@ -77,9 +76,20 @@ class Graph:
         return out
 
     def _with(self, **kw) -> Graph:
+        """A copy with some tables replaced: for the primitives of this class only (an
+        optimization changes a graph through them, so the invariants above hold)."""
         d = {k: getattr(self, k) for k in ("task", "edge", "unit", "iteration", "layer")}
         d.update(kw)
         return Graph(**d, schemas=self._schemas)
+
+    def _edge_mask(self, sel: np.ndarray | pl.Series | pl.Expr) -> np.ndarray:
+        """Boolean mask over edges from a mask or a Polars expression over the edge table."""
+        if isinstance(sel, pl.Expr):
+            return self.edge.select(sel.fill_null(False)).to_series().to_numpy().astype(bool)
+        m = np.asarray(sel.to_numpy() if isinstance(sel, pl.Series) else sel, bool)
+        if m.shape != (self.edge.height,):
+            raise DaydreamError(f"edge mask has {m.shape} entries for {self.edge.height} edges")
+        return m
 
     @property
     def n_tasks(self) -> int:
@@ -138,6 +148,33 @@ class Graph:
         dur = self.task["dur_ns"].to_numpy().copy()
         dur[mask] = np.maximum(new[mask], 0)
         return self._with(task=self.task.with_columns(pl.Series("dur_ns", dur, pl.Int64)))
+
+    def set_bytes(self, pred: Predicate, nbytes) -> Graph:
+        """Bytes moved (``bytes``) by the selected tasks, a number or an array over all tasks
+        (a message split into slices, say); the other tasks keep theirs (null stays null)."""
+        mask = self.select(pred)
+        new = np.broadcast_to(np.asarray(nbytes), (self.n_tasks,)).astype(np.int64)
+        col = pl.when(pl.Series(mask)).then(pl.Series(new)).otherwise(pl.col("bytes"))
+        return self._with(task=self.task.with_columns(col.cast(pl.Int64).alias("bytes")))
+
+    def set_lags(self, edges: np.ndarray | pl.Series | pl.Expr, lag_ns) -> Graph:
+        """Lags of some edges (a boolean mask over the edge table, or a Polars expression over
+        it) set to ``lag_ns`` (a number or an array over all edges, >= 0): what a transfer
+        time or a late start that an edge carries becomes under an optimization."""
+        mask = self._edge_mask(edges)
+        new = np.broadcast_to(np.asarray(lag_ns), (self.edge.height,)).astype(np.int64)
+        if np.any(new[mask] < 0):
+            raise DaydreamError("set_lags: a lag must be >= 0 ns")
+        lag = self.edge["lag_ns"].to_numpy().copy()
+        lag[mask] = new[mask]
+        return self._with(edge=self.edge.with_columns(pl.Series("lag_ns", lag, pl.Int64)))
+
+    def drop_edges(self, edges: np.ndarray | pl.Series | pl.Expr) -> Graph:
+        """Remove some edges (a boolean mask over the edge table, or a Polars expression over
+        it); every task stays. For constraints an optimization lifts (P3's per-layer waits
+        replace the optimizer's wait for every gradient)."""
+        mask = self._edge_mask(edges)
+        return self._with(edge=self.edge.filter(pl.Series(~mask))) if mask.any() else self
 
     # -- remove -------------------------------------------------------------------------------
     def remove(self, pred: Predicate) -> Graph:
@@ -221,6 +258,19 @@ class Graph:
             pl.Series("task_id", np.arange(int((~mask).sum()), dtype=np.int64)))
         return self._with(task=task, edge=kept.sort(["src", "dst"]))
 
+    def with_launches(self, pred: Predicate) -> np.ndarray:
+        """The selected tasks and the launch calls that would launch nothing once they are
+        gone (every GPU task the call launches is selected): what removing GPU work removes
+        from the CPU side too (fusions drop a fused kernel's launch call with it)."""
+        mask = self.select(pred)
+        la = self.launches()
+        api, gpu = la["api"].to_numpy(), la["gpu"].to_numpy()
+        launches_kept = np.zeros(self.n_tasks, bool)
+        launches_kept[api[~mask[gpu]]] = True
+        launches_gone = np.zeros(self.n_tasks, bool)
+        launches_gone[api[mask[gpu]]] = True
+        return mask | (launches_gone & ~launches_kept)
+
     # -- insert -------------------------------------------------------------------------------
     def insert(self, tasks: pl.DataFrame, edges: pl.DataFrame | None = None
                ) -> tuple[Graph, np.ndarray]:
@@ -240,10 +290,28 @@ class Graph:
         anchor, lag_ns, binding (default ``inserted``, ``end_start``, 0, false).
         Ids of all later tasks shift; existing edges are remapped.
         """
+        g, _, ins_ids = self._insert(tasks, edges)
+        return g, ins_ids
+
+    def replace(self, pred: Predicate, tasks: pl.DataFrame, edges: pl.DataFrame | None = None
+                ) -> tuple[Graph, np.ndarray]:
+        """Insert ``tasks`` (as :meth:`insert`) and remove the selected tasks (as
+        :meth:`remove`) in one step, both given in this graph's ids: new tasks may be placed
+        beside the tasks they replace (a fused optimizer step where its kernels were).
+        Returns the new graph and the ids of the inserted tasks in it."""
+        mask = self.select(pred)
+        g, old_ids, ins_ids = self._insert(tasks, edges)
+        gone = np.zeros(g.n_tasks, bool)
+        gone[old_ids[mask]] = True
+        return g.remove(gone), (np.cumsum(~gone) - 1)[ins_ids]
+
+    def _insert(self, tasks: pl.DataFrame, edges: pl.DataFrame | None
+                ) -> tuple[Graph, np.ndarray, np.ndarray]:
+        """:meth:`insert`, also returning the new id of every existing task."""
         n = self.n_tasks
         k = tasks.height
         if k == 0:
-            return self, np.empty(0, np.int64)
+            return self, np.arange(n, dtype=np.int64), np.empty(0, np.int64)
         t = tasks
         if "place" not in t.columns:
             t = t.with_columns(pl.lit("before").alias("place"))
@@ -348,7 +416,7 @@ class Graph:
                                 newid[np.clip(a, 0, n - 1)])
             ed = ed.with_columns(pl.Series("src", m("src")), pl.Series("dst", m("dst")))
             e = pl.concat([e, ed.select(e.columns).cast(e.schema)])
-        return self._with(task=allt, edge=e.sort(["src", "dst"])), ins_ids
+        return self._with(task=allt, edge=e.sort(["src", "dst"])), newid[:n], ins_ids
 
     def connect(self, edges: pl.DataFrame) -> Graph:
         """Add edges between existing tasks: src, dst, and optionally kind, anchor, lag_ns,
@@ -378,19 +446,22 @@ class Graph:
 
     def set_policy(self, unit_ids: Sequence[int], policy: str) -> Graph:
         """Scheduling policy (fixed, fcfs, priority) of some units."""
-        if policy not in ("fixed", "fcfs", "priority"):
-            raise DaydreamError(f"unknown policy {policy!r}; known: fixed, fcfs, priority")
+        if policy not in POLICIES:
+            raise DaydreamError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
         u = self.unit.with_columns(pl.when(pl.col("unit_id").is_in(list(unit_ids)))
                                    .then(pl.lit(policy)).otherwise(pl.col("policy"))
                                    .alias("policy"))
         return self._with(unit=u)
 
-    def add_unit(self, name: str, kind: str = "channel", policy: str = "fcfs"
-                 ) -> tuple[Graph, int]:
-        """A new unit (e.g. a network channel); returns the graph and its unit id."""
+    def add_unit(self, name: str, kind: str = "channel", policy: str = "fcfs",
+                 device: int | None = None) -> tuple[Graph, int]:
+        """A new unit (e.g. a network channel, or a copy stream on GPU ``device``); returns the
+        graph and its unit id."""
         uid = int(self.unit["unit_id"].max()) + 1 if self.unit.height else 0
         row = {c: [None] for c in self.unit.columns}
         row.update(unit_id=[uid], kind=[kind], name=[name], policy=[policy])
+        if device is not None:
+            row["device"] = [device]
         u = pl.concat([self.unit, pl.DataFrame(row, schema=self.unit.schema)])
         return self._with(unit=u), uid
 

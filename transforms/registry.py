@@ -23,15 +23,24 @@ from transforms.primitives import Graph
 
 @dataclass
 class Context:
-    """What an optimization may know beside the graph: the GPU the trace ran on, and (where the
-    caller has the store) a reader of the trace's activity tables, e.g. ``activity("range")``
-    for the input shapes that offload sizes its copies by."""
+    """What an optimization may know beside the graph. ``daydream.pipeline.context`` builds it
+    for every prediction (one trace, one job, a fleet worker's), so that they all agree.
+
+    - ``device``: the GPU the trace ran on, an entry of the trace table's ``devices`` JSON
+      (``{"name": "Tesla V100-DGXS-32GB", "computeMajor": 7, ...}``); None: unknown;
+    - ``notes``: receives one line per modelling choice an optimization made;
+    - ``activity``: reads one of the trace's activity tables by name, e.g. ``activity("range")``
+      for the input shapes that offload sizes its copies by (None: no store; optimizations
+      that read one fall back to their parameters);
+    - ``world_size``: ranks of the traced job (a trace's distributedInfo; a job graph's own
+      ranks count instead);
+    - ``param_bytes``: the model's parameter bytes, when the user gives them."""
 
     device: dict | None = None
     notes: list[str] = field(default_factory=list)
     activity: Callable[[str], pa.Table] | None = None
-    world_size: int | None = None  # ranks of the traced job (a trace's distributedInfo)
-    param_bytes: int | None = None  # the model's parameter bytes, when the user gives them
+    world_size: int | None = None
+    param_bytes: int | None = None
 
 
 @dataclass
@@ -150,35 +159,18 @@ def check(spec: str) -> list[tuple[Opt, dict]]:
     return [bind(t) for t in _spec.parse(spec)]
 
 
-def rewrite_graph(g: Graph, spec: str, *, device: dict | None = None,
-                  notes: list[str] | None = None,
-                  activity: Callable[[str], pa.Table] | None = None,
-                  world_size: int | None = None, param_bytes: int | None = None) -> Graph:
-    ctx = Context(device=device, notes=notes if notes is not None else [], activity=activity,
-                  world_size=world_size, param_bytes=param_bytes)
-    for opt, kw in check(spec):
-        g = opt.fn(g, ctx, **kw)
-    return g
-
-
-def rewrite(tables: dict[str, pa.Table], spec: str, *, device: dict | None = None,
-            notes: list[str] | None = None,
-            activity: Callable[[str], pa.Table] | None = None, world_size: int | None = None,
-            param_bytes: int | None = None) -> dict[str, pa.Table]:
+def rewrite(tables: dict[str, pa.Table], spec: str, ctx: Context | None = None
+            ) -> dict[str, pa.Table]:
     """The graph tables rewritten by a spec chain (``amp+fused_adam``), applied left to right.
 
-    ``device``: the trace's GPU as in the trace table's ``devices`` JSON (one entry, e.g.
-    ``{"name": "Tesla V100-DGXS-32GB", "computeMajor": 7, ...}``), used by device-dependent
-    models (amp); None means unknown (defaults documented per optimization). ``notes``, when
-    given, receives one line per modelling choice an optimization made (e.g. the GPU family
-    it assumed). ``activity``: reads one of the trace's activity tables by name (None: the
-    optimizations that use one fall back to their parameters). ``world_size``: ranks of the
-    traced job, for the distributed models (a job graph's own ranks count instead);
-    ``param_bytes``: the model's parameter bytes, when the user gives them."""
+    ``ctx``: what the optimizations may know beside the graph (see ``Context``); None knows
+    nothing, and each optimization falls back to the defaults it documents. The chain shares
+    it, so an optimization that changes what the next one sees (``ddp`` sets the world size)
+    tells it there; ``ctx.notes`` receives one line per modelling choice made (e.g. the GPU
+    family assumed). Build a fresh one per chain."""
     steps = check(spec)  # all errors before any work
+    ctx = ctx if ctx is not None else Context()
     g = Graph.from_tables(tables)
-    ctx = Context(device=device, notes=notes if notes is not None else [], activity=activity,
-                  world_size=world_size, param_bytes=param_bytes)
     for opt, kw in steps:
         g = opt.fn(g, ctx, **kw)
     return g.tables()

@@ -4,10 +4,10 @@ import numpy as np
 import polars as pl
 import pytest
 
+from graphstore.schema import GPU_KINDS
 from tests.conftest import DATA
 
 SPEC = "scale(select=\"kind = 'kernel'\", factor=0.5)"
-GPU = ("kernel", "memcpy", "memset", "comm")
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def predicted(tmp_path_factory):
 def gpu_ms_by_phase(task: pl.DataFrame, iterations: list[int]) -> dict[str, float]:
     """GPU busy ms per phase and iteration straight from the graph: on a stream a task holds
     its unit for exactly dur_ns, so no schedule is needed."""
-    t = task.filter(pl.col("kind").is_in(GPU), pl.col("iteration").is_in(iterations))
+    t = task.filter(pl.col("kind").is_in(GPU_KINDS), pl.col("iteration").is_in(iterations))
     s = t.group_by(pl.col("phase").fill_null("other")).agg(pl.col("dur_ns").sum())
     return {r["phase"]: r["dur_ns"] / 1e6 / len(iterations) for r in s.iter_rows(named=True)}
 
@@ -68,7 +68,7 @@ def test_timeline_bars_are_the_schedule(predicted):
         rep = replay(tables)
         b = timeline_bars(tables, rep.schedule.start_ns, rep.schedule.end_ns, it)
         task = pl.from_arrow(tables["task"])
-        gpu = task.filter(pl.col("iteration") == it, pl.col("kind").is_in(GPU),
+        gpu = task.filter(pl.col("iteration") == it, pl.col("kind").is_in(GPU_KINDS),
                           pl.col("dur_ns") > 0)
         sb = b.filter(pl.col("unit") == "gpu 0 stream 7")
         assert sb.height == gpu.height

@@ -7,11 +7,11 @@ import numpy as np
 import polars as pl
 import pytest
 
+from graphstore.schema import GPU_KINDS
 from simulate.replay import replay
 from transforms import rewrite
 from transforms.opts import bn_restructure as bn_mod
 
-GPU = ("kernel", "memcpy", "memset", "comm")
 BN = re.compile(r"cudnn::bn_(fw|bw)_")  # the BN kernels this trace's cuDNN runs
 RELU_F = re.compile(r"clamp_min_scalar_kernel_impl")  # relu_ in forward
 RELU_B = re.compile(r"threshold_kernel_impl")  # threshold_backward
@@ -25,7 +25,7 @@ def expected_pairs(t: pl.DataFrame):
     """(bn, relu) in forward and (relu, bn) in backward, adjacent on their stream, by a plain
     loop over each stream's GPU tasks (this trace's BN is one kernel per pass)."""
     fwd, bwd = [], []
-    gpu = t.filter(pl.col("kind").is_in(GPU), pl.col("task_id") > 0)
+    gpu = t.filter(pl.col("kind").is_in(GPU_KINDS), pl.col("task_id") > 0)
     for _u, s in gpu.group_by("unit_id"):
         rows = s.sort("task_id").to_dicts()
         for a, b in zip(rows, rows[1:], strict=False):

@@ -17,7 +17,7 @@ import pytest
 
 from simulate.replay import replay
 from tests.conftest import DATA
-from transforms import rewrite
+from transforms import Context, rewrite
 from transforms.comm import Link, collective_type, cost_terms, parse_bandwidth
 
 TASK = {"task_id": pa.int64(), "kind": pa.string(), "unit_id": pa.int32(), "name": pa.string(),
@@ -117,7 +117,7 @@ def test_bandwidth_2x_rescales_the_transfer_exactly():
     remaining 40 us, rest 0. At 2x: 10 + 40/2 = 30 us."""
     g = toy()
     notes = []
-    g2 = rewrite(g, "bandwidth(2x)", world_size=2, notes=notes)
+    g2 = rewrite(g, "bandwidth(2x)", Context(world_size=2, notes=notes))
     assert g2["task"]["dur_ns"].to_pylist()[5] == 30_000
     assert any("fitted bandwidth 20.00 GB/s" in n for n in notes)
     # the optimizer now waits for the all-reduce (DDP's finalize): one inserted wait edge
@@ -129,7 +129,7 @@ def test_world_8_follows_the_ring_model_and_delays_the_optimizer():
     """2 -> 8 ranks: latency 14 steps x 5 us = 70 us, transfer 40 us x 1.75/1 = 70 us: 140 us.
     The all-reduce starts at 130 us and ends at 270 us; the optimizer kernel (250 us in the
     trace) starts when it ends."""
-    g2 = rewrite(toy(), "world(8)", world_size=2)
+    g2 = rewrite(toy(), "world(8)", Context(world_size=2))
     assert g2["task"]["dur_ns"].to_pylist()[5] == 140_000
     s = _starts(g2)
     assert s.end_ns[5] - s.start_ns[5] == 140_000
@@ -140,7 +140,7 @@ def test_world_8_follows_the_ring_model_and_delays_the_optimizer():
 def test_world_on_a_single_gpu_trace_is_a_clear_error():
     from ingest.errors import DaydreamError
     with pytest.raises(DaydreamError, match="not distributed"):
-        rewrite(toy(), "world(8)", world_size=None)
+        rewrite(toy(), "world(8)", Context(world_size=None))
 
 
 @pytest.mark.parametrize("opt", ["p3", "blueconnect", "dgc(ratio=0.01)"])
@@ -149,7 +149,7 @@ def test_gradient_what_ifs_without_an_all_reduce_say_to_chain_after_ddp(opt):
     name = opt.split("(")[0]
     with pytest.raises(DaydreamError, match=rf"^{name}: no gradient all-reduce; chain it after "
                        r"ddp\(world=N"):
-        rewrite(toy(comm=False), opt, world_size=None)
+        rewrite(toy(comm=False), opt, Context(world_size=None))
 
 
 # ---- ddp on the toy ---------------------------------------------------------------------------
@@ -160,7 +160,7 @@ def test_ddp_buckets_and_durations_exactly():
     100 Gbps (12.5 GB/s), 5 us per step: 14 x 5 us + 1.75 x 15e6 / 12.5 = 70 + 2100 us."""
     notes = []
     g2 = rewrite(toy(comm=False), "ddp(world=8,bandwidth=100Gbps,param_bytes=30000000)",
-                 notes=notes)
+                 Context(notes=notes))
     t = pl.from_arrow(g2["task"])
     ins = t.filter(pl.col("name").str.starts_with("ddp:"))
     assert ins["name"].to_list() == ["ddp: all_reduce bucket 0 (inserted)",
@@ -191,7 +191,7 @@ def test_ddp_uses_layer_sizes_from_the_trace():
     of l1 after B; bucket_mb=25: bucket 0 (1 MiB cap) after A with 4 MB, bucket 1 with 2 MB."""
     notes = []
     g2 = rewrite(toy(comm=False, layer_bytes={"l2": 4_000_000, "l1": 2_000_000}),
-                 "ddp(world=2,bandwidth=25GB/s)", notes=notes)
+                 "ddp(world=2,bandwidth=25GB/s)", Context(notes=notes))
     ins = pl.from_arrow(g2["task"]).filter(pl.col("name").str.starts_with("ddp:"))
     assert ins["bytes"].to_list() == [4_000_000, 2_000_000]
     # 2 ranks: 2 steps x 5 us + 1 x bytes / 25 GB/s
@@ -233,9 +233,9 @@ def test_fitted_bandwidth_of_the_resnet50_ddp_trace(graphs):
 def test_bandwidth_on_the_resnet50_ddp_trace(graphs, baselines):
     """bandwidth(1x) leaves the prediction as the replay; a slower network only adds time."""
     g = graphs["a100"]
-    same = replay(rewrite(g, "bandwidth(1x)", world_size=2))
+    same = replay(rewrite(g, "bandwidth(1x)", Context(world_size=2)))
     assert same.mean("simulated_ns") == pytest.approx(baselines["a100"].mean("simulated_ns"))
-    t1 = pl.from_arrow(rewrite(g, "bandwidth(0.5x)", world_size=2)["task"])
+    t1 = pl.from_arrow(rewrite(g, "bandwidth(0.5x)", Context(world_size=2))["task"])
     t0 = pl.from_arrow(g["task"])
     c = (t0["kind"] == "comm").to_numpy()
     assert (t1["dur_ns"].to_numpy()[c] >= t0["dur_ns"].to_numpy()[c]).all()
@@ -325,8 +325,8 @@ def test_blueconnect_decomposes_over_nodes():
 def test_ddp_param_bytes_from_the_command_line_override():
     """--param-bytes reaches ddp through the context; the note names it as the source."""
     notes = []
-    g2 = rewrite(toy(comm=False), "ddp(world=8,bandwidth=100Gbps)", param_bytes=30_000_000,
-                 notes=notes)
+    g2 = rewrite(toy(comm=False), "ddp(world=8,bandwidth=100Gbps)",
+                 Context(param_bytes=30_000_000, notes=notes))
     ins = pl.from_arrow(g2["task"]).filter(pl.col("name").str.starts_with("ddp:"))
     assert ins["dur_ns"].to_list() == [2_170_000, 2_170_000]
     assert any("--param-bytes 30000000" in n for n in notes)

@@ -2,13 +2,12 @@ import numpy as np
 import polars as pl
 import pytest
 
+from graphstore.schema import GPU_KINDS
 from ingest.errors import DaydreamError
 from simulate.replay import replay
-from transforms import rewrite
+from transforms import Context, rewrite
 from transforms.opts import fusion as fu_mod
 from transforms.primitives import Graph
-
-GPU = ("kernel", "memcpy", "memset", "comm")
 
 
 def T(tables):
@@ -18,7 +17,7 @@ def T(tables):
 def expected_chains(t: pl.DataFrame, max_chain: int, optimizer: bool = False
                     ) -> list[list[int]]:
     """Chains by a plain loop over each stream's GPU tasks in start order."""
-    gpu = t.filter(pl.col("kind").is_in(GPU), pl.col("task_id") > 0).sort("start_ns",
+    gpu = t.filter(pl.col("kind").is_in(GPU_KINDS), pl.col("task_id") > 0).sort("start_ns",
                                                                         "task_id")
     out = []
     for _u, s in gpu.group_by("unit_id"):
@@ -71,7 +70,7 @@ def test_fusion_a100(graphs, baselines, max_chain):
     if max_chain == 8:
         assert max(len(c) for c in cs) > 2
     notes: list[str] = []
-    g2 = rewrite(g, f"fusion(max_chain={max_chain})", notes=notes)
+    g2 = rewrite(g, f"fusion(max_chain={max_chain})", Context(notes=notes))
     t1 = T(g2)
     e1 = pl.from_arrow(g2["edge"])
     n = t0.height

@@ -7,12 +7,11 @@ import numpy as np
 import polars as pl
 import pytest
 
+from graphstore.schema import LOCAL_GPU_KINDS
 from ingest.errors import DaydreamError
 from simulate.replay import replay
 from tests.transforms.conftest import V100
-from transforms import rewrite
-
-GPU = ("kernel", "memcpy", "memset")
+from transforms import Context, rewrite
 
 
 def T(tables):
@@ -32,7 +31,7 @@ def layers_in_order(t: pl.DataFrame, pattern: str, every: int) -> list[str]:
     case-insensitive regex, every k-th: by a plain loop over the rows."""
     first: dict[str, int] = {}
     has_bwd = set()
-    for r in t.filter(pl.col("kind").is_in(GPU), pl.col("layer").is_not_null(),
+    for r in t.filter(pl.col("kind").is_in(LOCAL_GPU_KINDS), pl.col("layer").is_not_null(),
                       pl.col("iteration").is_not_null()).iter_rows(named=True):
         if r["phase"] == "forward":
             first.setdefault(r["layer"], r["task_id"])
@@ -57,11 +56,11 @@ def test_checkpointing_graph(graphs):
     from transforms.primitives import Graph
     assert L.pick(Graph.from_tables(g), "conv", 2, "x") == chosen
     notes: list[str] = []
-    g2 = rewrite(g, "checkpointing(layers=conv, every=2)", notes=notes)
+    g2 = rewrite(g, "checkpointing(layers=conv, every=2)", Context(notes=notes))
     t1, e1 = T(g2), E(g2)
     sel = t0.filter(pl.col("layer").is_in(chosen), pl.col("phase") == "forward",
                     pl.col("iteration").is_not_null())
-    fwd_gpu = sel.filter(pl.col("kind").is_in(GPU))
+    fwd_gpu = sel.filter(pl.col("kind").is_in(LOCAL_GPU_KINDS))
     fwd_cpu = sel.filter(pl.col("kind").is_in(["api", "host"]), ~pl.col("blocking"))
     n_seg = 6 * len(chosen)  # every chosen layer runs in all 6 iterations
     assert sel.select("iteration", "layer").unique().height == n_seg
@@ -92,7 +91,7 @@ def test_checkpointing_graph(graphs):
     for (it, layer), s in rec.group_by("iteration", "layer"):
         ids = sorted(s["task_id"].to_list())
         first_bwd = t1.filter(pl.col("iteration") == it, pl.col("layer") == layer,
-                              pl.col("phase") == "backward", pl.col("kind").is_in(GPU),
+                              pl.col("phase") == "backward", pl.col("kind").is_in(LOCAL_GPU_KINDS),
                               ~pl.col("task_id").is_in(list(rec_ids)))["task_id"].min()
         chain = ids + [first_bwd]
         for a, b in zip(chain, chain[1:], strict=False):
@@ -134,7 +133,7 @@ def test_checkpointing_bad_params(graphs):
     with pytest.raises(DaydreamError, match="regular expression"):
         rewrite(graphs["v100"], "checkpointing(layers='(')")
     notes: list[str] = []
-    g2 = rewrite(graphs["v100"], "checkpointing(layers=nosuchlayer)", notes=notes)
+    g2 = rewrite(graphs["v100"], "checkpointing(layers=nosuchlayer)", Context(notes=notes))
     assert T(g2).height == T(graphs["v100"]).height and "unchanged" in notes[-1]
 
 
@@ -156,7 +155,7 @@ def test_offload_graph(graphs, activity):
     chosen = layers_in_order(t0, "conv", 1)
     assert len(chosen) == 53
     notes: list[str] = []
-    g2 = rewrite(g, "offload", device=V100, notes=notes, activity=activity["v100"])
+    g2 = rewrite(g, "offload", Context(device=V100, notes=notes, activity=activity["v100"]))
     t1, e1 = T(g2), E(g2)
     n_sites = 6 * len(chosen)
     ins = inserted(t1)
@@ -190,7 +189,7 @@ def test_offload_graph(graphs, activity):
     # edges around each copy
     stream = t1.filter(pl.col("unit_id") == 2).sort("task_id")["task_id"].to_list()
     nxt = dict(zip(stream, stream[1:], strict=False))
-    gpu1 = t1.filter(pl.col("kind").is_in(GPU), pl.col("unit_id") == 2)
+    gpu1 = t1.filter(pl.col("kind").is_in(LOCAL_GPU_KINDS), pl.col("unit_id") == 2)
     for r in d2h.iter_rows(named=True):
         lay = gpu1.filter(pl.col("iteration") == r["iteration"], pl.col("layer") == r["layer"],
                           pl.col("phase") == "forward")["task_id"]
@@ -218,7 +217,7 @@ def test_offload_graph(graphs, activity):
 
 
 def test_offload_prediction(graphs, baselines, activity):
-    g2 = rewrite(graphs["v100"], "offload", device=V100, activity=activity["v100"])
+    g2 = rewrite(graphs["v100"], "offload", Context(device=V100, activity=activity["v100"]))
     base = baselines["v100"]
     pred = replay(g2)
     s = base.mean("simulated_ns") / pred.mean("simulated_ns")
@@ -231,8 +230,8 @@ def test_offload_prediction(graphs, baselines, activity):
     assert s < 0.8
     assert per_it <= pred.mean("simulated_ns") <= base.mean("simulated_ns") + per_it
     # offloading half the conv inputs costs less
-    s_every2 = speedup(base, rewrite(graphs["v100"], "offload(every=2)", device=V100,
-                                     activity=activity["v100"]))
+    s_every2 = speedup(base, rewrite(graphs["v100"], "offload(every=2)",
+                                     Context(device=V100, activity=activity["v100"])))
     assert s < s_every2 < 1.0
 
 
@@ -241,9 +240,9 @@ def test_offload_without_shapes(graphs, activity):
     from transforms.opts.offload import OFFLOAD
     g = graphs["a100"]
     notes: list[str] = []
-    g2 = rewrite(g, "offload", device=A100, notes=notes, activity=activity["a100"])
+    g2 = rewrite(g, "offload", Context(device=A100, notes=notes, activity=activity["a100"]))
     assert T(g2).height == T(g).height and "unchanged" in notes[-1]
-    g3 = rewrite(g, "offload(layer_mb=10)", device=A100, activity=activity["a100"])
+    g3 = rewrite(g, "offload(layer_mb=10)", Context(device=A100, activity=activity["a100"]))
     c = T(g3).filter(pl.col("name").str.starts_with("offload:"))
     n = 2 * len(layers_in_order(T(g), "conv", 1)) * pl.from_arrow(g["iteration"]).height
     assert c.height == n > 0 and set(c["bytes"]) == {10_000_000}

@@ -4,8 +4,9 @@ import pytest
 
 from simulate.replay import replay
 from tests.transforms.conftest import A100, V100
-from transforms import rewrite
+from transforms import Context, rewrite
 from transforms.constants import AMP, AMP_SPEEDUP, CUDA_GRAPHS, DATALOADER, FUSED_OPTIMIZER
+from transforms.devices import FAMILIES, family
 from transforms.opts import amp as amp_mod
 from transforms.opts import dataloader as dl_mod
 from transforms.opts import fused_optimizer as fo_mod
@@ -33,7 +34,7 @@ def test_scale_kernels_half(graphs, baselines):
 
 def test_amp_durations_v100(graphs, baselines):
     g = graphs["v100"]
-    g2 = rewrite(g, "amp(casts=false, loss_scaling=false)", device=V100)
+    g2 = rewrite(g, "amp(casts=false, loss_scaling=false)", Context(device=V100))
     t0, t1 = T(g), T(g2)
     assert t1.height == t0.height
     sp = AMP_SPEEDUP["v100"]
@@ -65,7 +66,7 @@ def test_amp_inserts_casts_and_loss_scaling(graphs, baselines):
     sites = amp_mod.cast_sites(gr, cls)
     ls = amp_mod.loss_scaling_sites(gr)
     assert len(sites) > 50 and len(ls) == 6
-    g2 = rewrite(g, "amp", device=V100)
+    g2 = rewrite(g, "amp", Context(device=V100))
     t1 = T(g2)
     assert t1.height == gr.n_tasks + 2 * len(sites) + 5 * len(ls)
     casts = t1.filter(pl.col("name").str.starts_with("amp: cast"))
@@ -93,12 +94,17 @@ def test_amp_inserts_casts_and_loss_scaling(graphs, baselines):
 
 
 def test_amp_family():
-    assert amp_mod.family(V100) == "v100" and amp_mod.family(A100) == "a100"
-    assert amp_mod.family({"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9}) == "h100"
-    assert amp_mod.family({"name": "NVIDIA GeForce RTX 2080 Ti", "computeMajor": 7,
-                           "computeMinor": 5}) == "turing"
-    assert amp_mod.family({"name": "AMD Instinct MI300X"}) == "mi300x"
-    assert amp_mod.family(None) == "default"
+    assert family(V100) == "v100" and family(A100) == "a100"
+    assert family({"name": "NVIDIA H100 80GB HBM3", "computeMajor": 9}) == "h100"
+    assert family({"name": "NVIDIA GeForce RTX 2080 Ti", "computeMajor": 7,
+                   "computeMinor": 5}) == "turing"
+    assert family({"name": "AMD Instinct MI300X"}) == "mi300x"
+    assert family(None) == "default"
+    # every table of per-family constants covers every family the lookup can return
+    from transforms.constants import GPU_MEMORY_GBPS
+    from transforms.opts.offload import OFFLOAD
+    assert set(AMP_SPEEDUP) == set(FAMILIES) == set(OFFLOAD["pcie_gbps"])
+    assert set(FAMILIES) <= set(GPU_MEMORY_GBPS)
     for fam in AMP_SPEEDUP.values():
         for v in fam.values():
             assert v["source"] and v["value"] >= 1
@@ -186,5 +192,5 @@ def test_cuda_graphs(graphs, baselines):
 
 
 def test_chain(graphs, baselines):
-    g2 = rewrite(graphs["a100"], "amp+fused_adam", device=A100)
+    g2 = rewrite(graphs["a100"], "amp+fused_adam", Context(device=A100))
     assert replay(g2).mean("simulated_ns") > 0

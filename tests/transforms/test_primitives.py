@@ -125,3 +125,64 @@ def test_reschedule(g):
     assert set(g3.task.filter(pl.col("kind") == "kernel")["priority"]) == {3}
     with pytest.raises(DaydreamError, match="unknown policy"):
         g.set_policy([0], "lifo")
+
+
+def test_add_unit_on_a_device(g):
+    g2, uid = g.add_unit("gpu 0 copy stream", "stream", "fixed", device=0)
+    row = g2.unit.filter(pl.col("unit_id") == uid).row(0, named=True)
+    assert (row["kind"], row["policy"], row["device"]) == ("stream", "fixed", 0)
+
+
+def test_set_bytes_keeps_the_other_tasks_bytes(g):
+    k = g.select("kind = 'kernel'").nonzero()[0][:3]
+    g2 = g.set_bytes(k, 4096)
+    b0, b1 = g.task["bytes"].to_list(), g2.task["bytes"].to_list()
+    assert [b1[i] for i in k] == [4096] * 3
+    assert [x for i, x in enumerate(b1) if i not in set(k)] == \
+        [x for i, x in enumerate(b0) if i not in set(k)]  # nulls stay null
+
+
+def test_set_lags_and_drop_edges(g):
+    la = (g.edge["kind"] == "launch").to_numpy()
+    g2 = g.set_lags(la, 123)
+    lag0, lag1 = g.edge["lag_ns"].to_numpy(), g2.edge["lag_ns"].to_numpy()
+    assert (lag1[la] == 123).all() and np.array_equal(lag1[~la], lag0[~la])
+    with pytest.raises(DaydreamError, match="lag must be >= 0"):
+        g.set_lags(la, -1)
+    g3 = g.drop_edges(pl.col("kind") == "launch")
+    assert g3.edge.height == g.edge.height - int(la.sum()) and g3.n_tasks == g.n_tasks
+    assert not (g3.edge["kind"] == "launch").any()
+    with pytest.raises(DaydreamError, match="edge mask"):
+        g.drop_edges(np.ones(3, bool))
+
+
+def test_with_launches_adds_a_call_only_when_all_it_launched_goes(g):
+    la = g.launches()
+    per_call = la.group_by("api").agg(pl.col("gpu"))
+    call, kernels = per_call.row(0)
+    some = np.zeros(g.n_tasks, bool)
+    some[kernels] = True
+    assert g.with_launches(some)[call]
+    # a call that launched several tasks stays while one of them stays
+    multi = per_call.filter(pl.col("gpu").list.len() > 1)
+    if multi.height:
+        call2, ks = multi.row(0)
+        part = np.zeros(g.n_tasks, bool)
+        part[ks[:-1]] = True
+        assert not g.with_launches(part)[call2]
+    assert np.array_equal(g.with_launches(None), np.zeros(g.n_tasks, bool))
+
+
+def test_replace_inserts_beside_what_it_removes(g):
+    k = int(g.select("kind = 'kernel'").nonzero()[0][10])
+    u = int(g.task["unit_id"][k])
+    rows = pl.DataFrame({"at": [k], "kind": ["kernel"], "unit_id": [u], "name": ["merged"],
+                         "dur_ns": [55]})
+    g2, ids = g.replace([k], rows)
+    _valid(g2)
+    assert g2.n_tasks == g.n_tasks
+    x = int(ids[0])
+    assert g2.task["name"][x] == "merged" and g2.task["start_ns"][x] == g.task["start_ns"][k]
+    assert g.task["name"][k] not in g2.task["name"][x:x + 1].to_list()
+    # the new kernel took the removed one's place in stream order
+    assert g2.edge.filter(pl.col("dst") == x, pl.col("kind") == "stream").height == 1

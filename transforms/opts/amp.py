@@ -7,7 +7,9 @@ import re
 import numpy as np
 import polars as pl
 
+from graphstore.schema import GPU_KINDS
 from transforms.constants import AMP, AMP_SPEEDUP
+from transforms.devices import family
 from transforms.primitives import Graph
 from transforms.registry import Context, register
 
@@ -25,25 +27,6 @@ CLASSES = (
 )
 _CLASS_RE = [(c, re.compile(p)) for c, p in CLASSES]
 TF32 = re.compile(r"tf32|s1688|s16816|tensorop_s|xf32")
-
-
-def family(device: dict | None) -> str:
-    """GPU family key of AMP_SPEEDUP from a trace's device entry."""
-    if not device:
-        return "default"
-    name = str(device.get("name", "")).lower()
-    major, minor = device.get("computeMajor"), device.get("computeMinor")
-    if "v100" in name or (major == 7 and minor == 0):
-        return "v100"
-    if "h100" in name or "h200" in name or "h800" in name or major == 9:
-        return "h100"
-    if "mi300" in name or "mi250" in name or "mi2" in name or "gfx9" in name:
-        return "mi300x"
-    if "a100" in name or "a800" in name or major == 8:
-        return "a100"
-    if major == 7 and minor == 5 or "2080" in name or "t4" in name.split():
-        return "turing"
-    return "default"
 
 
 def classify(kind: list, name: list, phase: list) -> list[str]:
@@ -111,8 +94,7 @@ def cast_sites(g: Graph, cls: list[str]) -> list[tuple[int, int, int]]:
     unit = t["unit_id"].to_numpy()
     prev_gemm = np.zeros(g.n_tasks, bool)
     for u in np.unique(unit[is_gemm]):
-        ids = np.flatnonzero((unit == u) & (t["kind"].is_in(["kernel", "memcpy", "memset",
-                                                              "comm"]).to_numpy()))
+        ids = np.flatnonzero((unit == u) & (t["kind"].is_in(GPU_KINDS).to_numpy()))
         prev_gemm[ids[1:]] = is_gemm[ids[:-1]]
     first = np.flatnonzero(is_gemm & fwd & ~prev_gemm)
     la = g.edge.filter(pl.col("kind") == "launch", pl.col("dst").is_in(first.tolist()))

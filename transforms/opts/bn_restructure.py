@@ -158,14 +158,7 @@ def bn_restructure(g: Graph, ctx: Context, *, conv_fusion: bool = False) -> Grap
                              np.minimum(dur[bb], floor)).astype(np.int64)
         saved += int((dur - new).sum())
         g = g.set_duration(np.ones(n, bool), new)
-    la = g.launches()
-    api = la["api"].to_numpy()
-    gpu = la["gpu"].to_numpy()
-    keep_api = set(api[~rm[gpu]].tolist())
-    for a in set(api[rm[gpu]].tolist()):
-        if a not in keep_api:
-            rm[a] = True
-    g = g.remove(rm)
+    g = g.remove(g.with_launches(rm))
     ctx.notes.append(f"bn_restructure: {len(fwd)} forward and {len(bwd)} backward BN+ReLU "
                      f"pairs fused{' (and into the convolutions)' if conv_fusion else ''}; "
                      f"GPU time {saved / 1e6:.2f} ms less over the trace")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from graphstore.schema import LOCAL_GPU_KINDS
 from ingest.errors import DaydreamError
 from transforms import comm
 from transforms.constants import DISTRIBUTED as C
@@ -124,7 +125,7 @@ def ddp(g: Graph, ctx: Context, *, world: int = 8, bandwidth: str = "", bucket_m
     # the optimizer waits for its buckets: the iteration's first weight-update GPU task after
     # the bucket was ready (zero_grad at the iteration's start may be weight-update too)
     t = g.task
-    wu = np.flatnonzero((t["kind"].is_in(["kernel", "memcpy", "memset"]) &
+    wu = np.flatnonzero((t["kind"].is_in(LOCAL_GPU_KINDS) &
                          (t["phase"] == "weight_update") & t["iteration"].is_not_null())
                         .to_numpy())
     wu_it = t["iteration"].to_numpy()[wu] if len(wu) else np.zeros(0)

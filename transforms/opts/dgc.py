@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from graphstore.schema import LOCAL_GPU_KINDS
 from ingest.errors import DaydreamError
 from transforms import comm
 from transforms.constants import DISTRIBUTED as C
 from transforms.constants import GPU_MEMORY_GBPS as MEM
+from transforms.devices import family
 from transforms.opts.distributed import current_link, gradient_allreduces, set_comm
 from transforms.primitives import Graph
 from transforms.registry import Context, register
@@ -36,7 +38,6 @@ def dgc(g: Graph, ctx: Context, *, ratio: float = 0.001) -> Graph:
            parts["xfer_ns"].to_numpy() * (2 * ratio * n * w_ag) / w_ar)
     g = set_comm(g, c["task_id"].to_numpy(), np.rint(new).astype(np.int64))
     # selection kernels: on the stream of the GPU task that fed each collective
-    from transforms.opts.amp import family
     fam = family(ctx.device)
     bw = MEM.get(fam, MEM["default"])["value"] * MEM["achieved"]["value"]
     nbytes = parts["bytes"].fill_null(0).to_numpy().astype(np.float64)
@@ -51,7 +52,7 @@ def dgc(g: Graph, ctx: Context, *, ratio: float = 0.001) -> Graph:
     unit = g.task["unit_id"].to_numpy()
     kinds = g.task["kind"].to_numpy()
     feed = feed.filter(pl.col("src").map_batches(
-        lambda s: pl.Series(np.isin(kinds[s.to_numpy()], ["kernel", "memcpy", "memset"]))))
+        lambda s: pl.Series(np.isin(kinds[s.to_numpy()], LOCAL_GPU_KINDS))))
     sel = dict(zip(c["task_id"].to_list(), sel_ns.tolist(), strict=True))
     rows, edges = [], []
     for j, (src, dst) in enumerate(feed.iter_rows()):

@@ -7,8 +7,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from graphstore.schema import LOCAL_GPU_KINDS
 from ingest.errors import DaydreamError
 from transforms import comm
+from transforms.devices import family
 from transforms.primitives import Graph
 from transforms.registry import Context, register
 
@@ -45,7 +47,6 @@ def message_bytes(parts: pl.DataFrame, link: comm.Link, wire: float) -> np.ndarr
 
 def assumed_link(ctx: Context) -> comm.Link:
     """The link usual for the trace's GPU (NVLink of its generation; PCIe 4 when unknown)."""
-    from transforms.opts.amp import family
     return comm.link(_ASSUMED.get(family(ctx.device), "pcie4"))
 
 
@@ -70,7 +71,7 @@ def optimizer_waits(g: Graph) -> Graph:
     trace shows that wait only when a collective actually ended late; add it everywhere: each
     backward collective -> the first weight-update GPU task of its iteration."""
     t = g.task.with_row_index("i")
-    gpu = pl.col("kind").is_in(["kernel", "memcpy", "memset"])
+    gpu = pl.col("kind").is_in(LOCAL_GPU_KINDS)
     wu = (t.filter(gpu, pl.col("phase") == "weight_update", pl.col("iteration").is_not_null())
           .group_by("iteration").agg(pl.col("i").min().alias("dst"))
           if "rank" not in t.columns else
@@ -100,13 +101,10 @@ def set_comm(g: Graph, ids: np.ndarray, dur: np.ndarray) -> Graph:
     is_join = (e["kind"] == "rank") & (e["anchor"] == "end_end")
     if not is_join.any():
         return g
-    lag = e["lag_ns"].to_numpy().copy()
     dst = e["dst"].to_numpy()
     new = np.full(g.n_tasks, -1, np.int64)
     new[ids] = dur
-    sel = is_join.to_numpy() & (new[dst] >= 0)
-    lag[sel] = new[dst[sel]]
-    return g._with(edge=e.with_columns(pl.Series("lag_ns", lag, pl.Int64)))
+    return g.set_lags(is_join.to_numpy() & (new[dst] >= 0), np.maximum(new[dst], 0))
 
 
 def _rewrite_comm(g: Graph, ctx: Context, n_new: int | None, bandwidth: str | None,
@@ -177,10 +175,8 @@ def no_straggler(g: Graph, ctx: Context) -> Graph:
     e = g.edge
     orig = ((e["src"] == 0) & (e["kind"] == "origin")).to_numpy()
     if orig.sum() > 1:
-        lag = e["lag_ns"].to_numpy().copy()
-        m = float(np.median(lag[orig]))
-        lag[orig] = np.minimum(lag[orig], int(m))
-        g = g._with(edge=e.with_columns(pl.Series("lag_ns", lag, pl.Int64)))
+        lag = e["lag_ns"].to_numpy()
+        g = g.set_lags(orig, np.minimum(lag, int(float(np.median(lag[orig])))))
     slow = [k for k, v in fac.items() if v < 1]
     ctx.notes.append(f"no_straggler: ranks {slow} scaled to the median busy time "
                      f"{med / 1e6:.3f} ms; late starts moved to the median")

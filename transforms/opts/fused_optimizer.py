@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from graphstore.schema import GPU_KINDS
 from transforms.constants import FUSED_OPTIMIZER as C
 from transforms.constants import FUSED_OPTIMIZER_CPU as C_CPU
 from transforms.primitives import Graph
@@ -58,7 +59,7 @@ def fused_kernel_ns(kernel_ns: int, kind: str) -> int:
 def fuse(g: Graph, ctx: Context, kind: str) -> Graph:
     regions = step_regions(g)
     if not regions.height:
-        gpu = g.task["kind"].is_in(["kernel", "memcpy", "memset", "comm"]).any()
+        gpu = g.task["kind"].is_in(GPU_KINDS).any()
         if gpu:
             ctx.notes.append(f"fused_{kind}: no optimizer kernels in the weight update; "
                              "unchanged")
@@ -86,11 +87,9 @@ def fuse(g: Graph, ctx: Context, kind: str) -> Graph:
                      "dur_ns": fused_kernel_ns(r["kernel_ns"], kind)})
         edges.append((-1 - j, -2 - j, "launch", "start_start", int(lag_of.get(kids[0], 0))))
     g = g.scale(zero, 0.0)
-    g = g._with(task=g.task.with_columns(pl.Series("_rm", rm)))
     ed = pl.DataFrame(edges, schema=["src", "dst", "kind", "anchor", "lag_ns"], orient="row")
-    g, _ = g.insert(pl.DataFrame(rows), ed)
-    g = g.remove(pl.col("_rm").fill_null(False))
-    return g._with(task=g.task.drop("_rm"))
+    g, _ = g.replace(rm, pl.DataFrame(rows), ed)
+    return g
 
 
 STEP_RANGE = "Optimizer.step#"

@@ -125,14 +125,7 @@ def fusion(g: Graph, ctx: Context, *, max_chain: int = 8, optimizer: bool = Fals
         first[c[0]] = True
         new[c[0]] = fused_ns([int(dur[i]) for i in c])
         rm[c[1:]] = True
-    la = g.launches()
-    api = la["api"].to_numpy()
-    gpu = la["gpu"].to_numpy()
-    # a launch call goes when every GPU task it launches goes
-    keep_api = set(api[~rm[gpu]].tolist())
-    for a in set(api[rm[gpu]].tolist()):
-        if a not in keep_api:
-            rm[a] = True
+    rm = g.with_launches(rm)
     before = int(dur[first].sum() + dur[rm & (g.task["kind"] == "kernel").to_numpy()].sum())
     g = g.set_duration(first, new)
     g = g.remove(rm)

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from graphstore.params import DTYPE_BYTES
 from ingest.errors import DaydreamError
 from transforms import layers as L
-from transforms.opts.amp import family
+from transforms.devices import family
 from transforms.primitives import Graph
 from transforms.registry import Context, register
 
@@ -149,9 +149,7 @@ def offload(g: Graph, ctx: Context, *, layers: str = "conv", every: int = 1,
     dev = g.unit.filter(pl.col("unit_id") == stream)["device"].to_list()
     dev = dev[0] if dev else None
     g, cu = g.add_unit(f"gpu {dev if dev is not None else '?'} offload copy stream",
-                       kind="stream", policy="fixed")
-    g = g._with(unit=g.unit.with_columns(pl.when(pl.col("unit_id") == cu).then(pl.lit(dev))
-                                         .otherwise(pl.col("device")).alias("device")))
+                       kind="stream", policy="fixed", device=dev)
     rows: list[dict] = []
     edges: list[tuple] = []
     api_ns = OFFLOAD["copy_api_ns"]["value"]

@@ -76,18 +76,15 @@ def p3(g: Graph, ctx: Context, *, slice_kb: float = 200.0) -> Graph:
     full = g.task["dur_ns"].to_numpy().copy()
     full[ids] = dur
     g = g.set_duration(ids, full)
-    b = g.task["bytes"].to_numpy().copy() if g.task["bytes"].null_count() == 0 else \
-        g.task["bytes"].fill_null(-1).to_numpy().copy()
+    b = np.zeros(g.n_tasks, np.int64)
     b[ids] = np.rint(nbytes / k).astype(np.int64)
-    g = g._with(task=g.task.with_columns(pl.when(pl.Series(b) >= 0).then(pl.Series(b))
-                                         .otherwise(None).cast(pl.Int64).alias("bytes")))
+    g = g.set_bytes(ids, b)
     pr = np.zeros(g.n_tasks, np.int64)
     pr[ids] = prio
     g = g.set_priority(ids, pr)
     # P3 replaces the optimizer's wait for every gradient by per-layer waits in the next forward
     has_next = set(ids[targets >= 0].tolist())
-    drop = g.edge["src"].is_in(list(has_next)) & (g.edge["kind"] == "wait")
-    g = g._with(edge=g.edge.filter(~drop))
+    g = g.drop_edges(pl.col("src").is_in(list(has_next)) & (pl.col("kind") == "wait"))
     out_w = g.edge.filter(pl.col("src").is_in(ids.tolist()), pl.col("kind") == "wait")
     in_e = g.edge.filter(pl.col("dst").is_in(ids.tolist()), pl.col("kind") != "stream")
     rows, new_e = [], []
