@@ -43,7 +43,7 @@ def _peaks() -> dict:
 
 
 def cmd_make(out: str, n: str) -> dict:
-    from tests.fleet.variants import make_variants
+    from tests.daydream.variants import make_variants
     files = make_variants([DATA / s for s in SOURCES], int(n), Path(out))
     return {"files": len(files), "bytes": sum(f.stat().st_size for f in files)}
 
@@ -105,7 +105,7 @@ def section(n: int = 1000, workers: tuple[int, ...] = (1, 2)) -> list[str]:
         cli_s = time.perf_counter() - cli_t
     rows = ["## Fleets of traces (issue 8)", "",
             f"{n:,} distinct traces made from the real small Kineto traces in tests/data "
-            f"({', '.join(SOURCES)}) by `tests/fleet/variants.py`: every event shifted in time "
+            f"({', '.join(SOURCES)}) by `tests/daydream/variants.py`: every event shifted in time "
             "and every kernel renamed per copy, so each has its own content hash "
             f"({made['bytes'] / 2**20:.1f} MiB gzipped in all). `daydream ingest` (convert, "
             "build the graph, load DuckDB) and `daydream predict --all` with "

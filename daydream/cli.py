@@ -192,7 +192,7 @@ def predict(
             raise DaydreamError("give a TRACE, or --all for every stored trace")
         if trace is not None:
             raise DaydreamError("give either a TRACE or --all, not both")
-        _predict_all(store, opt or [], where, workers, ray, force, top, json)
+        _predict_all(store, opt or [], where, workers, ray, force, top, json, param_bytes)
         return
     if where is not None:
         raise DaydreamError("--where selects traces for --all")
@@ -206,7 +206,8 @@ def predict(
 
 
 def _predict_all(store: Path, opts: list[str], where: str | None, workers: int,
-                 ray: str | None, force: bool, top: int, json: bool) -> None:
+                 ray: str | None, force: bool, top: int, json: bool,
+                 param_bytes: int | None) -> None:
     from daydream import fleet
     from daydream.report import fleet_progress, print_fleet
 
@@ -217,7 +218,8 @@ def _predict_all(store: Path, opts: list[str], where: str | None, workers: int,
                 _err(r.error or f"{r.trace_id} {r.spec}")
 
         rep = fleet.predict_all(store, opts, where=where, workers=workers or None, ray=ray,
-                                force=force, on_progress=on_pair, on_plan=plan)
+                                force=force, param_bytes=param_bytes, on_progress=on_pair,
+                                on_plan=plan)
     if json:
         typer.echo(orjson.dumps(rep.table.to_pylist(), option=orjson.OPT_INDENT_2,
                                 default=str).decode())

@@ -1,14 +1,16 @@
 """What-if predictions over a fleet of stored traces: every trace against every spec.
 
 ``predict_all`` is the batch form of ``daydream.api.predict``: for each stored trace (those a
-``--where`` predicate over the ``trace`` table selects) it replays the unmodified graph once and
-simulates it rewritten by each spec. Results go to the ``prediction`` table of the store's
+``--where`` predicate over the ``trace`` table selects) its worker runs ``daydream.pipeline``,
+the one prediction path, replaying the unmodified graph once and simulating it rewritten by
+each spec. Results go to the ``prediction`` table of the store's
 DuckDB file (declared in ``graphstore.schema``), so ``daydream sql`` answers questions such as
 "which of last week's jobs would gain most from AMP?".
 
 Work is split the way batch ingest splits it (``ingest.runner``): this process reads graphs
 and writes results; workers (local processes or Ray tasks) get a trace's graph tables and specs
-and return rows, never touching the database. Results are written in batches, each one short
+(and read the trace's own Parquet files, see ``predict_trace``) and return rows, never
+touching the database. Results are written in batches, each one short
 transaction, so read-only queries run between them. A (trace, spec) pair already in the table is
 skipped: an interrupted run, run again, resumes where it stopped (``force`` recomputes).
 """
@@ -21,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
 import pyarrow as pa
 
+from daydream import pipeline
 from graphstore import db
 from graphstore.schema import PREDICTION
 from ingest.errors import DaydreamError
@@ -93,47 +95,48 @@ def _has_prediction(con) -> bool:
                             "AND schema_name = 'main'").fetchall())
 
 
-def predict_trace(trace_id: str, graph: dict[str, pa.Table], device: dict | None,
-                  specs: list[str]) -> dict:
-    """Worker: baseline replay once, then one simulation per spec. Never raises for bad input:
+def predict_trace(store_root: str, trace_id: str, graph: dict[str, pa.Table], specs: list[str],
+                  param_bytes: int | None = None) -> dict:
+    """Worker: one trace with every spec, through ``daydream.pipeline`` (what ``daydream predict
+    TRACE --opt SPEC`` runs, the baseline replayed once). The loader sends the graph it read
+    from DuckDB; the worker reads the trace row and any activity table an optimization asks
+    for from the store's Parquet files itself: those can be larger than the graph (the range
+    table with its recorded shapes), are read only where a spec needs them, in parallel beside
+    the other workers, and never pass through the loader or Ray's object store (the store is
+    at the same path on every node, as ingest already needs). Never raises for bad input:
     returns ``{"ok": True, "rows": [...], "errors": {spec: message}}`` or ``{"ok": False,
     "error": message}`` when even the baseline fails."""
-    from simulate.replay import replay
-    from transforms import Context, rewrite
-
     try:
-        base = replay(graph)
+        s = pipeline.trace_subject(Store(Path(store_root)), trace_id, graph)
+        s.baseline()
     except DaydreamError as e:
         return {"ok": False, "error": f"trace {trace_id}: baseline: {e}"}
     except Exception as e:  # a bug, not bad input: still reported against the trace
         return {"ok": False, "error": f"trace {trace_id}: baseline: internal error: "
                                       f"{type(e).__name__}: {e}"}
-    used = [i.index for i in base.iterations if i.used]
-    measured_ms = base.mean("measured_ns") / 1e6
-    baseline_ms = base.mean("simulated_ns") / 1e6
     rows, errors = [], {}
     for spec in specs:
-        notes: list[str] = []
         try:
-            pred = replay(rewrite(graph, spec, Context(device=device, notes=notes)))
+            p = pipeline.predict(s, spec, param_bytes=param_bytes)
         except DaydreamError as e:
             errors[spec] = str(e)
             continue
         except Exception as e:
             errors[spec] = f"internal error: {type(e).__name__}: {e}"
             continue
-        by_idx = {i.index: i.simulated_ns for i in pred.iterations}
-        p = [by_idx[k] for k in used if k in by_idx]
-        predicted_ms = float(sum(p) / len(p) / 1e6) if p else None
-        rows.append({
-            "trace_id": trace_id, "spec": spec,
-            "measured_ms": _num(measured_ms), "baseline_ms": _num(baseline_ms),
-            "predicted_ms": predicted_ms,
-            "speedup": baseline_ms / predicted_ms if predicted_ms else None,
-            "iterations": len(used),
-            "notes": "\n".join(notes) or None,
-        })
+        rows.append(row(trace_id, spec, p.result))
     return {"ok": True, "rows": rows, "errors": errors}
+
+
+def row(trace_id: str, spec: str, d: dict) -> dict:
+    """The prediction table's row of one prediction (a ``daydream.pipeline.result`` dict)."""
+    return {
+        "trace_id": trace_id, "spec": spec,
+        "measured_ms": _num(d["measured_ms"]), "baseline_ms": _num(d["baseline_ms"]),
+        "predicted_ms": d["predicted_ms"], "speedup": d["speedup"],
+        "iterations": sum(bool(i["used"]) for i in d["iterations"]),
+        "notes": "\n".join(d["notes"]) or None,
+    }
 
 
 def _num(x: float) -> float | None:
@@ -142,12 +145,15 @@ def _num(x: float) -> float | None:
 
 def predict_all(store_root: str | Path, specs: list[str], *, where: str | None = None,
                 workers: int | None = None, ray: str | None = None, force: bool = False,
+                param_bytes: int | None = None,
                 on_progress: Callable[[PairResult], None] | None = None,
                 on_plan: Callable[[int], None] | None = None) -> FleetReport:
     """Predict every selected stored trace with every spec; results into ``prediction``.
 
-    ``on_plan(n)`` is told how many (trace, spec) pairs there are before the work starts, and
-    ``on_progress`` gets each pair as it is done (or found stored)."""
+    ``param_bytes``: the model's parameter bytes for ``ddp`` (as ``predict --param-bytes``;
+    the same for every trace). ``on_plan(n)`` is told how many (trace, spec) pairs there are
+    before the work starts, and ``on_progress`` gets each pair as it is done (or found
+    stored)."""
     from transforms.registry import check
 
     root = Path(store_root)
@@ -212,7 +218,7 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
     try:
         with runner:
             queue = iter(items)
-            ready: list[tuple[str, dict, dict | None]] = []
+            ready: list[tuple[str, dict]] = []
             while True:
                 while runner.pending() < limit:
                     if not ready:
@@ -220,8 +226,9 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
                                                                    strict=False)])
                         if not ready:
                             break
-                    tid, g, device = ready.pop(0)
-                    runner.submit(tid, predict_trace, tid, g, device, todo[tid])
+                    tid, g = ready.pop(0)
+                    runner.submit(tid, predict_trace, str(root), tid, g, todo[tid],
+                                  param_bytes)
                 if not runner.pending():
                     break
                 for tid, res in runner.next_done():
@@ -234,8 +241,8 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
     return rep
 
 
-def _read_chunk(st: Store, tids: list[str]) -> list[tuple[str, dict, dict | None]]:
-    """Graph tables and device of a few traces, read on one read-only connection."""
+def _read_chunk(st: Store, tids: list[str]) -> list[tuple[str, dict]]:
+    """Graph tables of a few traces, read on one read-only connection."""
     from graphstore.read import ORDER
     from graphstore.schema import GRAPH_TABLES
 
@@ -249,18 +256,8 @@ def _read_chunk(st: Store, tids: list[str]) -> list[tuple[str, dict, dict | None
                 cols = ", ".join(c for c in t.names if c != "trace_id")
                 g[name] = con.sql(f"SELECT {cols} FROM {name} WHERE trace_id = $tid "
                                   f"ORDER BY {ORDER[name]}", params={"tid": tid}).to_arrow_table()
-            out.append((tid, g, _device(st, tid, g)))
+            out.append((tid, g))
     return out
-
-
-def _device(st: Store, tid: str, g: dict[str, pa.Table]) -> dict | None:
-    """The trace's GPU (as ``daydream.api`` picks it): the one its streams ran on."""
-    if not st.has_trace(tid):
-        return None
-    row = st.trace_row(tid)
-    devs = orjson.loads(row["devices"]) if row["devices"] else []
-    used = set(g["unit"]["device"].drop_null().to_pylist())
-    return next((d for d in devs if d.get("id") in used), devs[0] if devs else None)
 
 
 def _rows_table(rows: list[dict]) -> pa.Table:

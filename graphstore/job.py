@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest.errors import DaydreamError
 
@@ -44,6 +46,10 @@ _TYPES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter":
           "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "send_recv",
           "send": "send_recv", "recv": "send_recv", "alltoall": "all_to_all"}
 DEFAULT_COMM = "default"
+# Range ids in a job graph of several traces: rank r's are its trace's plus r * RANGE_ID_STRIDE,
+# so that a task's range_id names one range of the job (``job_activity`` shifts the ranks'
+# range tables alike). A trace's range ids are its row numbers, far below the stride.
+RANGE_ID_STRIDE = 1 << 40
 
 
 def collective_type(name: str | None, coll: str | None = None) -> str:
@@ -299,6 +305,32 @@ def build_job(name: str, members: list[Member], graphs: list[dict[str, pa.Table]
     return JobGraph(name, members, tables, coll, offsets, unmatched, notes)
 
 
+def job_activity(members: list[Member], read: Callable[[str, str], pa.Table]
+                 ) -> Callable[[str], pa.Table]:
+    """A reader of a job's activity tables, for optimizations that read them (offload reads
+    the recorded input shapes of ``range``): one table is every member trace's, one after the
+    other with a ``rank`` column, range ids shifted as in the job graph. ``read(table,
+    trace_id)`` reads one trace's (``ingest.store.Store.read``). A job of one multi-device trace
+    reads that trace's own tables (its graph keeps their range ids)."""
+    traces = sorted({m.trace_id for m in members})
+    if len(traces) == 1:
+        return lambda name: read(name, traces[0])
+
+    def table(name: str) -> pa.Table:
+        parts = []
+        for m in members:
+            t = read(name, m.trace_id)
+            for col in ("range_id", "parent"):
+                if col in t.column_names:
+                    i = t.schema.get_field_index(col)
+                    t = t.set_column(i, t.schema.field(col),
+                                     pc.add(t[col], m.rank * RANGE_ID_STRIDE))
+            parts.append(t.append_column("rank", pa.array(np.full(t.num_rows, m.rank,
+                                                                 np.int32))))
+        return pa.concat_tables(parts)
+    return table
+
+
 def _with_rank_rows(its: pa.Table, ranks: list[int]) -> pa.Table:
     """One copy of a trace's iteration rows per rank (a multi-device trace shares its steps)."""
     parts = [_with_rank(its, r) for r in ranks]
@@ -327,6 +359,7 @@ def _concat(members, graphs, kernels):
         t = pl.from_arrow(g["task"])
         n = t.height
         t = t.with_columns(pl.col("task_id") + base_t, pl.col("unit_id") + base_u,
+                           pl.col("range_id") + m.rank * RANGE_ID_STRIDE,
                            pl.lit(m.rank, pl.Int32).alias("rank"))
         tasks.append(t)
         e = pl.from_arrow(g["edge"]).with_columns(pl.col("src") + base_t, pl.col("dst") + base_t)

@@ -25,3 +25,19 @@ def kineto_files(include_shared: bool = True) -> list[Path]:
 @pytest.fixture
 def data_dir() -> Path:
     return DATA
+
+
+def stored_graphs(paths: list[Path], root: Path, job: str | None = None) -> dict[Path, str]:
+    """Ingest PATHS into the store at ROOT and build their graphs, with the stages' own entry
+    points (``ingest.batch.ingest``, ``graphstore.load.load``), not through daydream: the
+    fixtures of the stage tests depend only on the stages before them. Returns each file's
+    trace id."""
+    from graphstore import load
+    from ingest.batch import ingest
+    from ingest.store import Store
+
+    rep = ingest(paths, Store(root), jobs=1, strict=True, job=job)
+    ids = {Path(r.path): r.trace_id for r in rep.results}
+    for tid in sorted(set(ids.values())):
+        load.load(root, tid)
+    return ids

@@ -1,6 +1,7 @@
-"""Jobs: the 8 ranks of the real DLRM run (facebookresearch/param, tests/data/kineto/dlrm_8ranks)
-ingested as one job, every collective matched across ranks, the job replayed per rank; the FSDP
-Nsight slice (two processes, two GPUs in one export) as a job by itself."""
+"""Job graphs: the 8 ranks of the real DLRM run (facebookresearch/param,
+tests/data/kineto/dlrm_8ranks) stored with ingest and graphstore and joined into one job graph,
+every collective matched across ranks. The job predicted through daydream:
+tests/daydream/test_jobs.py."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import json
 import numpy as np
 import pytest
 
-from daydream import api
-from tests.conftest import DATA
+from graphstore.job import build_job, find_jobs, job_activity
+from graphstore.read import read_graph
+from ingest.store import Store
+from tests.conftest import DATA, stored_graphs
 
 DLRM = DATA / "kineto" / "dlrm_8ranks"
-FSDP = DATA / "nsys" / "fsdp_t5_2xh100_1s.sqlite"
 
 
 def _nccl(rank: int) -> list[dict]:
@@ -28,24 +30,23 @@ def _nccl(rank: int) -> list[dict]:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     st = tmp_path_factory.mktemp("job") / "store"
-    api.ingest([DLRM], st, jobs=1, strict=True)
+    stored_graphs(sorted(DLRM.glob("*.kineto.json.gz")), st)
     return st
+
+
+def _members(root):
+    st = Store(root)
+    (_, members), = find_jobs([{**st.trace_row(t), "trace_id": t}
+                               for t in st.trace_ids()]).items()
+    return members
 
 
 @pytest.fixture(scope="module")
 def job(store):
-    from daydream import jobs
-    st = api.open_store(store)
-    (name, members), = jobs.find(st).items()
-    return jobs.build(st, name, members)
-
-
-def test_dlrm_ranks_form_one_job(store):
-    js = api.jobs(store)
-    assert list(js) == ["dlrm_8ranks"]
-    assert [m["rank"] for m in js["dlrm_8ranks"]] == list(range(8))
-    assert all(m["file"].endswith(f"rank{m['rank']}.kineto.json.gz")
-               for m in js["dlrm_8ranks"])
+    members = _members(store)
+    st = Store(store)
+    return build_job("dlrm_8ranks", members, [read_graph(store, m.trace_id) for m in members],
+                     [st.read("kernel", m.trace_id) for m in members])
 
 
 def test_every_collective_matched_exactly(job):
@@ -99,80 +100,6 @@ def test_join_semantics_on_the_first_collective(job):
 def test_clock_offsets_are_small_on_one_node(job):
     # the 8 ranks ran on one machine: their clocks agree within a few microseconds
     assert max(abs(v) for v in job.clock_offset_ns.values()) < 5_000
-
-
-def test_job_replays_within_2pct_per_rank(store):
-    d = api.predict(str(DLRM), store)
-    assert d["job"] == "dlrm_8ranks" and d["world_size"] == 8
-    assert [r["rank"] for r in d["ranks"]] == list(range(8))
-    # per-rank step times of the shared README: 12.5-19.9 ms
-    meas = [r["measured_ms"] for r in d["ranks"]]
-    assert min(meas) == pytest.approx(12.509) and max(meas) == pytest.approx(19.901)
-    for r in d["ranks"]:
-        assert abs(r["baseline_ms"] - r["measured_ms"]) <= 0.02 * r["measured_ms"]
-    assert d["measured_ms"] == pytest.approx(max(meas))  # a job step ends with its last rank
-    assert d["collectives"]["matched"] == 8 and d["collectives"]["kernels_unmatched"] == 0
-
-
-def test_straggler_is_the_rank_that_arrives_last(store):
-    d = api.predict("dlrm_8ranks", store)
-    raw = {r: _nccl(r) for r in range(8)}
-    lasts = [max(range(8), key=lambda r: raw[r][k]["ts"]) for k in range(8)]
-    most = max(set(lasts), key=lasts.count)
-    s = d["straggler"]
-    assert s["rank"] == most == 7
-    assert s["last_at"] == lasts.count(7)
-    assert s["cause"] and s["wait_caused_ms"] > 0
-    # rank 7's profiler step began last: 1694128201428718 us against rank 1's 421205
-    assert s["started_late_ms"] == pytest.approx(7.513, abs=0.01)
-
-
-def test_predict_json_on_a_job_has_ranks_with_predictions(store):
-    d = api.predict("dlrm_8ranks", store, opts=["scale(select=\"kind = 'kernel'\", "
-                                                 "factor=1.0)"])
-    assert d["predicted_ms"] == pytest.approx(d["baseline_ms"])
-    assert {"rank", "measured_ms", "baseline_ms", "predicted_ms"} <= set(d["ranks"][0])
-    for r in d["ranks"]:
-        assert r["predicted_ms"] == pytest.approx(r["baseline_ms"])
-    # the phase breakdown, per rank and iteration: unchanged by an identity rewrite
-    ph = d["phases"]
-    assert {"forward", "backward", "weight_update"} <= set(ph["baseline"])
-    assert ph["predicted"].keys() == ph["baseline"].keys()
-    for k, v in ph["baseline"].items():
-        assert ph["predicted"][k] == pytest.approx(v)
-    busy = sum(v["gpu_ms"] + v["cpu_ms"] for v in ph["baseline"].values())
-    assert 0 < ph["baseline"]["forward"]["gpu_ms"] and busy < 3 * d["baseline_ms"]
-
-
-def test_replayed_job_keeps_its_collectives_in_sql(store):
-    """`collective` rows point at each rank's own NCCL kernel (the i-th in its JSON), with the
-    wait the JSON implies; a second replay replaces them."""
-    from graphstore import db
-    api.predict("dlrm_8ranks", store)
-    api.predict("dlrm_8ranks", store)
-    rows = db.run_sql(store, "SELECT c.rank, c.seq, c.type, c.wait_ns, c.arrival_ns, t.name "
-                      "FROM collective c JOIN task t USING (trace_id, task_id) "
-                      "WHERE c.job = 'dlrm_8ranks' ORDER BY seq, rank").to_pylist()
-    assert len(rows) == 64
-    raw = {r: _nccl(r) for r in range(8)}
-    for row in rows:
-        assert row["name"] == raw[row["rank"]][row["seq"]]["name"]
-    for k in range(8):
-        part = rows[8 * k: 8 * k + 8]
-        last = max(p["arrival_ns"] for p in part)
-        assert [p["wait_ns"] for p in part] == [last - p["arrival_ns"] for p in part]
-        assert len({p["type"] for p in part}) == 1
-    # collective 0: rank 7 arrived last (see test_join_semantics_on_the_first_collective)
-    assert rows[7]["wait_ns"] == 0 and min(p["wait_ns"] for p in rows[:7]) > 0
-
-
-def test_multi_device_nsys_export_is_a_job(tmp_path):
-    d = api.predict(str(FSDP), tmp_path / "s")
-    assert d["world_size"] == 2 and [r["rank"] for r in d["ranks"]] == [0, 1]
-    for r in d["ranks"]:
-        assert r["measured_ms"] > 900  # the 1 s slice is one whole-trace iteration per rank
-        assert abs(r["baseline_ms"] - r["measured_ms"]) <= 0.02 * r["measured_ms"]
-    assert d["collectives"]["matched"] == 0  # this slice holds no NCCL kernel
 
 
 def test_find_jobs_by_name_and_by_folder():
@@ -262,12 +189,10 @@ def test_collectives_arriving_out_of_issue_order_get_a_fcfs_channel(store):
     and the job still simulates."""
     import polars as pl
 
-    from daydream import jobs
     from graphstore.job import _concat, _join, match_collectives
-    from graphstore.read import read_graph
     from simulate.job import replay_job
-    st = api.open_store(store)
-    (_, members), = jobs.find(st).items()
+    st = Store(store)
+    members = _members(store)
     graphs = [read_graph(st.root, m.trace_id) for m in members]
     tables, comm = _concat(members, graphs, [st.read("kernel", m.trace_id) for m in members])
     coll, _, _ = match_collectives(comm)
@@ -282,3 +207,29 @@ def test_collectives_arriving_out_of_issue_order_get_a_fcfs_channel(store):
     from graphstore.job import _sort
     sorted_tables, _ = _sort(out)
     assert replay_job(sorted_tables).mean("simulated_ns") > 0  # no deadlock, all ran
+
+
+
+def test_job_activity_names_the_ranges_of_the_job_graph(store, job):
+    """A job's activity reader: the ranks' range tables one after the other, range ids shifted
+    as the job graph's tasks are, so that each task's range_id finds the range its own rank's
+    trace recorded around it (same name, and the task inside it in time)."""
+    import polars as pl
+    st = Store(store)
+    ranges = pl.from_arrow(job_activity(job.members, st.read)("range").select(
+        ["range_id", "parent", "name", "start_ns", "dur_ns", "rank"]))
+    assert ranges.height == sum(st.read("range", m.trace_id).num_rows for m in job.members)
+    assert ranges["range_id"].n_unique() == ranges.height
+    task = pl.from_arrow(job.tables["task"].select(["range_id", "start_ns", "rank", "name"]))
+    hit = task.filter(pl.col("range_id").is_not_null()).join(
+        ranges.rename({"start_ns": "r_start", "rank": "r_rank", "name": "r_name"}),
+        on="range_id", how="left")
+    assert hit["r_rank"].null_count() == 0 and (hit["rank"] == hit["r_rank"]).all()
+    # clock offsets moved the tasks, not the ranges: compare within the offset
+    off = max(abs(v) for v in job.clock_offset_ns.values())
+    assert ((hit["start_ns"] >= hit["r_start"] - off) &
+            (hit["start_ns"] <= hit["r_start"] + hit["dur_ns"] + off)).all()
+    # rank 3's first range, as its own trace numbers it
+    own = pl.from_arrow(st.read("range", job.members[3].trace_id).select(["range_id", "name"]))
+    mine = ranges.filter(pl.col("rank") == 3).sort("range_id").head(1)
+    assert mine["name"][0] == own.sort("range_id")["name"][0]

@@ -1,16 +1,16 @@
-"""Baseline replay of real traces through the whole pipeline (ingest -> graph -> simulate), and
-the `daydream predict` outputs: JSON fields, Perfetto timeline, critical path, unit load."""
+"""Baseline replay of real traces stored by ingest and graphstore (ingest -> graph -> simulate):
+iteration times, critical path, unit load. What ``daydream predict`` prints of them:
+tests/daydream/test_predict.py."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from daydream import api
-from tests.conftest import DATA
+from graphstore.read import read_graph
+from simulate.replay import replay
+from tests.conftest import DATA, stored_graphs
 
 REPLAY = [DATA / "kineto" / n for n in (
     "resnet50_ddp_a100_rank0.json.gz", "resnet50_v100_nw0_run1.json.gz",
@@ -20,68 +20,43 @@ REPLAY = [DATA / "kineto" / n for n in (
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    return tmp_path_factory.mktemp("replay") / "store"
+def replays(tmp_path_factory):
+    st = tmp_path_factory.mktemp("replay") / "store"
+    ids = stored_graphs(REPLAY, st)
+    return {p.name: replay(read_graph(st, ids[p])) for p in REPLAY}
 
 
 @pytest.mark.parametrize("path", REPLAY, ids=lambda p: p.name)
-def test_baseline_replays_the_trace(path, store):
-    d = api.predict(str(path), store)
-    assert d["iterations"], "no iteration found"
-    errs = [abs(i["error_pct"]) for i in d["iterations"]]
+def test_baseline_replays_the_trace(path, replays):
+    r = replays[path.name]
+    assert r.iterations, "no iteration found"
+    errs = [abs(100 * (i.simulated_ns - i.measured_ns) / i.measured_ns) for i in r.iterations]
     assert sum(errs) / len(errs) <= 1.0
     assert max(errs) <= 3.0
     # measured times come from the trace itself: positive and the mean of the used ones
-    used = [i["measured_ms"] for i in d["iterations"] if i["used"]]
+    used = [i.measured_ns for i in r.iterations if i.used]
     assert all(m > 0 for m in used)
-    assert d["measured_ms"] == pytest.approx(sum(used) / len(used))
+    assert r.mean("measured_ns") == pytest.approx(sum(used) / len(used))
 
 
-def test_iterations_match_profiler_steps(store):
-    d = api.predict(str(DATA / "kineto" / "resnet50_v100_nw0_run1.json.gz"), store)
-    assert [i["label"] for i in d["iterations"]] == [f"ProfilerStep#{k}" for k in range(5, 11)]
+def test_iterations_match_profiler_steps(replays):
+    its = replays["resnet50_v100_nw0_run1.json.gz"].iterations
+    assert [i.label for i in its] == [f"ProfilerStep#{k}" for k in range(5, 11)]
     # ~176 ms steps in this 2021 ResNet-50 trace (README of the shared traces: 149-181 ms)
-    assert all(170 < i["measured_ms"] < 185 for i in d["iterations"])
+    assert all(170e6 < i.measured_ns < 185e6 for i in its)
 
 
-def test_critical_path_and_units(store):
-    d = api.predict(str(DATA / "kineto" / "resnet50_ddp_a100_rank0.json.gz"), store)
-    cp = d["critical_path"]
+def test_critical_path_and_units(replays):
+    r = replays["resnet50_ddp_a100_rank0.json.gz"]
+    cp = r.critical_path
     assert cp["tasks"] > 0
     # the path of an iteration cannot be longer than the iteration's span
-    it = next(i for i in d["iterations"] if i["index"] == cp["iteration"])
-    assert cp["span_ns"] <= it["baseline_ms"] * 1e6 + 1
-    assert sum(r["ns"] for r in cp["by_kind"]) <= cp["span_ns"] + 1
-    names = {u["unit"] for u in d["units"]}
+    it = next(i for i in r.iterations if i.index == cp["iteration"])
+    assert cp["span_ns"] <= it.simulated_ns + 1
+    assert sum(x["ns"] for x in cp["by_kind"]) <= cp["span_ns"] + 1
+    names = {u["unit"] for u in r.unit_busy}
     assert "gpu 0 stream 7" in names
-    assert all(0 <= u["busy_share"] <= 1.0 for u in d["units"])
-
-
-def test_cli_json_and_timeline(store, tmp_path):
-    tl = tmp_path / "tl.json"
-    p = subprocess.run([sys.executable, "-m", "daydream", "predict",
-                        str(DATA / "kineto" / "mi250_toy_train_rocm.json.gz"), "--store",
-                        str(store), "--json", "--timeline", str(tl)],
-                       capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    d = json.loads(p.stdout)
-    for key in ("measured_ms", "baseline_ms", "iterations"):
-        assert key in d
-    for it in d["iterations"]:
-        assert {"index", "measured_ms", "baseline_ms"} <= set(it)
-    trace = json.loads(tl.read_text())
-    procs = {e["args"]["name"] for e in trace["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "process_name"}
-    assert procs == {"measured", "simulated (baseline)"}
-    xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    assert len(xs) % 2 == 0 and xs
-
-
-def test_unknown_trace_is_a_clear_error(store):
-    p = subprocess.run([sys.executable, "-m", "daydream", "predict", "nope123", "--store",
-                        str(store)], capture_output=True, text=True)
-    assert p.returncode == 1
-    assert p.stderr.startswith("error: no trace file or stored trace id matches 'nope123'")
+    assert all(0 <= u["busy_share"] <= 1.0 for u in r.unit_busy)
 
 
 def test_last_iteration_waits_for_work_left_queued(tmp_path):

@@ -252,19 +252,6 @@ def test_offload_without_shapes(graphs, activity):
         rewrite(g, "offload(layer_mb=-1)")
 
 
-def test_opts_lists_them():
-    import subprocess
-    import sys
-    p = subprocess.run([sys.executable, "-m", "daydream", "opts"], capture_output=True,
-                       text=True)
-    assert p.returncode == 0, p.stderr
-    out = p.stdout
-    assert "checkpointing(layers: str = '', every: int = 1)" in out
-    assert "offload(layers: str = 'conv', every: int = 1, layer_mb: float = 0.0)" in out
-    assert "bn_restructure(conv_fusion: bool = False)" in out
-    assert "vDNN activation offloading" in out and "Activation checkpointing" in out
-
-
 def test_offload_bytes_follow_the_recorded_dtype():
     from transforms.opts.offload import _first_input_bytes
     n = 32 * 64 * 56 * 56

@@ -7,7 +7,7 @@ import ray
 
 from daydream import api, fleet
 from graphstore import db
-from tests.fleet.test_predict_all import SMALL
+from tests.daydream.test_predict_all import SMALL
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from graphstore import db
 from ingest import schema
 from ingest.store import PART, Store
 from tests.conftest import DATA
-from tests.fleet.variants import make_variants
+from tests.daydream.variants import make_variants
 
 TINY = [DATA / "kineto" / "event_sync_multi_stream.json.gz",
         DATA / "kineto" / "triton_example.json.gz",

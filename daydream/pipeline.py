@@ -1,0 +1,318 @@
+"""The one prediction path: a trace or a job -> its graph -> the rewrite Context -> the rewritten
+graph -> its simulation -> the result dict.
+
+Every entry point runs it: ``daydream predict TRACE|JOB`` and ``daydream.predict`` through
+``daydream.api.predict``, and every worker of ``daydream predict --all`` (``daydream.fleet``), so
+that they cannot disagree. Outline:
+
+  1. ``resolve``: what the user typed (a trace file, id or id prefix, a job name, a folder of
+     rank traces) -> a ``Subject``: its graph tables and what the store knows beside them
+     (device, world size, a reader of its activity tables);
+  2. ``context``: the ``transforms.Context`` every rewrite of that subject gets;
+  3. ``predict``: the unmodified graph replayed (once per subject), the rewritten one
+     simulated, and ``result`` builds the dict that the CLI prints, the API returns and the
+     fleet keeps a row of. A trace whose GPU work ran on several devices is a job by itself:
+     its prediction adds the job's ranks and collectives.
+
+It writes nothing: storing a job's collectives is the caller's (``daydream.api``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import orjson
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from daydream import jobs
+from daydream.traces import ensure_graphs, resolve_trace
+from graphstore.job import JobGraph, Member, build_job, device_ranks, job_activity
+from graphstore.schema import GPU_KINDS
+from ingest.store import Store
+from simulate.job import JobReplay, replay_job
+from simulate.replay import Replay, replay
+from transforms import Context, rewrite
+
+# What a trace's prediction takes from the prediction of the job its devices form.
+DEVICE_JOB_KEYS = ("job", "world_size", "ranks", "collectives", "straggler",
+                   "predicted_straggler")
+
+
+# ---- 1. subjects ----------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class Subject:
+    """What a prediction is of: one trace's graph or one job's, and what the store knows
+    beside the graph that an optimization may read (``context`` hands it on).
+
+    ``name``: the trace id, or the job's name; ``tables``: the graph tables (a job graph's,
+    with rank columns); ``device``: the GPU (an entry of the trace table's ``devices``);
+    ``world_size``: ranks of the traced job; ``activity``: reads one of its activity tables
+    by name (read once, then kept); ``job``: the job graph, for a job."""
+
+    name: str
+    file: str
+    tables: dict[str, pa.Table]
+    device: dict | None = None
+    world_size: int | None = None
+    activity: Callable[[str], pa.Table] | None = None
+    job: JobGraph | None = None
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def baseline(self) -> Replay | JobReplay:
+        """The replay of the unmodified graph; simulated once however many specs follow."""
+        if "baseline" not in self._cache:
+            self._cache["baseline"] = (replay_job(self.tables) if self.job is not None
+                                       else replay(self.tables))
+        return self._cache["baseline"]
+
+    def device_job(self) -> Subject | None:
+        """For a trace whose GPU work ran on several devices (an Nsight export of several
+        processes), the job its devices form; else None."""
+        if self.job is not None:
+            return None
+        if "device_job" not in self._cache:
+            self._cache["device_job"] = _device_job(self)
+        return self._cache["device_job"]
+
+
+def resolve(target: str, st: Store) -> Subject:
+    """The subject TARGET names: a job name or a folder of rank traces (ingested first), else a
+    trace file (ingested if new), a stored trace id or a unique id prefix. Graphs the store
+    lacks are built first."""
+    job = jobs.resolve(target, st)
+    if job is not None:
+        name, members = job
+        ensure_graphs(st, [m.trace_id for m in members])
+        return job_subject(st, name, members)
+    tid = resolve_trace(target, st, ingest_missing=True)
+    ensure_graphs(st, [tid])
+    return trace_subject(st, tid)
+
+
+def trace_subject(st: Store, trace_id: str, tables: dict[str, pa.Table] | None = None
+                  ) -> Subject:
+    """One stored trace: its graph (``tables`` when the caller read it already, as a fleet's
+    loader does) and its trace row; activity tables are read from the store when an
+    optimization asks (a fleet worker reads them itself, beside the other workers)."""
+    if tables is None:
+        from graphstore.read import read_graph
+        tables = read_graph(st.root, trace_id)
+    if not st.has_trace(trace_id):  # a graph whose activity tables were removed meanwhile
+        return Subject(trace_id, "", tables)
+    row = st.trace_row(trace_id)
+    used = set(tables["unit"]["device"].drop_null().to_pylist())
+    return Subject(trace_id, row["file"], tables, trace_device(row, used),
+                   row["world_size"], _reader(lambda name: st.read(name, trace_id)))
+
+
+def job_subject(st: Store, name: str, members: list[Member]) -> Subject:
+    """A job of stored traces: its job graph (``graphstore.job``), its first rank's GPU."""
+    jg = jobs.build(st, name, members)
+    first = jg.members[0]
+    unit = pl.from_arrow(jg.tables["unit"].select(["device", "rank"]))
+    used = set(unit.filter(pl.col("rank") == first.rank)["device"].drop_nulls().to_list())
+    files = sorted({m.file for m in jg.members if m.file})
+    file = str(Path(files[0]).parent) if len(files) > 1 else (files[0] if files else "")
+    return Subject(name, file, jg.tables, trace_device(st.trace_row(first.trace_id), used),
+                   len(jg.members), _reader(job_activity(jg.members, st.read)), jg)
+
+
+def _device_job(s: Subject) -> Subject | None:
+    if not device_ranks(s.tables) or s.activity is None:
+        return None
+    jg = build_job(s.name, [Member(0, s.name, s.file)], [s.tables], [s.activity("kernel")])
+    return Subject(s.name, s.file, jg.tables, s.device, len(jg.members), s.activity, jg)
+
+
+def trace_device(row: dict, used: set[int]) -> dict | None:
+    """The GPU the trace's streams ran on (device ids ``used``), from its trace row's
+    ``devices``; the first one listed when none of them ran a stream; None when the trace
+    lists none."""
+    devs = orjson.loads(row["devices"]) if row.get("devices") else []
+    return next((d for d in devs if d.get("id") in used), devs[0] if devs else None)
+
+
+def _reader(read: Callable[[str], pa.Table]) -> Callable[[str], pa.Table]:
+    """``read``, each table read once (several specs of one subject share it)."""
+    return functools.lru_cache(maxsize=None)(read)
+
+
+# ---- 2. the context -------------------------------------------------------------------------
+
+def context(s: Subject, param_bytes: int | None = None) -> Context:
+    """The rewrite Context of one prediction of S: everything an optimization may read beside
+    the graph. A fresh one per spec chain (``ddp`` tells the rest of its chain the new world
+    size through it)."""
+    return Context(device=s.device, activity=s.activity, world_size=s.world_size,
+                   param_bytes=param_bytes)
+
+
+# ---- 3. predict -----------------------------------------------------------------------------
+
+@dataclass
+class Prediction:
+    """``result``: the dict every entry point reports; the rest is what a caller may draw
+    (``daydream.api`` writes timelines and plots from it) or keep (the job graphs, whose
+    collectives the API stores for SQL)."""
+
+    subject: Subject
+    result: dict
+    base: Replay | JobReplay
+    pred: Replay | JobReplay | None = None
+    rewritten: dict[str, pa.Table] | None = None
+    job_graphs: list[JobGraph] = field(default_factory=list)
+
+
+def predict(s: Subject, spec: str | None = None, *, param_bytes: int | None = None
+            ) -> Prediction:
+    """Replay S, and with SPEC (an optimization chain, ``amp+fused_adam``) predict it
+    rewritten. ``param_bytes``: the model's parameter bytes, where the user gives them."""
+    base = s.baseline()
+    pred = rewritten = None
+    notes: list[str] = []
+    if spec:
+        ctx = context(s, param_bytes)
+        rewritten = rewrite(s.tables, spec, ctx)
+        pred = replay_job(rewritten) if s.job is not None else replay(rewritten)
+        notes = ctx.notes
+    out = result(s, base, pred, spec=spec, notes=notes, rewritten=rewritten)
+    graphs = [s.job] if s.job is not None else []
+    dj = s.device_job()
+    if dj is not None:
+        p = predict(dj, spec, param_bytes=param_bytes)
+        out.update((k, p.result[k]) for k in DEVICE_JOB_KEYS if k in p.result)
+        graphs += p.job_graphs
+    return Prediction(s, out, base, pred, rewritten, graphs)
+
+
+# ---- the result -----------------------------------------------------------------------------
+
+def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None = None, *,
+           spec: str | None = None, notes: list[str] | None = None,
+           rewritten: dict[str, pa.Table] | None = None) -> dict:
+    """The result dict of one prediction (the CLI's report and ``--json``, the API's return
+    value; a fleet's rows are read from it, see ``daydream.fleet.row``).
+
+    Keys, in this order (their meaning is fixed: callers and tests read them):
+    ``trace_id`` (a job: its name), [job: ``job``], ``file``, [job: ``world_size``],
+    ``measured_ms``, ``baseline_ms`` (means over the used iterations), ``iterations`` (index,
+    label, measured_ms, baseline_ms, error_pct, used, note, and with a prediction
+    predicted_ms), [job: ``ranks``, ``collectives``, ``clock_offsets_ns``, ``notes``,
+    ``straggler``], [trace: ``critical_path``, ``units``], ``baseline_error_pct``; with a
+    prediction: ``opts`` (the spec), ``notes`` (modelling choices), ``predicted_ms``,
+    ``speedup``, [job: ``predicted_straggler``], ``phases`` (busy ms per phase, baseline and
+    predicted), [trace: ``predicted_critical_path``]. A new key is added at the end of its
+    section below, so every entry point reports it."""
+    jg = s.job
+    out: dict = {"trace_id": s.name}
+    # -- what the trace (or job) is
+    if jg is not None:
+        out["job"] = jg.name
+    out["file"] = s.file
+    if jg is not None:
+        out["world_size"] = len(jg.members)
+    # -- the replay of the unmodified graph
+    out["measured_ms"] = base.mean("measured_ns") / 1e6
+    out["baseline_ms"] = base.mean("simulated_ns") / 1e6
+    out["iterations"] = [{"index": i.index, "label": i.label,
+                          "measured_ms": i.measured_ns / 1e6,
+                          "baseline_ms": i.simulated_ns / 1e6,
+                          "error_pct": error_pct(i.simulated_ns, i.measured_ns),
+                          "used": i.used, **({"note": i.note} if i.note else {})}
+                         for i in base.iterations]
+    if jg is not None:
+        out["ranks"] = [{"rank": m.rank, "trace_id": m.trace_id,
+                         "measured_ms": base.rank_mean(m.rank, "measured_ns") / 1e6,
+                         "baseline_ms": base.rank_mean(m.rank, "simulated_ns") / 1e6,
+                         "error_pct": error_pct(base.rank_mean(m.rank, "simulated_ns"),
+                                                base.rank_mean(m.rank, "measured_ns"))}
+                        for m in jg.members]
+        out["collectives"] = collectives(jg)
+        out["clock_offsets_ns"] = {str(k): v for k, v in sorted(jg.clock_offset_ns.items())}
+        out["notes"] = list(jg.notes)
+        out["straggler"] = base.straggler
+    else:
+        out["critical_path"] = base.critical_path
+        out["units"] = base.unit_busy
+    out["baseline_error_pct"] = error_pct(out["baseline_ms"], out["measured_ms"])
+    if pred is None:
+        return out
+    # -- the prediction
+    out["opts"] = spec
+    out["notes"] = out.get("notes", []) + list(notes or [])
+    by_idx = {i.index: i for i in pred.iterations}
+    p_used = [by_idx[i.index].simulated_ns for i in base.iterations
+              if i.used and i.index in by_idx]
+    out["predicted_ms"] = float(sum(p_used) / len(p_used) / 1e6) if p_used else None
+    out["speedup"] = (out["baseline_ms"] / out["predicted_ms"]
+                      if out["predicted_ms"] else None)
+    for it in out["iterations"]:
+        p = by_idx.get(it["index"])
+        it["predicted_ms"] = p.simulated_ns / 1e6 if p else None
+    ranks = len(jg.members) if jg is not None else 1
+    if jg is not None:
+        for r in out["ranks"]:
+            r["predicted_ms"] = (pred.rank_mean(r["rank"], "simulated_ns") / 1e6
+                                 if r["rank"] in pred.ranks else None)
+        out["predicted_straggler"] = pred.straggler
+    out["phases"] = {"baseline": phase_ms(s.tables, base, ranks),
+                     "predicted": phase_ms(rewritten, pred, ranks)}
+    if jg is None:
+        out["predicted_critical_path"] = pred.critical_path
+    return out
+
+
+def error_pct(pred: float, meas: float) -> float | None:
+    return None if not meas else 100.0 * (pred - meas) / meas
+
+
+def collectives(jg: JobGraph) -> dict:
+    """How a job's collectives were matched across ranks, and how long ranks waited in them."""
+    c = jg.collective
+    if not c.height:
+        return {"matched": 0, "kernels_joined": 0, "kernels_unmatched": jg.unmatched,
+                "by_type": {}, "waiting_ms": 0.0}
+    return {"matched": int(c["coll"].n_unique()), "kernels_joined": c.height,
+            "kernels_unmatched": jg.unmatched,
+            "by_type": dict(sorted(c.group_by("type").agg(pl.col("coll").n_unique())
+                                   .iter_rows())),
+            "waiting_ms": float(c["wait_ns"].sum()) / 1e6}
+
+
+def phase_ms(tables: dict[str, pa.Table], rep: Replay | JobReplay, ranks: int = 1) -> dict:
+    """Busy time per phase over the used iterations, GPU tasks and CPU tasks apart: ms per
+    iteration (and per rank, for a job graph of RANKS ranks)."""
+    task = tables["task"]
+    used = [i.index for i in rep.iterations if i.used]
+    in_used = np.isin(task["iteration"].fill_null(-1).to_numpy(), used)
+    held = rep.schedule.end_ns - rep.schedule.start_ns
+    phase = task["phase"]
+    if pa.types.is_dictionary(phase.type):
+        phase = phase.cast(pa.string())
+    phase = pc.fill_null(phase, "other").combine_chunks().dictionary_encode()
+    codes = phase.indices.to_numpy(zero_copy_only=False)
+    gpu = _is_in(task["kind"], GPU_KINDS)
+    per = 1e6 * max(len(used), 1) * max(ranks, 1)
+    out = {}
+    for code, name in sorted(enumerate(phase.dictionary.to_pylist()), key=lambda x: x[1]):
+        sel = in_used & (codes == code)
+        if sel.any():
+            out[name] = {"gpu_ms": float(held[sel & gpu].sum() / per),
+                         "cpu_ms": float(held[sel & ~gpu].sum() / per)}
+    return out
+
+
+def _is_in(col: pa.ChunkedArray, values: tuple[str, ...]) -> np.ndarray:
+    """Whether each value of a string (or dictionary) column is one of VALUES."""
+    arr = col.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        lut = np.isin(np.asarray(arr.dictionary.to_pylist(), object), values)
+        return lut[arr.indices.to_numpy(zero_copy_only=False)]
+    return pc.is_in(arr, value_set=pa.array(values, arr.type)).to_numpy(zero_copy_only=False)

@@ -1,0 +1,137 @@
+"""Traces into the store and back out by what the user typed.
+
+``ingest`` chains ingest (activity tables) and graphstore (graphs) over a batch of files;
+``build_graphs`` builds what a stored trace lacks; ``resolve_trace`` turns a file, an id or an
+id prefix into a stored trace id (ingesting a new file when asked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from ingest import source
+from ingest.batch import FileResult, IngestReport, expand
+from ingest.batch import ingest as ingest_files
+from ingest.errors import DaydreamError
+from ingest.store import DEFAULT_STORE, Store
+
+
+def open_store(store: str | Path | None = None) -> Store:
+    return Store(Path(store) if store is not None else DEFAULT_STORE)
+
+
+def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
+           jobs: int | None = None, force: bool = False, strict: bool = False,
+           job: str | None = None,
+           on_progress: Callable[[FileResult], None] | None = None,
+           ray: str | None = None) -> IngestReport:
+    """Convert trace files into the store's activity tables (``ingest.batch.ingest``) and build
+    their dependency graphs (``graphstore.load``): each worker (``jobs`` local processes, or Ray
+    tasks with ``ray``) converts a file and builds its graph; this process commits the traces
+    and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph."""
+    from graphstore import load as gload
+
+    st = open_store(store)
+    st.root.mkdir(parents=True, exist_ok=True)
+    loader = gload.Loader(st)
+
+    def tick(r: FileResult) -> None:
+        extra = r.extra or {}
+        if extra.get("graph_error"):
+            r.status, r.error = "failed", f"{r.path}: graph: {extra['graph_error']}"
+            if strict:
+                raise DaydreamError(r.error)
+        elif extra.get("graph"):
+            loader.add(r.trace_id, extra.pop("graph"))
+        if on_progress:
+            on_progress(r)
+
+    try:
+        rep = ingest_files(paths, st, jobs=jobs, force=force, strict=strict, job=job,
+                           on_progress=tick, ray=ray, hook=gload.stage_graph)
+    except KeyboardInterrupt:
+        loader.flush()  # keep the graphs of the traces already committed
+        raise
+    loader.flush()
+    build_graphs(st, rep, strict=strict, skip=loader.loaded)
+    return rep
+
+
+def build_graphs(st: Store, rep: IngestReport | None = None, *, strict: bool = False,
+                 skip: set[str] | frozenset = frozenset()) -> list[str]:
+    """Build graphs for stored traces that have none (or were just re-ingested), except those in
+    ``skip`` (built already). A trace whose graph fails its checks is reported as failed in
+    ``rep``; its activity tables stay."""
+    from graphstore import load as gload
+
+    todo = set(gload.missing(st.root))
+    by_id = {}
+    if rep is not None:
+        for r in rep.results:
+            if r.trace_id:
+                by_id.setdefault(r.trace_id, r)
+                if r.status == "ingested":
+                    todo.add(r.trace_id)
+                elif r.status == "failed" and r.extra:  # its graph failed in the worker
+                    todo.discard(r.trace_id)
+    todo -= set(skip)
+    built = []
+    for tid in sorted(todo):
+        try:
+            gload.load(st.root, tid)
+            built.append(tid)
+        except DaydreamError as e:
+            r = by_id.get(tid)
+            msg = f"{r.path if r else tid}: graph: {e}"
+            if r is not None:
+                r.status, r.error = "failed", msg
+            if strict or r is None:
+                raise DaydreamError(msg) from None
+    return built
+
+
+def ensure_graphs(st: Store, trace_ids: Iterable[str]) -> None:
+    """Build the graphs the store lacks when any of ``trace_ids`` has none (an ingest that was
+    interrupted between committing a trace and writing its graph)."""
+    if not set(trace_ids) <= graph_ids(st):
+        build_graphs(st, strict=True)
+
+
+def graph_ids(st: Store) -> set[str]:
+    """Traces that have a graph in the store's DuckDB file."""
+    from graphstore import db
+    if not db.db_path(st.root).exists():
+        return set()
+    return set(db.trace_ids(st.root))
+
+
+def resolve_trace(trace: str, store: Store, *, ingest_missing: bool = False) -> str:
+    """A trace id from an id, a unique id prefix, or a file (hashed; ingested if asked)."""
+    p = Path(trace)
+    if p.is_file():
+        tid = source.content_id(p)
+        if not store.has_trace(tid):
+            if not ingest_missing:
+                raise DaydreamError(f"not in store {store.root}; run `daydream ingest` first",
+                                    file=trace)
+            rep = ingest_files([p], store, jobs=1, strict=True)
+            if rep.failed:
+                raise DaydreamError(rep.failed[0].error or "ingest failed")
+        return tid
+    ids = store.trace_ids()
+    hits = [t for t in ids if t.startswith(trace)]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise DaydreamError(f"no trace file or stored trace id matches {trace!r} "
+                            f"(store {store.root} holds {len(ids)} traces)")
+    raise DaydreamError(f"trace id prefix {trace!r} is ambiguous: {', '.join(hits[:5])}")
+
+
+def ingest_folder(path: Path, st: Store) -> list[str]:
+    """Ingest a folder of rank traces (execution traces beside them skipped); their ids."""
+    files = [f for f in expand([path]) if ".et." not in Path(f).name]
+    rep = ingest_files(files, st, jobs=None, strict=True)
+    build_graphs(st, rep, strict=True)
+    return sorted({r.trace_id for r in rep.results if r.trace_id})
