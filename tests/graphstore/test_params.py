@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from daydream import api
 from graphstore import db
 from graphstore.params import COLUMNS, weight_ops
-from tests.conftest import DATA
+from tests.conftest import DATA, stored_graphs
 
 
 def test_resnet50_parameter_bytes_from_recorded_shapes(tmp_path):
     # torchvision's ResNet-50 has 25,557,032 parameters (fp32 here); the first conv is
     # 64x3x7x7 and its batch norm has a weight and a bias of 64 each.
     st = tmp_path / "s"
-    api.ingest([DATA / "kineto" / "resnet50_v100_nw0_run1.json.gz"], st)
+    stored_graphs([DATA / "kineto" / "resnet50_v100_nw0_run1.json.gz"], st)
     total = db.query(st, "SELECT sum(param_bytes) FROM layer", "csv").splitlines()[1]
     assert int(total) == 25_557_032 * 4
     rows = db.query(st, "SELECT layer, param_bytes FROM layer WHERE layer IN "

@@ -8,21 +8,20 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from daydream import api
 from graphstore.read import read_graph
+from graphstore.schema import CPU_KINDS
 from ingest.errors import DaydreamError
 from simulate.engine import simulate
 from simulate.graph import SimGraph
 from simulate.replay import (
     ANCHOR_KIND,
-    CPU_KINDS,
     _codes,
     _time_by,
     critical_path_summary,
     replay,
     to_simgraph,
 )
-from tests.conftest import DATA
+from tests.conftest import DATA, stored_graphs
 
 TRACE = DATA / "kineto" / "resnet50_ddp_a100_rank0.json.gz"
 
@@ -30,8 +29,7 @@ TRACE = DATA / "kineto" / "resnet50_ddp_a100_rank0.json.gz"
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
     st = tmp_path_factory.mktemp("passes") / "store"
-    d = api.predict(str(TRACE), st)
-    return read_graph(st, d["trace_id"])
+    return read_graph(st, stored_graphs([TRACE], st)[TRACE])
 
 
 def rechunk(g: dict[str, pa.Table], rows: int) -> dict[str, pa.Table]:

@@ -1,10 +1,11 @@
-"""Graphs of small real traces, ingested once per test session into a temporary store."""
+"""Graphs of small real traces, stored once per test session in a temporary store (by ingest
+and graphstore themselves: the transforms tests do not go through daydream)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.conftest import DATA
+from tests.conftest import DATA, stored_graphs
 
 V100 = {"name": "Tesla V100-DGXS-32GB", "computeMajor": 7, "computeMinor": 0}
 A100 = {"name": "NVIDIA A100-PG509-200", "computeMajor": 8, "computeMinor": 0}
@@ -13,13 +14,12 @@ A100 = {"name": "NVIDIA A100-PG509-200", "computeMajor": 8, "computeMinor": 0}
 @pytest.fixture(scope="session")
 def stored(tmp_path_factory):
     """The store the graphs were built in and each graph's trace id."""
-    from daydream import api
     store = tmp_path_factory.mktemp("transforms_store")
-    ids = {}
-    for key, f in (("v100", "resnet50_v100_nw0_run1"), ("a100", "resnet50_ddp_a100_rank0"),
-                   ("alexnet", "alexnet_fwd_a100")):
-        ids[key] = api.predict(DATA / "kineto" / f"{f}.json.gz", store)["trace_id"]
-    return store, ids
+    files = {key: DATA / "kineto" / f"{f}.json.gz" for key, f in (
+        ("v100", "resnet50_v100_nw0_run1"), ("a100", "resnet50_ddp_a100_rank0"),
+        ("alexnet", "alexnet_fwd_a100"))}
+    ids = stored_graphs(list(files.values()), store)
+    return store, {key: ids[f] for key, f in files.items()}
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +31,8 @@ def graphs(stored):
 
 @pytest.fixture(scope="session")
 def activity(stored):
-    """Per graph, the reader of its activity tables that api.predict hands to rewrite."""
+    """Per graph, a reader of its activity tables (what daydream.pipeline puts in the rewrite
+    Context)."""
     from ingest.store import Store
     store, ids = stored
     st = Store(store)

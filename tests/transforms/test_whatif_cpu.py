@@ -28,15 +28,13 @@ IPC = DATALOADER["ipc_ns"]["value"]
 
 @pytest.fixture(scope="module")
 def cpu_graphs(tmp_path_factory):
-    from daydream import api
     from graphstore.read import read_graph
+    from tests.conftest import stored_graphs
     store = tmp_path_factory.mktemp("whatif_store")
-    out = {}
-    for f in ("adam_foreach_false", "adagrad_foreach_false", "sgd_foreach_false",
-              "dataloader_w0"):
-        d = api.predict(WHATIF / f"{f}.json.gz", store)
-        out[f] = read_graph(store, d["trace_id"])
-    return out
+    names = ("adam_foreach_false", "adagrad_foreach_false", "sgd_foreach_false",
+             "dataloader_w0")
+    ids = stored_graphs([WHATIF / f"{f}.json.gz" for f in names], store)
+    return {f: read_graph(store, ids[WHATIF / f"{f}.json.gz"]) for f in names}
 
 
 def T(tables):
