@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 # The shared trace folder beside the repository, when present (developers' machines and CI).
 SHARED = ROOT.parent / "shared" / "traces"
+# The 8 ranks of one real DLRM run (facebookresearch/param; SOURCE.md beside it).
+DLRM = DATA / "kineto" / "dlrm_8ranks"
 
 
 def kineto_files(include_shared: bool = True) -> list[Path]:
@@ -41,3 +45,12 @@ def stored_graphs(paths: list[Path], root: Path, job: str | None = None) -> dict
     for tid in sorted(set(ids.values())):
         load.load(root, tid)
     return ids
+
+
+def dlrm_nccl(rank: int) -> list[dict]:
+    """A DLRM rank's NCCL kernels straight from its JSON, in start order: what the tests of
+    collective matching check against, independent of ingest."""
+    with gzip.open(DLRM / f"rank{rank}.kineto.json.gz") as f:
+        ev = json.load(f)["traceEvents"]
+    ks = [e for e in ev if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
+    return sorted(ks, key=lambda e: e["ts"])

@@ -5,24 +5,12 @@ processes, two GPUs in one export) as a job by itself."""
 
 from __future__ import annotations
 
-import gzip
-import json
-
 import pytest
 
 from daydream import api
-from tests.conftest import DATA
+from tests.conftest import DATA, DLRM, dlrm_nccl
 
-DLRM = DATA / "kineto" / "dlrm_8ranks"
 FSDP = DATA / "nsys" / "fsdp_t5_2xh100_1s.sqlite"
-
-
-def _nccl(rank: int) -> list[dict]:
-    """The rank's NCCL kernels straight from its JSON, in start order (independent of ingest)."""
-    with gzip.open(DLRM / f"rank{rank}.kineto.json.gz") as f:
-        ev = json.load(f)["traceEvents"]
-    ks = [e for e in ev if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
-    return sorted(ks, key=lambda e: e["ts"])
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +43,7 @@ def test_job_replays_within_2pct_per_rank(store):
 
 def test_straggler_is_the_rank_that_arrives_last(store):
     d = api.predict("dlrm_8ranks", store)
-    raw = {r: _nccl(r) for r in range(8)}
+    raw = {r: dlrm_nccl(r) for r in range(8)}
     lasts = [max(range(8), key=lambda r: raw[r][k]["ts"]) for k in range(8)]
     most = max(set(lasts), key=lasts.count)
     s = d["straggler"]
@@ -93,7 +81,7 @@ def test_replayed_job_keeps_its_collectives_in_sql(store):
                       "FROM collective c JOIN task t USING (trace_id, task_id) "
                       "WHERE c.job = 'dlrm_8ranks' ORDER BY seq, rank").to_pylist()
     assert len(rows) == 64
-    raw = {r: _nccl(r) for r in range(8)}
+    raw = {r: dlrm_nccl(r) for r in range(8)}
     for row in rows:
         assert row["name"] == raw[row["rank"]][row["seq"]]["name"]
     for k in range(8):

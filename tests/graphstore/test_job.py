@@ -5,26 +5,13 @@ tests/daydream/test_jobs.py."""
 
 from __future__ import annotations
 
-import gzip
-import json
-
 import numpy as np
 import pytest
 
 from graphstore.job import build_job, find_jobs, job_activity
 from graphstore.read import read_graph
 from ingest.store import Store
-from tests.conftest import DATA, stored_graphs
-
-DLRM = DATA / "kineto" / "dlrm_8ranks"
-
-
-def _nccl(rank: int) -> list[dict]:
-    """The rank's NCCL kernels straight from its JSON, in start order (independent of ingest)."""
-    with gzip.open(DLRM / f"rank{rank}.kineto.json.gz") as f:
-        ev = json.load(f)["traceEvents"]
-    ks = [e for e in ev if e.get("cat") == "kernel" and "nccl" in e["name"].lower()]
-    return sorted(ks, key=lambda e: e["ts"])
+from tests.conftest import DLRM, dlrm_nccl, stored_graphs
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +38,7 @@ def job(store):
 
 def test_every_collective_matched_exactly(job):
     c = job.collective
-    raw = {r: _nccl(r) for r in range(8)}
+    raw = {r: dlrm_nccl(r) for r in range(8)}
     assert all(len(v) == 8 for v in raw.values())  # 8 NCCL kernels per rank in the trace
     assert job.unmatched == 0
     assert c["coll"].n_unique() == 8 and c.height == 64
@@ -74,7 +61,7 @@ def test_join_semantics_on_the_first_collective(job):
     """Collective 0: rank 7 arrives last (ts 1694128201431930 us, 10 us kernel); every rank's
     own transfer is what its kernel ran after that arrival."""
     c = job.collective.filter(job.collective["seq"] == 0).sort("rank")
-    raw = [_nccl(r)[0] for r in range(8)]
+    raw = [dlrm_nccl(r)[0] for r in range(8)]
     last = max(range(8), key=lambda r: raw[r]["ts"])
     assert last == 7
     off = job.clock_offset_ns
