@@ -135,3 +135,33 @@ def test_dlrm_job_through_the_cli_matches_the_api(store, spec):
     assert c["job"] == "dlrm_8ranks" and c["world_size"] == 8
     assert (c["predicted_ms"], c["notes"]) == (d["predicted_ms"], d["notes"])
     assert [r["predicted_ms"] for r in c["ranks"]] == [r["predicted_ms"] for r in d["ranks"]]
+
+
+def test_param_bytes_reach_the_fleet_workers_as_they_reach_predict(store, tmp_path):
+    """--param-bytes overrides the recorded layer sizes for ddp; predict --all passes it to
+    every worker (here ResNet-50's 25.6M FP32 parameters, given rather than read)."""
+    nb = 25_557_032 * 4
+    d = api.predict(str(RESNET), store, opts=["ddp(world=8)"], param_bytes=nb)
+    assert any("--param-bytes" in n for n in d["notes"])
+    root = _copy(store, tmp_path)
+    rep = fleet.predict_all(root, ["ddp(world=8)"], workers=2, param_bytes=nb,
+                            where=f"trace_id = '{d['trace_id']}'")
+    (r,) = rep.results
+    assert (r.row["predicted_ms"], r.row["notes"]) == (d["predicted_ms"], "\n".join(d["notes"]))
+    p = subprocess.run([sys.executable, "-m", "daydream", "predict", "--all", "--store",
+                        str(root), "--opt", "ddp(world=8)", "--param-bytes", str(nb),
+                        "--where", f"trace_id = '{d['trace_id']}'", "--force", "--workers",
+                        "1", "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert [x["predicted_ms"] for x in orjson.loads(p.stdout)] == [d["predicted_ms"]]
+
+
+def test_a_job_reads_its_ranks_recorded_shapes(store):
+    """The DLRM ranks record input shapes; offload on the job sizes every linear layer's copy
+    by them (the job once got no activity tables and fell back to layer_mb)."""
+    import re
+    d = api.predict("dlrm_8ranks", store, opts=["offload(layers=linear, layer_mb=4)"])
+    (note,) = [n for n in d["notes"] if n.startswith("offload:")]
+    n, m = map(int, re.search(r"\((\d+) of (\d+) sized from input shapes\)", note).groups())
+    assert n == m > 0
+    assert d["predicted_ms"] > d["baseline_ms"]
