@@ -45,7 +45,7 @@ DB_FILE = "graph.duckdb"
 META_KEY = "graph_schema_version"
 # The order write_trace fills the tables in (the order is only for error messages: it is one
 # transaction).
-WRITE_ORDER = ("task", "edge", "unit", "iteration", "layer")
+WRITE_ORDER = ("task", "edge", "unit", "iteration", "layer", "slack")
 GPU_KINDS = ("kernel", "memcpy", "memset", "comm")
 CPU_KINDS = ("api", "host")
 FORMATS = ("table", "csv", "json", "parquet")
