@@ -11,7 +11,8 @@ else on whole arrays:
      ``memmove`` per record;
   3. resolve string pointers (kernel, NVTX and device names) while the buffer is still alive:
      one C-string read per distinct pointer in the buffer, the string stored once in the file's
-     string table and its id written over the pointer;
+     string table and its id written over the pointer; kernel names demangled as PyTorch's
+     profiler writes them (``collect.demangle``);
   4. name the runtime/driver callback ids seen for the first time (a META chunk);
   5. append one RECORDS chunk per class, after the NAMES chunk it needs.
 
@@ -28,6 +29,7 @@ from collections.abc import Callable
 import numpy as np
 
 from collect import records as rec
+from collect.demangle import demangle
 from collect.writer import RawWriter
 from ingest import cupti_raw as fmt
 
@@ -169,8 +171,9 @@ class Recorder:
         if not len(arr):
             return
         arr = np.array(arr, copy=True)  # we overwrite pointers and must not touch CUPTI's memory
+        kernel = lay.cls.startswith(("ActivityKernel", "ActivityCdpKernel"))
         for fld in lay.strings:
-            arr[fld] = self._string_ids(arr[fld])
+            arr[fld] = self._string_ids(arr[fld], demangle if kernel and fld == "name" else None)
         new_api = self._api_names(arr) if lay.struct == "CUpti_ActivityAPI" else None
         with self.lock:
             self._flush_later()
@@ -181,11 +184,13 @@ class Recorder:
             self.writer.records(lid, arr)
             self.records += len(arr)
 
-    def _string_ids(self, ptrs: np.ndarray) -> np.ndarray:
+    def _string_ids(self, ptrs: np.ndarray, rename: Callable[[str], str] | None = None
+                    ) -> np.ndarray:
         ptrs = ptrs.astype(np.int64)
         used, inverse = np.unique(ptrs, return_inverse=True)
-        ids = np.array([-1 if p == 0 else self.names.id(self.read_string(p))
-                        for p in used.tolist()], np.int64)
+        read = self.read_string if rename is None else (lambda p: rename(self.read_string(p)))
+        ids = np.array([-1 if p == 0 else self.names.id(read(p)) for p in used.tolist()],
+                       np.int64)
         return ids[inverse.reshape(-1)]
 
     def _api_names(self, arr: np.ndarray) -> dict | None:
