@@ -34,6 +34,7 @@ from collect.writer import RawWriter
 from ingest import cupti_raw as fmt
 
 MAX_SPAN_BYTES = 256 << 20
+GPU_CLASSES = ("ActivityKernel", "ActivityCdpKernel", "ActivityMemcpy", "ActivityMemset")
 MAX_GAP_BYTES = 64  # alignment padding CUPTI may leave between records of one buffer
 
 
@@ -87,6 +88,8 @@ class Recorder:
         self.later: dict = {}
         self.buffers = 0
         self.records = 0
+        self.gpu_records = 0   # kernels, copies, sets: the process did GPU work
+        self.on_gpu_records: Callable[[], None] | None = None
         self.errors = 0
         self.skipped: dict[str, int] = {}
 
@@ -175,6 +178,11 @@ class Recorder:
         for fld in lay.strings:
             arr[fld] = self._string_ids(arr[fld], demangle if kernel and fld == "name" else None)
         new_api = self._api_names(arr) if lay.struct == "CUpti_ActivityAPI" else None
+        if lay.cls.startswith(GPU_CLASSES):
+            first = self.gpu_records == 0
+            self.gpu_records += len(arr)
+            if first and self.on_gpu_records is not None:
+                self.on_gpu_records()
         with self.lock:
             self._flush_later()
             lid = self.writer.layout(lay.struct, lay.dtype, lay.strings, lay.source)
@@ -238,10 +246,12 @@ class Recorder:
             later, self.later = self.later, {}
             self.writer.meta(later)
 
-    def close(self, end: dict | None = None) -> None:
+    def close(self, end: dict | None = None, *, keep: bool = True) -> None:
+        """Close the file (``keep=False``: drop what the writer still holds, leaving none)."""
         with self.lock:
             self.names.flush_to(self.writer)
-            self.writer.close(dict(end or {}, records=self.records, buffers=self.buffers))
+            self.writer.close(dict(end or {}, records=self.records, buffers=self.buffers),
+                              keep=keep)
 
 
 def _span(ptrs: np.ndarray, sizes: np.ndarray) -> tuple[int, np.ndarray] | None:
