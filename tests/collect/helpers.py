@@ -190,9 +190,9 @@ def cuda_init() -> None:
 class FakeBackend:
     """What ``collect`` needs from CUPTI, without a GPU, with CUPTI's delivery rules:
 
-    * every marker push but an iteration's (``ProfilerStep#``, begun by ``collect.api``
-      itself, launches nothing) fakes one launch: a runtime call, its kernel and the external
-      correlation CUPTI would record for it, one buffer per launch;
+    * every marker but an iteration's (``ProfilerStep#``, begun by ``collect.api`` itself,
+      launches nothing) fakes one launch inside it, made when it is popped: a runtime call, its
+      kernel and the external correlation CUPTI would record for it, one buffer per launch;
     * the GPU runs behind the CPU: a kernel completes ``LAG`` launches later, or at
       ``synchronize()``; a forced flush delivers incomplete kernels with start = end = 0 (what
       CUPTI hands back for an activity still queued), a default flush (``forced=False``) only
@@ -213,6 +213,7 @@ class FakeBackend:
         self.pending: list[Buffer] = []
         self.inflight: list[tuple[Buffer, np.ndarray]] = []  # queued kernels, their records
         self.kinds: set[str] = set()
+        self._open: dict[int, list] = {}
         self.strings = Strings()
         self.cuda_initialized = CUDA["initialized"]
         self.library = {"path": "fake", "api_version": 130400}
@@ -251,10 +252,23 @@ class FakeBackend:
     def push(self, mid: int) -> None:
         self.pushes.append(("push", mid))
         opener = sys._getframe(2).f_globals.get("__name__")  # who called Markers.begin
-        if "CONCURRENT_KERNEL" not in self.kinds or opener == "collect.api":
+        launches = "CONCURRENT_KERNEL" in self.kinds and opener != "collect.api"
+        self._open.setdefault(threading.get_native_id(), []).append(
+            (mid, time.perf_counter_ns(), launches))
+
+    def pop(self) -> None:
+        """The launch happens inside the marker: its call is timed halfway between the push
+        and the pop (the marker's own clock reads lie within)."""
+        self.pushes.append(("pop", 0))
+        stack = self._open.get(threading.get_native_id())
+        if not stack:
             return
+        mid, t_push, launches = stack.pop()
+        if launches:
+            self._launch(mid, (t_push + time.perf_counter_ns()) // 2)
+
+    def _launch(self, mid: int, t: int) -> None:
         corr = len(self.pushes)
-        t = time.perf_counter_ns()
         tid = threading.get_native_id()
         buf = Buffer([
             ("ActivityAPI", record("ActivityAPI", kind=fmt.KIND_RUNTIME, cbid=211, start=t,
@@ -272,9 +286,6 @@ class FakeBackend:
         self.inflight.append((buf, buf.view("ActivityKernel13")))
         while len(self.inflight) > self.LAG:  # the GPU caught up with older launches
             self.inflight.pop(0)
-
-    def pop(self) -> None:
-        self.pushes.append(("pop", 0))
 
     def synchronize(self) -> None:
         self.syncs += 1
