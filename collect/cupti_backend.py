@@ -107,17 +107,22 @@ def _soname(path: str) -> str | None:
     return None
 
 
+CUPTI_WHEELS = ("nvidia-cuda-cupti", "nvidia-cuda-cupti-cu12", "nvidia-cuda-cupti-cu11")
+
+
 def _package_of(path: str) -> str | None:
-    """``nvidia-cuda-cupti 13.4.92``: the installed distribution that owns the file, if any."""
+    """``nvidia-cuda-cupti 13.4.92``: the installed wheel that owns the file, if any (looked
+    up by name: a scan of every distribution costs each process's start-up too much)."""
     real = os.path.realpath(path)
-    for dist in importlib.metadata.distributions():
-        name = dist.metadata.get("Name") or ""
-        if not name.lower().startswith("nvidia-cuda-cupti"):
+    for name in CUPTI_WHEELS:
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
             continue
         for f in dist.files or ():
             if f.name.startswith("libcupti.so") and \
                     os.path.realpath(str(dist.locate_file(f))) == real:
-                return f"{name} {dist.version}"
+                return f"{dist.metadata.get('Name') or name} {dist.version}"
     return None
 
 
@@ -383,7 +388,8 @@ def synchronize_devices() -> None:
         return
     from cuda.bindings import driver  # cupti-python's own dependency
     (err,) = driver.cuCtxSynchronize()
-    if err not in (driver.CUresult.CUDA_SUCCESS, driver.CUresult.CUDA_ERROR_INVALID_CONTEXT):
+    if err not in (driver.CUresult.CUDA_SUCCESS, driver.CUresult.CUDA_ERROR_INVALID_CONTEXT,
+                   driver.CUresult.CUDA_ERROR_NOT_INITIALIZED):  # no CUDA work to wait for
         raise RuntimeError(f"cuCtxSynchronize: {err}")
 
 
