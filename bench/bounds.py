@@ -16,8 +16,17 @@ C  the CPU's own work per step, per thread: the time inside an operator or a run
    C_sum adds every thread's own work plus its short gaps (work the threads could have to do
    one after another: the upper edge).
 
-With GPU work scaled by f a step lies in [max(f G, C_max), f G_all + C_sum]; with CPU work
-scaled, in [max(G, f C_max), G_all + f C_sum].
+W  the time per step in which neither a GPU task runs nor any thread does its own work (nor
+   has a short gap): launch latencies, and waits on what the trace does not show (another
+   process, a peer rank, GPU work the profiler did not record). It scales with neither side.
+
+With GPU work scaled by f a step lies in [max(f G, C_max), f G_all + C_sum + W]; with CPU work
+scaled, in [max(G, f C_max), G_all + f C_sum + W]. ACCURACY.md's [max(fG, C), fG + C] is the
+case W = 0; where a trace holds time that nothing in it explains (TorchRec: ~109 ms of a 216
+ms step, inside blocking copies while no recorded GPU task runs), the upper edge without W
+would fail the measured trace itself at f = 1. Per thread C_max is a lower bound (no waits,
+no gaps, calls at the cheaper of median and tail) and C_sum an upper one (every thread, one
+after another, with its short gaps), which is why the edges use one each.
 
 The rules, exactly (times in ns; Kineto's ``ts``/``dur`` are microseconds):
 
@@ -34,6 +43,8 @@ The rules, exactly (times in ns; Kineto's ``ts``/``dur`` are microseconds):
   task (most launches are not blocked, so their median is the unblocked cost).
 - A thread's own work in a window = |union of its work marks, clipped to the window| minus,
   for each call not nested in another call, max(0, |call clipped to the window| - its cost).
+- A call's own part is its end [end - cost, end): the wait comes first. W is the window minus
+  the union of all GPU tasks, every thread's own parts and its short gaps.
 - Gaps: stretches of the window outside every work mark of the thread. A gap of at most
   GAP_NS (100 us) is host work between operators (Python, the dispatcher) and counts in C_sum
   only; a longer gap is a wait (for the GPU, for another thread, for data) and counts nowhere.

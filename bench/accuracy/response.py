@@ -92,7 +92,8 @@ def judge(b: dict, matched: list[tuple[dict, dict]], d: dict | None, which: str,
                   hi_ms=statistics.median(hi), steps=len(per), steps_out=out,
                   steps_loose=loose, by="steps")
     else:
-        v = headline(d) if d is not None else None
+        v = None if d is None else headline(d) if key == "predicted_ms" else d.get(key)
+        v = None if v is None else float(v)
         a, z = bnd.edges(b, which, f)
         row = b["median"]
         pt.update(predicted_ms=v, lo_ms=a, hi_ms=z, steps=1 if v is not None else 0,
@@ -167,6 +168,9 @@ def _plot(label: str, c: dict, path: Path) -> None:
         bad = [p for p in pts if not p["ok"]]
         ax.plot([p["f"] for p in bad], [p["predicted_ms"] for p in bad], "x", color="tab:red",
                 ms=10, label="out of bounds")
+        bl = c.get("baseline") or {}
+        if bl.get("predicted_ms") is not None:
+            ax.plot([1.0], [bl["predicted_ms"]], "s", color="gray", label="replay (f = 1)")
         ax.set_title(name)
         ax.set_xlabel("f")
         ax.grid(alpha=0.3)
@@ -219,47 +223,56 @@ def run(ctx: Context) -> Result:
     for label, path in tr.training():
         try:
             c = curve(ctx, path)
-        except Exception as e:
+            row, more = _trace_rows(label, c, data)
+        except Exception as e:  # one trace's failure is a row, not a lost section
             lines.append(f"| {label} | failed: {reason(e)} |" + " |" * 10)
             data["traces"][label] = {"error": reason(e)}
             continue
-        data["traces"][label] = c
-        m = c["bounds"]["median"]
-        bound = ("GPU" if c["bounds"]["gpu_bound"] else
-                 "CPU" if c["bounds"]["cpu_bound"] else "neither")
-        cnt = {w: (sum(not p["ok"] for p in c["points"] if p["which"] == w),
-                   sum(p["ok"] and not p["tight"] for p in c["points"] if p["which"] == w))
-               for w in ("gpu", "cpu")}
-        data["failures"] += cnt["gpu"][0] + cnt["cpu"][0]
-        data["loose"] += cnt["gpu"][1] + cnt["cpu"][1]
-        lo, hi = bnd.edges(c["bounds"], "gpu", 0.5)
-        nochange = "yes" if lo <= m["T_ms"] <= hi else "no"
-        lines.append(
-            f"| {label} | {c['bounds']['steady']} ({c['bounds']['rule']}) | {m['T_ms']:.2f} | "
-            f"{m['G_ms']:.2f} ({100 * m['G_ms'] / m['T_ms']:.1f}%) | {m['G_stream_ms']:.2f} | "
-            f"{m['C_max_ms']:.2f} | {m['C_sum_ms']:.2f} | {m['W_ms']:.2f} | {bound} | "
-            f"{cnt['gpu'][0]} / {cnt['gpu'][1]} of {len(FACTORS)} | "
-            f"{cnt['cpu'][0]} / {cnt['cpu'][1]} of {len(FACTORS)} | {nochange} |")
-        png = PLOTS / f"response_{tr.slug(label)}.png"
-        try:
-            _plot(label, c, png)
-            pic = f" ([curve]({png.relative_to(ROOT / 'docs').as_posix()}))"
-        except Exception as e:  # a plot is a convenience, never a reason to lose the table
-            pic = f" (no plot: {reason(e)})"
-        detail += [f"### {label}{pic}", ""]
-        if "baseline" in c:
-            bl = c["baseline"]
-            detail.append(f"Baseline replay {bl['predicted_ms']:.2f} ms (f = 1, judged by "
-                          f"{bl['by']} over {bl['steps']} steady steps matched of "
-                          f"{c['bounds']['steady']}).")
-            detail.append("")
-        detail += ["| f | GPU x f: predicted ms | bounds ms | | CPU x f: predicted ms | "
-                   "bounds ms | |", "|---|---|---|---|---|---|---|"]
-        by = {(p["which"], p["f"]): p for p in c["points"]}
-        for f in FACTORS:
-            detail.append(f"| {f} | {_cell(by[('gpu', f)])} | {_cell(by[('cpu', f)])} |")
-        detail += [f"- {n}" for n in c["notes"]]
-        detail.append("")
+        lines.append(row)
+        detail += more
     lines += ["", f"Points out of bounds: **{data['failures']}**; in bounds but loose: "
               f"**{data['loose']}** (of {2 * len(FACTORS)} per trace).", ""]
     return Result(lines + detail, data)
+
+
+def _trace_rows(label: str, c: dict, data: dict) -> tuple[str, list[str]]:
+    """The summary row and the curve table of one trace; its counts added to ``data``."""
+    detail: list[str] = []
+    m = c["bounds"]["median"]
+    bound = ("GPU" if c["bounds"]["gpu_bound"] else
+             "CPU" if c["bounds"]["cpu_bound"] else "neither")
+    cnt = {w: (sum(not p["ok"] for p in c["points"] if p["which"] == w),
+               sum(p["ok"] and not p["tight"] for p in c["points"] if p["which"] == w))
+           for w in ("gpu", "cpu")}
+    data["failures"] += cnt["gpu"][0] + cnt["cpu"][0]
+    data["loose"] += cnt["gpu"][1] + cnt["cpu"][1]
+    lo, hi = bnd.edges(c["bounds"], "gpu", 0.5)
+    nochange = "yes" if lo <= m["T_ms"] <= hi else "no"
+    row = (
+        f"| {label} | {c['bounds']['steady']} ({c['bounds']['rule']}) | {m['T_ms']:.2f} | "
+        f"{m['G_ms']:.2f} ({100 * m['G_ms'] / m['T_ms']:.1f}%) | {m['G_stream_ms']:.2f} | "
+        f"{m['C_max_ms']:.2f} | {m['C_sum_ms']:.2f} | {m['W_ms']:.2f} | {bound} | "
+        f"{cnt['gpu'][0]} / {cnt['gpu'][1]} of {len(FACTORS)} | "
+        f"{cnt['cpu'][0]} / {cnt['cpu'][1]} of {len(FACTORS)} | {nochange} |")
+    png = PLOTS / f"response_{tr.slug(label)}.png"
+    try:
+        _plot(label, c, png)
+        pic = f" ([curve]({png.relative_to(ROOT / 'docs').as_posix()}))"
+    except Exception as e:  # a plot is a convenience, never a reason to lose the table
+        pic = f" (no plot: {reason(e)})"
+    detail += [f"### {label}{pic}", ""]
+    if c.get("baseline", {}).get("predicted_ms") is not None:
+        bl = c["baseline"]
+        detail.append(f"Baseline replay {bl['predicted_ms']:.2f} ms (f = 1, judged by "
+                      f"{bl['by']} over {bl['steps']} steady steps matched of "
+                      f"{c['bounds']['steady']}).")
+        detail.append("")
+    detail += ["| f | GPU x f: predicted ms | bounds ms | | CPU x f: predicted ms | "
+               "bounds ms | |", "|---|---|---|---|---|---|---|"]
+    by = {(p["which"], p["f"]): p for p in c["points"]}
+    for f in FACTORS:
+        detail.append(f"| {f} | {_cell(by[('gpu', f)])} | {_cell(by[('cpu', f)])} |")
+    detail += [f"- {n}" for n in c["notes"]]
+    detail.append("")
+    data["traces"][label] = c
+    return row, detail

@@ -145,7 +145,7 @@ def test_replay_section_says_not_available(tmp_path, monkeypatch):
     ctx = acc.Context(tmp_path / "store", predict=stuck)
     r = acc.discover()["replay"].run(ctx)
     row = next(line for line in r.lines if line.startswith("| toy A"))
-    assert row.count(acc.NA) == 2 and "0.00%" in row
+    assert row.count(acc.NA) == 4 and "0.00%" in row
     assert r.data["traces"]["toy A"]["explained_mean_pct"] is None
 
     def explained(trace, store, opts=None):
@@ -173,3 +173,14 @@ def test_gates_section_without_gates(tmp_path, monkeypatch):
     monkeypatch.setattr(tr, "training", lambda: [("toy A", path)])
     r = acc.discover()["gates"].run(acc.Context(tmp_path / "store", predict=stuck))
     assert r.data["available"] is False and acc.NA in "\n".join(r.lines)
+
+
+def test_judge_without_steps_reads_the_key_asked_for():
+    """A job's bounds have no steps: its baseline point reads ``baseline_ms`` itself."""
+    row = {"T_ms": 10.0, "G_ms": 5.0, "G_all_ms": 5.0, "G_stream_ms": 5.0, "C_max_ms": 4.0,
+           "C_sum_ms": 6.0, "W_ms": 1.0}
+    b = {"rule": "job", "steps": [], "median": row, "gpu_bound": False, "cpu_bound": False}
+    p = response.judge(b, [], {"baseline_ms": 10.0}, "gpu", 1.0, key="baseline_ms")
+    # [max(5, 4), 5 + 6 + 1] = [5, 12]
+    assert (p["predicted_ms"], p["lo_ms"], p["hi_ms"], p["ok"]) == (10.0, 5.0, 12.0, True)
+    assert response.judge(b, [], {}, "gpu", 1.0)["predicted_ms"] is None
