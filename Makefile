@@ -34,9 +34,10 @@ ingest: $(STAMP)
 predict: $(STAMP)
 	$(VENV)/bin/daydream predict $(TRACE) --store $(STORE) --opt '$(OPT)'
 
-# The accuracy suite: baseline replay and what-if errors, written to docs/accuracy.md
+# The accuracy harness (bench/accuracy/: one module per measure of ACCURACY.md), written to
+# docs/accuracy.md and docs/accuracy.json; make accuracy ONLY=response reruns one section
 accuracy: $(STAMP)
-	$(PY) bench/accuracy.py
+	$(PY) -m bench.accuracy $(if $(ONLY),--only $(ONLY))
 
 # Benchmarks (not tests): time Daydream and the peer tool side by side, write docs/benchmarks.md
 bench: $(STAMP)

@@ -3,16 +3,19 @@
 The command runs unmodified, as a child process, with two things in its environment:
 
 * ``PYTHONPATH`` starts with ``collect/_site`` (whose ``sitecustomize.py`` Python runs at
-  start-up in every process of the job, torchrun's workers included) and the folder holding
-  Daydream's packages;
-* ``DAYDREAM_COLLECT`` holds the options as JSON.
+  start-up in every process of the job, torchrun's and torch.multiprocessing.spawn's workers
+  included), followed by the job's own PYTHONPATH, and nothing else: the folder holding
+  Daydream's packages (site-packages, for an installed Daydream) would put every package of
+  that environment ahead of the job's standard library;
+* ``DAYDREAM_COLLECT`` holds the options as JSON, with ``root``, that folder, which the
+  sitecustomize appends to ``sys.path`` when it is not there (a source checkout).
 
 Each Python process of the job that is not a helper then starts a ``Collection`` with global
 module and optimizer hooks (every optimizer step ends an iteration) and writes
-``DIR/<rank>-<host>-<pid>.cupti``; collection stops after ``warmup + iterations`` steps, or at
-exit. The job must run in an environment where Daydream and cupti-python are installed (its
-own interpreter imports them). NVTX ranges are captured too: ``NVTX_INJECTION64_PATH`` is set to
-libcupti unless already set.
+``DIR/<rank>-<host>-<pid>.cupti``; collection stops after ``warmup + iterations`` steps, at
+SIGTERM, or at exit. The job must run in an environment where Daydream and cupti-python are
+installed (its own interpreter imports them). NVTX ranges are captured too:
+``NVTX_INJECTION64_PATH`` is set to libcupti unless already set.
 """
 
 from __future__ import annotations
@@ -43,11 +46,12 @@ def child_env(out: Path, iterations: int | None, warmup: int,
               base: dict[str, str] | None = None, backend: str | None = None) -> dict[str, str]:
     """The environment the job runs in (see the module doc)."""
     env = dict(os.environ if base is None else base)
-    opts = {"out": str(out.resolve()), "iterations": iterations, "warmup": warmup}
+    opts = {"out": str(out.resolve()), "iterations": iterations, "warmup": warmup,
+            "root": str(PACKAGE_ROOT)}
     if backend:
         opts["backend"] = backend
     env[ENV] = json.dumps(opts)
-    path = [str(SITE_DIR), str(PACKAGE_ROOT)]
+    path = [str(SITE_DIR)]
     if env.get("PYTHONPATH"):
         path.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(path)

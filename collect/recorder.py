@@ -11,7 +11,8 @@ else on whole arrays:
      ``memmove`` per record;
   3. resolve string pointers (kernel, NVTX and device names) while the buffer is still alive:
      one C-string read per distinct pointer in the buffer, the string stored once in the file's
-     string table and its id written over the pointer;
+     string table and its id written over the pointer; kernel names demangled as PyTorch's
+     profiler writes them (``collect.demangle``);
   4. name the runtime/driver callback ids seen for the first time (a META chunk);
   5. append one RECORDS chunk per class, after the NAMES chunk it needs.
 
@@ -28,10 +29,12 @@ from collections.abc import Callable
 import numpy as np
 
 from collect import records as rec
+from collect.demangle import demangle
 from collect.writer import RawWriter
 from ingest import cupti_raw as fmt
 
 MAX_SPAN_BYTES = 256 << 20
+GPU_CLASSES = ("ActivityKernel", "ActivityCdpKernel", "ActivityMemcpy", "ActivityMemset")
 MAX_GAP_BYTES = 64  # alignment padding CUPTI may leave between records of one buffer
 
 
@@ -85,6 +88,8 @@ class Recorder:
         self.later: dict = {}
         self.buffers = 0
         self.records = 0
+        self.gpu_records = 0   # kernels, copies, sets: the process did GPU work
+        self.on_gpu_records: Callable[[], None] | None = None
         self.errors = 0
         self.skipped: dict[str, int] = {}
 
@@ -169,9 +174,15 @@ class Recorder:
         if not len(arr):
             return
         arr = np.array(arr, copy=True)  # we overwrite pointers and must not touch CUPTI's memory
+        kernel = lay.cls.startswith(("ActivityKernel", "ActivityCdpKernel"))
         for fld in lay.strings:
-            arr[fld] = self._string_ids(arr[fld])
+            arr[fld] = self._string_ids(arr[fld], demangle if kernel and fld == "name" else None)
         new_api = self._api_names(arr) if lay.struct == "CUpti_ActivityAPI" else None
+        if lay.cls.startswith(GPU_CLASSES):
+            first = self.gpu_records == 0
+            self.gpu_records += len(arr)
+            if first and self.on_gpu_records is not None:
+                self.on_gpu_records()
         with self.lock:
             self._flush_later()
             lid = self.writer.layout(lay.struct, lay.dtype, lay.strings, lay.source)
@@ -181,11 +192,13 @@ class Recorder:
             self.writer.records(lid, arr)
             self.records += len(arr)
 
-    def _string_ids(self, ptrs: np.ndarray) -> np.ndarray:
+    def _string_ids(self, ptrs: np.ndarray, rename: Callable[[str], str] | None = None
+                    ) -> np.ndarray:
         ptrs = ptrs.astype(np.int64)
         used, inverse = np.unique(ptrs, return_inverse=True)
-        ids = np.array([-1 if p == 0 else self.names.id(self.read_string(p))
-                        for p in used.tolist()], np.int64)
+        read = self.read_string if rename is None else (lambda p: rename(self.read_string(p)))
+        ids = np.array([-1 if p == 0 else self.names.id(read(p)) for p in used.tolist()],
+                       np.int64)
         return ids[inverse.reshape(-1)]
 
     def _api_names(self, arr: np.ndarray) -> dict | None:
@@ -233,10 +246,12 @@ class Recorder:
             later, self.later = self.later, {}
             self.writer.meta(later)
 
-    def close(self, end: dict | None = None) -> None:
+    def close(self, end: dict | None = None, *, keep: bool = True) -> None:
+        """Close the file (``keep=False``: drop what the writer still holds, leaving none)."""
         with self.lock:
             self.names.flush_to(self.writer)
-            self.writer.close(dict(end or {}, records=self.records, buffers=self.buffers))
+            self.writer.close(dict(end or {}, records=self.records, buffers=self.buffers),
+                              keep=keep)
 
 
 def _span(ptrs: np.ndarray, sizes: np.ndarray) -> tuple[int, np.ndarray] | None:

@@ -4,7 +4,9 @@ Every chunk goes out in one ``os.write`` of an unbuffered descriptor as soon as 
 process killed mid-collection leaves a file that is complete up to its last chunk (at worst with
 one half-written chunk at the end, which the reader counts and ignores). The file is created on
 the first chunk: a process that never produced a record (a launcher, a data-loader worker) leaves
-no file behind. A forked child never writes to its parent's file.
+no file behind. A writer made with ``hold=True`` keeps its chunks in memory until ``release()``
+(and drops them if closed with ``keep=False``): the collection holds what arrives before it knows
+the process is one to record. A forked child never writes to its parent's file.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from ingest import cupti_raw as fmt
 
 
 class RawWriter:
-    def __init__(self, path: Path | str, header: dict, *, codec: int = fmt.ZLIB, level: int = 1):
+    def __init__(self, path: Path | str, header: dict, *, codec: int = fmt.ZLIB, level: int = 1,
+                 hold: bool = False):
         self.path = Path(path)
         self.header = dict(header, format=fmt.FORMAT_NAME, version=fmt.FORMAT_VERSION)
         self.codec = codec
@@ -31,14 +34,25 @@ class RawWriter:
         self.bytes = 0
         self.chunks = 0
         self._layouts: dict[str, int] = {}
+        self._held: list[bytes] | None = [] if hold else None
 
     @property
     def exists(self) -> bool:
         """Whether this writer created its file (it does so on the first chunk)."""
         return self.bytes > 0
 
+    def release(self) -> None:
+        """Write what was held and go on writing as chunks come (idempotent)."""
+        with self.lock:
+            held, self._held = self._held, None
+            for data in held or ():
+                self._write(data)
+
     def _write(self, data: bytes) -> None:
         if self.closed or os.getpid() != self.pid:
+            return
+        if self._held is not None:
+            self._held.append(bytes(data))
             return
         if self.fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,10 +100,15 @@ class RawWriter:
             with self.lock:
                 self._write(fmt.encode_json_chunk(fmt.META, obj))
 
-    def close(self, end: dict | None = None) -> None:
+    def close(self, end: dict | None = None, *, keep: bool = True) -> None:
         with self.lock:
             if self.closed:
                 return
+            if self._held is not None:
+                if keep:
+                    self.release()
+                else:
+                    self._held = None
             if self.fd is not None and os.getpid() == self.pid:
                 self._write(fmt.encode_json_chunk(fmt.END, end or {}))
                 os.fsync(self.fd)

@@ -24,17 +24,14 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from graphstore import calls
+from graphstore.latency import LATENCY, LAUNCH_QUEUE_DEPTH, Latency
 from graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, TASK_KINDS
 from ingest.nesting import thread_key
 from ingest.stats import Stats
 
 CPU_RANGE_KINDS = ("cpu_op", "user_annotation", "python_function", "nvtx", "module")
 
-# Calls that can block the CPU thread until GPU work finishes.
-BLOCKING_RE = re.compile(
-    r"^(cuda|hip)(Stream|Device|Event|Thread)Synchronize|^cu(Stream|Ctx|Event)Synchronize"
-    r"|^(cuda|hip)Memcpy|^cuMemcpy|^(cuda|hip)Memset(2D|3D)?$|^cuMemset[^A]*$"
-    r"|^(cuda|hip)Free(Host)?$|^cuMemFree")
 COMM_RE = re.compile(r"nccl|rccl", re.IGNORECASE)
 # record_function markers that are no operator: the profiler's step and "## name ##" notes
 MARKER_RE = re.compile(r"^ProfilerStep#\d+$|^## .* ##$")
@@ -43,37 +40,33 @@ MARKER_RE = re.compile(r"^ProfilerStep#\d+$|^## .* ##$")
 # (graphstore.load names them by indexing those tuples).
 KIND_API, KIND_HOST, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_COMM = (
     TASK_KINDS.index(k) for k in ("api", "host", "kernel", "memcpy", "memset", "comm"))
-EK_THREAD, EK_STREAM, EK_LAUNCH, EK_SYNC, EK_WAIT, EK_ORIGIN, EK_WAKE, EK_QUEUE = (
+EK_THREAD, EK_STREAM, EK_LAUNCH, EK_SYNC, EK_WAIT, EK_ORIGIN, EK_WAKE, EK_QUEUE, EK_CONTENTION = (
     EDGE_KINDS.index(k) for k in ("thread", "stream", "launch", "sync", "wait", "origin", "wake",
-                                  "queue"))
+                                  "queue", "contention"))
 A_END_START, A_START_START, A_END_END = (
     EDGE_ANCHORS.index(a) for a in ("end_start", "start_start", "end_end"))
 
-# Latencies used when the trace shows none (ns); measured per trace when it does.
-DEFAULT_LAUNCH_LAG_NS = 5_000
-DEFAULT_STREAM_LAG_NS = 1_000
-# A GPU task whose start is this much later than every known constraint is looked at for an
-# unrecorded cross-stream wait; the other stream's task must have ended within WAIT_TOL_NS.
+# A GPU task whose start is this much later than every constraint at its physical latency
+# is looked at for an unrecorded cross-stream wait (the other stream's task must have ended
+# within WAIT_TOL_NS before it); one that stays unexplained is unexplained GPU idle slack.
 UNEXPLAINED_NS = 5_000
 WAIT_TOL_NS = 3_000
+# A kernel that could not start because another stream's kernel filled the SMs starts as that
+# kernel's last wave drains: at most about one thread block's run time before its end
+# (estimate: blocks of the long kernels in these traces run for tens of microseconds).
+CONTENTION_TAIL_NS = 100_000
 # A stretch of host time at least this long that ends within WAKE_TOL_NS after a task on another
 # thread of the process ended is taken as that thread waiting for the other (the autograd
 # thread idle until backward() is called, the main thread blocked until backward is done).
 MIN_WAIT_NS = 20_000
+WAKE_TOL_NS = 500_000
 # A thread's first task is tied to an event on another thread of its process at most this long
-# before it (the autograd thread's first op ~0.5 ms after backward() was called, A100 DDP).
+# before it (the autograd thread's first op ~0.5 ms after backward() was called).
 FIRST_WAKE_TOL_NS = 1_000_000
-# A stream holds about 1024 launched but unfinished kernels; a launch into a full stream blocks
-# until the oldest one finishes (stackoverflow.com/questions/53970187, measured: "the buffer
-# size is about 1000 kernels" per stream; NVIDIA forums thread 68937). Without this bound a
-# simulated CPU freed of its launch overhead (cuda_graphs) would run ahead of the GPU without
-# limit. A trace that shows a deeper queue on some stream uses its own observed depth there.
-LAUNCH_QUEUE_DEPTH = 1024
-# The bound is enforced on every LAUNCH_QUEUE_STRIDE-th launch of a stream (the launches in
-# between follow it in thread order): between depth - stride and depth outstanding, at one
-# edge per 64 GPU tasks instead of one per task.
-LAUNCH_QUEUE_STRIDE = 64
-WAKE_TOL_NS = 500_000  # autograd-engine wake-ups: ~100-200 us (V100 traces), ~350 us (A100 DDP)
+# An enqueue call counts as blocked by a full queue when its stream held at least its depth
+# less this many unfinished tasks as it began and one of them ended inside it (the trace's own
+# depth can sit a few commands below LAUNCH_QUEUE_DEPTH: event records take slots too).
+QUEUE_BLOCK_SPAN = 64
 
 
 @dataclass
@@ -85,7 +78,8 @@ class Graph:
     unit: np.ndarray        # int32
     start_ns: np.ndarray    # int64, observed
     obs_dur_ns: np.ndarray  # int64
-    dur_ns: np.ndarray      # int64, for the simulator
+    dur_ns: np.ndarray      # int64, for the simulator: the task's own cost
+    task_slack_ns: np.ndarray  # int64: waiting inside the task no edge models (peer waits)
     name_code: np.ndarray   # int64: index into name_vocab (names repeat: kernels, calls)
     name_vocab: np.ndarray  # object: the names
     bytes_: np.ndarray      # int64, -1 = none
@@ -97,8 +91,10 @@ class Graph:
     dst: np.ndarray
     ekind: np.ndarray       # int8
     anchor: np.ndarray      # int8
-    lag_ns: np.ndarray      # int64
+    lag_ns: np.ndarray      # int64: the physical latency (graphstore.latency)
+    slack_ns: np.ndarray    # int64: observed delay beyond it (signed; 0 on most edges)
     binding: np.ndarray     # bool
+    inferred: np.ndarray    # bool: inferred from a coincidence of times, not read
     # units
     unit_kind: list
     unit_pid: list
@@ -387,8 +383,11 @@ def _median(x: np.ndarray, default: int) -> int:
     return int(np.median(x)) if len(x) else default
 
 
-def build(tables: dict[str, pa.Table]) -> Graph:
-    """Build the graph of one trace from its activity tables."""
+def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None) -> Graph:
+    """Build the graph of one trace from its activity tables. ``latency``: the edge latencies
+    (graphstore.latency.LATENCY by default; the accuracy suite passes constants fitted
+    without the trace being judged)."""
+    latency = LATENCY if latency is None else latency
     stats = Stats()
     api, rng = tables["api"], tables["range"]
     threads, cpu, api_task_local = _cpu_tasks(api, rng, stats)
@@ -414,15 +413,18 @@ def build(tables: dict[str, pa.Table]) -> Graph:
         if tname == "kernel":
             # collectives: message bytes per rank from the NCCL args where the trace has them
             nbytes = _message_bytes(t)
+        blk_async, blk_sync = _copy_blocks(t) if tname == "memcpy" else (
+            np.zeros(t.num_rows, np.int64), np.zeros(t.num_rows, np.int64))
         parts.append(dict(kind=kind, device=_col(t, "device", 0), stream=_col(t, "stream", 0),
                           start=_col(t, "start_ns"), dur=_col(t, "dur_ns"),
                           corr=_col(t, "correlation"), name=pool.add(codes, vocab),
-                          bytes=nbytes))
+                          bytes=nbytes, blk_async=blk_async, blk_sync=blk_sync))
     if parts:
         g = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     else:
         g = {k: np.zeros(0, np.int64) for k in ("kind", "device", "stream", "start", "dur",
-                                                 "corr", "bytes", "name")}
+                                                 "corr", "bytes", "name", "blk_async",
+                                                 "blk_sync")}
     ng = len(g["start"])
     if ng:
         g_unit, streams = _distinct_pairs(g["device"], g["stream"])
@@ -449,10 +451,18 @@ def build(tables: dict[str, pa.Table]) -> Graph:
     cpu_names[is_api] = api_names[c_api[is_api]] if api.num_rows else []
     cpu_names[~is_api] = _range_names(pool, rng, c_range[~is_api])
     names = np.concatenate([origin_name, cpu_names, g["name"]])
-    blocking = np.zeros(len(kind), bool)
+    # what each call can wait for (graphstore.calls), and how each copy's call blocks
+    vocab = pool.vocab()
+    wclass = np.full(len(kind), calls.WAIT_NONE, np.int8)
     if api.num_rows:
-        api_blocking = _flag(api, "name", BLOCKING_RE.search)
-        blocking[1:1 + nc][is_api] = api_blocking[c_api[is_api]]
+        wclass[1:1 + nc][is_api] = calls.wait_classes(vocab)[cpu_names[is_api]]
+    is_async = np.zeros(len(kind), bool)
+    if api.num_rows:
+        is_async[1:1 + nc][is_api] = np.array([calls.is_async_copy(str(v)) for v in vocab],
+                                              bool)[cpu_names[is_api]]
+    blk = np.zeros((len(kind), 2), np.int8)  # per copy task: block mode if async / if sync
+    blk[1 + nc:, 0] = g["blk_async"]
+    blk[1 + nc:, 1] = g["blk_sync"]
 
     # order: by start, origin first; ties keep unit order so fixed units stay in trace order
     order = np.argsort(start, kind="stable")
@@ -460,89 +470,65 @@ def build(tables: dict[str, pa.Table]) -> Graph:
     newid = np.empty(len(order), np.int64)
     newid[order] = np.arange(len(order))
     kind, unit, start, obs = kind[order], unit[order], start[order], obs[order]
-    corr, rid, nbytes, names, blocking = (corr[order], rid[order], nbytes[order],
-                                          names[order], blocking[order])
+    corr, rid, nbytes, names = corr[order], rid[order], nbytes[order], names[order]
+    wclass, is_async, blk = wclass[order], is_async[order], blk[order]
     end = start + obs
     gpu_task = newid[1 + nc + np.arange(ng)]            # GPU row -> task id
     api_task = newid[1 + api_task_local] if api.num_rows else np.zeros(0, np.int64)
 
-    src, dst, ek, anc, lag, bind = [], [], [], [], [], []
+    edges = _Edges()
+    dur = obs.copy()
+    L = {k: v.ns for k, v in latency.items()}
 
-    def add(s, d, k, a, lg, b):
-        src.append(np.asarray(s, np.int64))
-        dst.append(np.asarray(d, np.int64))
-        ek.append(np.full(len(src[-1]), k, np.int8))
-        anc.append(np.full(len(src[-1]), a, np.int8))
-        lag.append(np.asarray(lg, np.int64))
-        bind.append(np.asarray(b, bool))
-
-    # ---- thread order (CPU tasks are contiguous by construction)
+    # ---- thread order (CPU tasks are contiguous by construction: no latency, no slack)
     tasks_by_unit = order_by_unit(unit)
     u_sorted = unit[tasks_by_unit]
     same = u_sorted[1:] == u_sorted[:-1]
     prev_t, next_t = tasks_by_unit[:-1][same], tasks_by_unit[1:][same]
     is_cpu_edge = unit[next_t] < nthr
-    p, q = prev_t[is_cpu_edge], next_t[is_cpu_edge]
-    thr_prev, thr_next = p, q
-    add(p, q, EK_THREAD, A_END_START, np.maximum(start[q] - end[p], 0), np.ones(len(p), bool))
+    thr_prev, thr_next = prev_t[is_cpu_edge], next_t[is_cpu_edge]
+    edges.add(thr_prev, thr_next, EK_THREAD, A_END_START, L["thread"],
+              start[thr_next] - end[thr_prev] - L["thread"], True)
 
-    # ---- GPU constraints: stream order, launch, waits; then the lag rule
+    # ---- GPU constraints: stream order, launch, waits; the latest one binds
     is_gpu_edge = (unit[next_t] >= nthr) & (unit[next_t] < origin_unit)
     sp, sq = prev_t[is_gpu_edge], next_t[is_gpu_edge]
-    overlap = int((start[sq] < end[sp]).sum())
-    stats.add("stream_overlap", overlap, severity="warning",
+    stats.add("stream_overlap", int((start[sq] < end[sp]).sum()), severity="warning",
               detail="GPU tasks that start before the previous task on their stream ends")
-
-    # launch: GPU task -> its call (correlation within the trace; nsys offsets per process)
-    launch_of = np.full(len(kind), -1, np.int64)
-    if api.num_rows and ng:
-        a_corr = _col(api, "correlation")
-        ok = a_corr >= 0
-        ac, at = a_corr[ok], api_task[ok]
-        o = np.argsort(ac, kind="stable")
-        ac, at = ac[o], at[o]
-        gc = corr[gpu_task]
-        pos = np.searchsorted(ac, gc)
-        pos_c = np.minimum(pos, max(len(ac) - 1, 0))
-        hit = (len(ac) > 0) & (gc >= 0)
-        hit = hit & (ac[pos_c] == gc) if len(ac) else np.zeros(ng, bool)
-        launch_of[gpu_task[hit]] = at[pos_c[hit]]
+    launch_of = _launches(api, api_task, corr, gpu_task, len(kind))
     has_launch = launch_of >= 0
     gpu_mask = (unit >= nthr) & (unit < origin_unit)
     stats.add("gpu_without_launch", int((gpu_mask & ~has_launch).sum()), severity="warning",
-              detail="GPU tasks whose launching call is not in the trace; kept, anchored to "
-                     "the trace start and their stream")
-    # typical latencies, measured on this trace
+              detail="GPU tasks whose launching call is not in the trace (launched before the "
+                     "window, or by an untraced thread): their start is origin slack")
     ln = np.flatnonzero(has_launch)
-    l_lag = start[ln] - start[launch_of[ln]]
-    gap_sq = start[sq] - end[sp]  # idle time on the stream before each task that has a prev
-    gap = np.zeros(len(kind), np.int64)
-    gap[sq] = gap_sq
-    has_prev = np.zeros(len(kind), bool)
-    has_prev[sq] = True
-    idle = ln[~has_prev[ln] | (gap[ln] > 10_000)]
-    typ_launch = _median(start[idle] - start[launch_of[idle]], DEFAULT_LAUNCH_LAG_NS)
-    typ_stream = _median(gap_sq[(gap_sq >= 0) & (gap_sq < 10_000)], DEFAULT_STREAM_LAG_NS)
-    stats.add("gpu_before_launch", int((l_lag < 0).sum()), severity="warning",
-              detail="GPU tasks that start before their launching call (clock skew); lag 0")
-
-    # recorded cross-stream waits (Kineto 'Stream Wait Event' records)
+    stats.add("gpu_before_launch", int((start[ln] < start[launch_of[ln]]).sum()),
+              severity="warning", detail="GPU tasks that start before their launching call "
+                                         "(clock skew)")
     w_src, w_dst = _recorded_waits(tables, corr, unit, start, gpu_task, g, g_unit, nthr,
                                    launch_of, stats)
 
-    # candidates for each GPU task: stream prev, launch, waits
+    # the earliest start each constraint allows, at its physical latency; the latest wins
     cand_time = np.full(len(kind), np.iinfo(np.int64).min, np.int64)
     cand_kind = np.full(len(kind), -1, np.int64)
 
     def offer(tasks, t, k):
         _offer(cand_time, cand_kind, np.asarray(tasks, np.int64), np.asarray(t, np.int64), k)
 
-    offer(sq, end[sp] + typ_stream, EK_STREAM)
-    offer(ln, start[launch_of[ln]] + typ_launch, EK_LAUNCH)
+    # a blocking copy's call enqueues its copy and then waits for it: the copy may start
+    # once the call has begun (start_start); every other launch as its call returns
+    copy_mode = _copy_mode(kind, launch_of, is_async, blk)
+    ss = copy_mode[ln] != calls.BLOCK_NONE
+    l_anchor = np.where(ss, start[launch_of[ln]], end[launch_of[ln]])
+    offer(sq, end[sp] + L["stream"], EK_STREAM)
+    offer(ln, l_anchor + L["launch"], EK_LAUNCH)
     if len(w_src):
-        offer(w_dst, end[w_src] + typ_stream, EK_WAIT)
-
-    # inferred waits: start unexplained by every known constraint
+        offer(w_dst, end[w_src] + L["wait"], EK_WAIT)
+    o_src, o_dst = _call_order_waits(tables, kind, unit, start, end, corr, names, vocab,
+                                     launch_of, gpu_mask, stats)
+    if len(o_src):
+        offer(o_dst, end[o_src] + L["wait"], EK_WAIT)
+    # inferred waits: a start no constraint explains, right after another stream's task ended
     g_ids = np.flatnonzero(gpu_mask)
     unexplained = g_ids[(start[g_ids] - cand_time[g_ids]) > UNEXPLAINED_NS]
     i_src, i_dst = _infer_waits(unexplained, start, end, unit, g_ids, streams, nthr)
@@ -550,50 +536,65 @@ def build(tables: dict[str, pa.Table]) -> Graph:
               detail="cross-stream waits not recorded in the trace, inferred from a GPU task "
                      "starting when another stream's task ended")
     if len(i_src):
-        offer(i_dst, end[i_src] + typ_stream, EK_WAIT)
-        w_src = np.concatenate([w_src, i_src])
-        w_dst = np.concatenate([w_dst, i_dst])
+        offer(i_dst, end[i_src] + L["wait"], EK_WAIT)
+    # contention: another stream's kernel held the SMs until just before the task began
+    late = g_ids[(start[g_ids] - cand_time[g_ids]) > UNEXPLAINED_NS]
+    late = late[cand_kind[late] >= 0]
+    c_src, c_dst = _contention(late, cand_time[late], start, end, unit, g_ids, streams, nthr)
+    stats.add("contention_edges", len(c_src), severity="info",
+              detail="GPU tasks that began as another stream's running kernel drained (it held "
+                     "the SMs; inferred from that coincidence)")
+    if len(c_src):
+        offer(c_dst, end[c_src] + L["contention"], EK_CONTENTION)
+    # a GPU task with no launch in the trace whose start nothing else explains hangs off the
+    # trace start at its observed offset: origin slack
+    orphan = g_ids[~has_launch[g_ids] & ((start[g_ids] - cand_time[g_ids]) > UNEXPLAINED_NS)]
+    offer(orphan, start[orphan], EK_ORIGIN)
 
-    def lagged(s, d, base, k, anchor_time):
-        """Observed lag if this edge binds d, else min(typical, observed)."""
-        obs_lag = start[d] - anchor_time
+    def gpu_edge(s, d, k, anchor_t, lag_ns, anchor, inferred):
         b = cand_kind[d] == k
-        lg = np.where(b, obs_lag, np.minimum(base, obs_lag))
-        return np.maximum(lg, 0), b
+        if k == EK_WAIT:  # several waits into one task: only the latest-ending one binds
+            b &= anchor_t + lag_ns == cand_time[d]
+        beyond = start[d] - anchor_t - lag_ns  # what the trace shows beyond the latency
+        # an edge that did not bind gives back only what makes it hold in the trace
+        edges.add(s, d, k, anchor, lag_ns, np.where(b, beyond, np.minimum(beyond, 0)), b,
+                  inferred)
 
-    lg, b = lagged(sp, sq, typ_stream, EK_STREAM, end[sp])
-    # stream order; a task that overlapped its predecessor (counted above) waits for it
-    add(sp, sq, EK_STREAM, A_END_START, np.maximum(lg, 0), b)
-    lg, b = lagged(launch_of[ln], ln, typ_launch, EK_LAUNCH, start[launch_of[ln]])
-    add(launch_of[ln], ln, EK_LAUNCH, A_START_START, lg, b)
+    gpu_edge(sp, sq, EK_STREAM, end[sp], L["stream"], A_END_START, False)
+    for m, anchor in ((~ss, A_END_START), (ss, A_START_START)):
+        gpu_edge(launch_of[ln[m]], ln[m], EK_LAUNCH, l_anchor[m], L["launch"], anchor, False)
     if len(w_src):
-        lg, b = lagged(w_src, w_dst, typ_stream, EK_WAIT, end[w_src])
-        # several waits into one task: only the latest-ending one binds
-        add(w_src, w_dst, EK_WAIT, A_END_START, lg, b & (end[w_src] + lg == start[w_dst]))
+        gpu_edge(w_src, w_dst, EK_WAIT, end[w_src], L["wait"], A_END_START, False)
+    if len(o_src):
+        gpu_edge(o_src, o_dst, EK_WAIT, end[o_src], L["wait"], A_END_START, True)
+    if len(i_src):
+        gpu_edge(i_src, i_dst, EK_WAIT, end[i_src], L["wait"], A_END_START, True)
+    if len(c_src):
+        gpu_edge(c_src, c_dst, EK_CONTENTION, end[c_src], L["contention"], A_END_START, True)
+    if len(orphan):
+        edges.add(np.zeros(len(orphan), np.int64), orphan, EK_ORIGIN, A_END_START,
+                  L["origin"], start[orphan] - t0 - L["origin"], True)
 
-    # ---- launch queue: a call cannot launch into a stream holding LAUNCH_QUEUE_DEPTH
+    # ---- waits of CPU tasks (END edges: the task resumes its own work once they are done)
+    waits = _EndWaits()
+    # launch queue: an enqueue call cannot finish while its stream holds LAUNCH_QUEUE_DEPTH
     # unfinished tasks
-    q_src, q_dst, full = _queue_edges(unit, start, end, gpu_mask, launch_of)
+    q_src, q_dst, q_inf, full = _queue_edges(unit, start, end, gpu_mask, launch_of)
     stats.add("launch_queue_full", full, severity="info",
-              detail="launch calls made while their stream already held "
-                     f"{LAUNCH_QUEUE_DEPTH} unfinished tasks (the call blocked; queue edges "
-                     "use the depth the trace shows)")
-    if len(q_src):
-        add(q_src, q_dst, EK_QUEUE, A_END_START, np.zeros(len(q_src), np.int64),
-            np.zeros(len(q_src), bool))
-
-    # ---- synchronization: blocking call ends when the GPU task it waited for ends
-    dur = obs.copy()
-    s_src, s_dst = _sync_edges(tables, blocking, start, end, unit, corr, gpu_mask, streams,
-                               nthr, stats)
-    if len(s_src):
-        tail = end[s_dst] - end[s_src]
-        waited = end[s_src] > start[s_dst]
-        dur[s_dst] = np.where(waited, tail, obs[s_dst])
-        add(s_src, s_dst, EK_SYNC, A_END_END, np.maximum(tail, 0), waited)
-
-    # ---- cross-thread wake-ups: a host wait ends when the task it waited for ends
-    # only host time outside operators can be a wait (inside an op it is the op's own work)
+              detail=f"enqueue calls that blocked because their stream held {LAUNCH_QUEUE_DEPTH}"
+                     " unfinished tasks (each waits, by a queue edge, for the task whose end "
+                     "released it)")
+    waits.add(q_src, q_dst, EK_QUEUE, L["queue"], q_inf)
+    # synchronization: syncs, blocking copies and implicit syncs wait for the GPU work they
+    # name (graphstore.calls)
+    unit_pid = np.array([int(x) for x in threads[:, 0]] + [-1] * (len(streams) + 1),
+                        np.int64)
+    s_src, s_dst, s_inf, blocking = _sync_edges(tables, wclass, is_async, copy_mode, kind,
+                                                 start, end, unit, corr, launch_of, gpu_mask,
+                                                 streams, nthr, unit_pid, stats)
+    waits.add(s_src, s_dst, EK_SYNC, L["sync"], s_inf)
+    # cross-thread wake-ups: a host wait ends when the task it waited for ends (only host
+    # time outside operators can be a wait: inside an op it is the op's own work)
     in_op = np.zeros(len(kind), bool)
     if rng.num_rows:
         r_ids = _col(rng, "range_id")
@@ -607,21 +608,20 @@ def build(tables: dict[str, pa.Table]) -> Graph:
                                       blocking | in_op)
     stats.add("wake_edges", len(k_src), severity="info",
               detail="host waits that end when a task on another thread of the process ends "
-                     "or starts")
+                     "or starts (inferred from that coincidence)")
     if len(k_src):
-        anchor_t = np.where(k_via, start[k_src], end[k_src])
-        # the wait keeps only the tail after its wake-up; it ends at the wake-up + that tail
-        dur[k_dst] = end[k_dst] - np.maximum(start[k_dst], anchor_t)
         e_end = ~k_via
-        add(k_src[e_end], k_dst[e_end], EK_WAKE, A_END_END,
-            end[k_dst[e_end]] - end[k_src[e_end]], np.ones(int(e_end.sum()), bool))
-        # woken by a start: the waiting task's successor on its thread starts from that start
+        waits.add(k_src[e_end], k_dst[e_end], EK_WAKE, L["wake"], True)
+        # woken by a start: the waiting stretch is idle time, and the next task on its
+        # thread starts from that start
         nxt = np.full(len(kind), -1, np.int64)
         nxt[thr_prev] = thr_next
         w = np.flatnonzero(k_via & (nxt[k_dst] >= 0))
         s_, d_ = k_src[w], nxt[k_dst[w]]
-        add(s_, d_, EK_WAKE, A_START_START, start[d_] - start[s_], np.ones(len(w), bool))
+        edges.add(s_, d_, EK_WAKE, A_START_START, L["wake"],
+                  start[d_] - start[s_] - L["wake"], True, True)
         dur[k_dst[w]] = 0
+    waits.resolve(edges, dur, start, end)
 
     # ---- a thread's first task: woken by what just happened on another thread of its process
     f_src, f_dst, f_via = _first_task_triggers(kind, unit, start, end, nthr, threads)
@@ -633,17 +633,19 @@ def build(tables: dict[str, pa.Table]) -> Graph:
         m = f_via == via_start
         if m.any():
             t_src = start[f_src[m]] if via_start else end[f_src[m]]
-            add(f_src[m], f_dst[m], EK_WAKE, anchor, start[f_dst[m]] - t_src,
-                np.ones(int(m.sum()), bool))
+            edges.add(f_src[m], f_dst[m], EK_WAKE, anchor, L["wake"],
+                      start[f_dst[m]] - t_src - L["wake"], True, True)
 
-    # ---- origin: every task without a predecessor hangs off the trace start
-    all_dst = np.concatenate(dst) if dst else np.zeros(0, np.int64)
+    # ---- origin: every task without a predecessor hangs off the trace start; a thread's
+    # first recorded task at its offset (when the window caught it), GPU work as origin slack
     has_pred = np.zeros(len(kind), bool)
-    has_pred[all_dst] = True
+    has_pred[edges.destinations()] = True
     roots = np.flatnonzero(~has_pred)
     roots = roots[roots != 0]
-    add(np.zeros(len(roots), np.int64), roots, EK_ORIGIN, A_END_START, start[roots] - t0,
-        np.ones(len(roots), bool))
+    on_gpu = gpu_mask[roots]
+    off = start[roots] - t0
+    edges.add(np.zeros(len(roots), np.int64), roots, EK_ORIGIN, A_END_START,
+              np.where(on_gpu, L["origin"], off), np.where(on_gpu, off - L["origin"], 0), True)
 
     unit_kind = ["thread"] * nthr + ["stream"] * len(streams) + ["thread"]
     unit_pid = [int(x) for x in threads[:, 0]] + [None] * len(streams) + [None]
@@ -652,14 +654,151 @@ def build(tables: dict[str, pa.Table]) -> Graph:
     unit_stream = [None] * nthr + [int(x) for x in streams[:, 1]] + [None]
     unit_name = ([f"thread {p}:{t}" for p, t in threads] +
                  [f"gpu {d} stream {s}" for d, s in streams] + ["origin"])
+    # ---- collectives on one rank's trace: transfer plus waiting for the other ranks
+    task_slack = _peer_wait(kind, names, nbytes, obs, dur, stats)
+    e = edges.arrays()
     return Graph(kind=kind, unit=unit, start_ns=start, obs_dur_ns=obs, dur_ns=dur,
+                 task_slack_ns=task_slack,
                  name_code=names, name_vocab=pool.vocab(), bytes_=nbytes, correlation=corr,
-                 range_id=rid, blocking=blocking,
-                 src=np.concatenate(src), dst=np.concatenate(dst), ekind=np.concatenate(ek),
-                 anchor=np.concatenate(anc), lag_ns=np.concatenate(lag),
-                 binding=np.concatenate(bind), unit_kind=unit_kind, unit_pid=unit_pid,
-                 unit_tid=unit_tid, unit_device=unit_device, unit_stream=unit_stream,
-                 unit_name=unit_name, stats=stats)
+                 range_id=rid, blocking=blocking, src=e["src"], dst=e["dst"],
+                 ekind=e["kind"], anchor=e["anchor"], lag_ns=e["lag"], slack_ns=e["slack"],
+                 binding=e["binding"], inferred=e["inferred"], unit_kind=unit_kind,
+                 unit_pid=unit_pid, unit_tid=unit_tid, unit_device=unit_device,
+                 unit_stream=unit_stream, unit_name=unit_name, stats=stats)
+
+
+class _Edges:
+    """Edge columns collected in batches (one per kind of edge) and concatenated once."""
+
+    def __init__(self):
+        self._parts: list[tuple] = []
+
+    def add(self, s, d, kind, anchor, lag_ns, slack_ns, binding, inferred=False):
+        s = np.asarray(s, np.int64)
+        n = len(s)
+        if not n:
+            return
+        self._parts.append((s, np.asarray(d, np.int64), np.full(n, kind, np.int8),
+                            np.full(n, anchor, np.int8),
+                            np.broadcast_to(np.asarray(lag_ns, np.int64), (n,)),
+                            np.broadcast_to(np.asarray(slack_ns, np.int64), (n,)),
+                            np.broadcast_to(np.asarray(binding, bool), (n,)),
+                            np.broadcast_to(np.asarray(inferred, bool), (n,))))
+
+    def destinations(self) -> np.ndarray:
+        return (np.concatenate([p[1] for p in self._parts]) if self._parts
+                else np.zeros(0, np.int64))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        names = ("src", "dst", "kind", "anchor", "lag", "slack", "binding", "inferred")
+        if not self._parts:
+            return {k: np.zeros(0, np.int8 if k in ("kind", "anchor") else
+                                bool if k in ("binding", "inferred") else np.int64)
+                    for k in names}
+        return {k: np.concatenate([p[i] for p in self._parts]) for i, k in enumerate(names)}
+
+
+class _EndWaits:
+    """The END edges of CPU tasks that wait (queue, sync, wake), resolved together: a task
+    waits for the latest of them, at its physical latency, then does its own work. The one
+    that ended last binds; the task's duration becomes what it ran after it (its own cost);
+    a wait that ended before the task began cost nothing, and the task keeps its duration."""
+
+    def __init__(self):
+        self._parts: list[tuple] = []
+
+    def add(self, s, d, kind, lag_ns, inferred):
+        s = np.asarray(s, np.int64)
+        if len(s):
+            n = len(s)
+            self._parts.append((s, np.asarray(d, np.int64), np.full(n, kind, np.int8),
+                                np.full(n, lag_ns, np.int64),
+                                np.broadcast_to(np.asarray(inferred, bool), (n,))))
+
+    def resolve(self, edges: _Edges, dur: np.ndarray, start: np.ndarray, end: np.ndarray):
+        if not self._parts:
+            return
+        s, d, k, lg, inf = (np.concatenate([p[i] for p in self._parts]) for i in range(5))
+        ready = end[s] + lg  # when each wait lets its task go on
+        o = np.lexsort((-ready, d))  # per destination, the latest-ready wait first
+        first = np.r_[True, d[o][1:] != d[o][:-1]]
+        top = o[first]  # the binding candidate of each destination
+        waited = ready[top] > start[d[top]]
+        t = d[top[waited]]
+        dur[t] = np.maximum(end[t] - ready[top[waited]], 0)
+        binding = np.zeros(len(s), bool)
+        binding[top[waited]] = True
+        slack = np.zeros(len(s), np.int64)
+        # a task that ended before the latency elapsed: the edge gives the difference back
+        slack[top[waited]] = np.minimum(end[t] - ready[top[waited]], 0)
+        for kind in np.unique(k):
+            m = k == kind
+            edges.add(s[m], d[m], int(kind), A_END_END, lg[m], slack[m], binding[m], inf[m])
+
+
+def _peer_wait(kind, names, nbytes, obs, dur, stats: Stats) -> np.ndarray:
+    """A collective kernel on one rank lasts as long as its slowest peer. Of the instances of
+    one collective kernel and message size in the trace, the fastest waited least: its time is
+    taken as the transfer, and each instance's excess over it as waiting for peers (task
+    slack). Kernels without a message size, or seen once, keep their whole duration. Sets the
+    comm tasks' ``dur`` to the transfer; returns the task slack column."""
+    slack = np.zeros(len(kind), np.int64)
+    c = np.flatnonzero((kind == KIND_COMM) & (nbytes > 0))
+    if not len(c):
+        return slack
+    key = np.stack([names[c], nbytes[c]], 1)
+    _, grp, cnt = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+    grp = grp.reshape(-1)
+    fastest = np.full(len(cnt), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(fastest, grp, obs[c])
+    split = cnt[grp] >= 2
+    t = c[split]
+    slack[t] = obs[t] - fastest[grp[split]]
+    dur[t] = fastest[grp[split]]
+    stats.add("peer_wait_split", int(split.sum()), severity="info",
+              detail="collective kernels split into transfer (the fastest instance of the "
+                     "same kernel and message size) and waiting for peers (task slack)")
+    return slack
+
+
+def _launches(api: pa.Table, api_task: np.ndarray, corr: np.ndarray, gpu_task: np.ndarray,
+              n: int) -> np.ndarray:
+    """The call task that launched each GPU task (by correlation id within the trace; nsys
+    offsets them per process), -1 where the call is not in the trace."""
+    launch_of = np.full(n, -1, np.int64)
+    if not api.num_rows or not len(gpu_task):
+        return launch_of
+    a_corr = _col(api, "correlation")
+    ok = a_corr >= 0
+    ac, at = a_corr[ok], api_task[ok]
+    o = np.argsort(ac, kind="stable")
+    ac, at = ac[o], at[o]
+    if not len(ac):
+        return launch_of
+    gc = corr[gpu_task]
+    pos_c = np.minimum(np.searchsorted(ac, gc), len(ac) - 1)
+    hit = (gc >= 0) & (ac[pos_c] == gc)
+    launch_of[gpu_task[hit]] = at[pos_c[hit]]
+    return launch_of
+
+
+def _copy_blocks(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Per memcpy row, how its call blocks the host (graphstore.calls.BLOCK_*) when the call
+    is an async copy and when it is a synchronous one (the call's name decides which)."""
+    cols = [_dict(t, c) if c in t.column_names else (np.zeros(t.num_rows, np.int64),
+                                                      np.array([""], object))
+            for c in ("copy_kind", "src_kind", "dst_kind")]
+    key = np.stack([c[0] for c in cols], 1)
+    uniq, inv = np.unique(key, axis=0, return_inverse=True) if t.num_rows else (
+        np.zeros((0, 3), np.int64), np.zeros(0, np.int64))
+    inv = inv.reshape(-1)
+    out = []
+    for async_call in (True, False):
+        modes = np.array([calls.copy_blocks(async_call, *(str(cols[j][1][u[j]]) or None
+                                                          for j in range(3)))
+                          for u in uniq], np.int64)
+        out.append(modes[inv] if len(uniq) else np.zeros(0, np.int64))
+    return out[0], out[1]
 
 
 @numba.njit(cache=True)
@@ -683,34 +822,46 @@ def order_by_unit(unit: np.ndarray) -> np.ndarray:
 
 
 def _queue_edges(unit, start, end, gpu_mask, launch_of):
-    """Edges end(i) -> start(call launching j) for every LAUNCH_QUEUE_STRIDE-th launched task
-    j of a stream, where i is the task ``depth`` places before j on that stream. ``depth`` is
-    LAUNCH_QUEUE_DEPTH, or one more than the most unfinished tasks the stream held at any
-    launch in the trace, so every edge holds in the trace (it never binds a baseline replay).
-    Returns (src, dst, launches that found their stream full)."""
+    """Queue edges (task i -> the call that enqueued task j, END): j's call cannot finish
+    before i has, where i is ``depth`` places before j on their stream. ``depth`` is
+    LAUNCH_QUEUE_DEPTH, or more where the trace shows its stream holding more unfinished tasks
+    at a launch (the queue is at least that deep: newer drivers and ROCm allow more). For a call
+    that blocked in the trace (its stream held at least ``depth - QUEUE_BLOCK_SPAN`` unfinished
+    tasks as it began, ran more than twice as long as the stream's calls further from the limit,
+    and one of those tasks ended inside it) i is the task whose end released it, read from the
+    trace. Returns (src, dst, inferred, calls that blocked)."""
     g_ids = np.flatnonzero(gpu_mask)
     by_stream = g_ids[order_by_unit(unit[g_ids])]  # ids ascend within a stream
     u = unit[by_stream]
     cuts = np.flatnonzero(np.r_[True, u[1:] != u[:-1], True])
-    src, dst, full = [], [], 0
+    src, dst, inf, full = [], [], [], 0
     for a, b in zip(cuts[:-1], cuts[1:], strict=False):
         ids = by_stream[a:b]
-        if len(ids) <= LAUNCH_QUEUE_DEPTH - LAUNCH_QUEUE_STRIDE:
+        if len(ids) < LAUNCH_QUEUE_DEPTH - QUEUE_BLOCK_SPAN:
             continue
         call = launch_of[ids]
         j = np.flatnonzero(call >= 0)
-        t_call = start[call[j]]
-        done_by = np.searchsorted(np.maximum.accumulate(end[ids]), t_call, side="right")
-        open_ = np.maximum(j - done_by, 0)  # earlier tasks of the stream not yet finished
-        full += int((open_ >= LAUNCH_QUEUE_DEPTH).sum())
+        c = call[j]
+        done = np.maximum.accumulate(end[ids])  # tasks of a stream finish in order
+        open_ = j - np.searchsorted(done, start[c], side="right")
         depth = max(LAUNCH_QUEUE_DEPTH, int(open_.max(initial=0)) + 1)
-        k = j[(j % LAUNCH_QUEUE_STRIDE == 0) & (j >= depth)]
-        src.append(ids[k - depth])
-        dst.append(launch_of[ids[k]])
+        lo = depth - QUEUE_BLOCK_SPAN
+        r = np.searchsorted(done, end[c], side="right") - 1  # last task done before c ended
+        rr = np.maximum(r, 0)
+        # a call near the limit that ran long, until just after one of them ended, blocked
+        took = end[c] - start[c]
+        free = took[open_ < lo]
+        typical = np.median(free) if len(free) else np.median(took)
+        blocked = ((open_ >= lo) & (r >= 0) & (end[ids[rr]] > start[c])
+                   & (j - r >= lo) & (j - r <= depth) & (took > 2 * typical))
+        deep = ~blocked & (j >= depth)
+        full += int(blocked.sum())
+        src += [ids[rr[blocked]], ids[j[deep] - depth]]
+        dst += [c[blocked], c[deep]]
+        inf += [np.ones(int(blocked.sum()), bool), np.zeros(int(deep.sum()), bool)]
     if not src:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), full
-    src, dst = np.concatenate(src), np.concatenate(dst)
-    return src, dst, full
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool), full
+    return np.concatenate(src), np.concatenate(dst), np.concatenate(inf), full
 
 
 def _first_task_triggers(kind, unit, start, end, nthr, threads):
@@ -905,60 +1056,172 @@ def _range_names(pool: _NamePool, rng: pa.Table, range_ids: np.ndarray) -> np.nd
     return lookup[range_ids]
 
 
-def _sync_edges(tables, blocking, start, end, unit, corr, gpu_mask, streams, nthr,
-                stats: Stats):
-    """Blocking call -> the GPU task it waited for (the latest-ending GPU task that ended
-    inside the call). Where the trace has sync records, the waited stream narrows the search."""
-    calls = np.flatnonzero(blocking)
-    if not len(calls) or not gpu_mask.any():
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    g = np.flatnonzero(gpu_mask)
-    # stream restriction from sync records, by the call's correlation
+def _copy_mode(kind, launch_of, is_async, blk):
+    """Per task: how the call that launched it blocks the host, if it is a copy
+    (graphstore.calls.BLOCK_*; BLOCK_NONE for every other task)."""
+    mode = np.zeros(len(kind), np.int64)
+    m = np.flatnonzero((kind == KIND_MEMCPY) & (launch_of >= 0))
+    mode[m] = np.where(is_async[launch_of[m]], blk[m, 0], blk[m, 1])
+    return mode
+
+
+def _stream_tasks(unit, gpu_mask):
+    """{stream unit: its task ids in stream order}."""
+    g_ids = np.flatnonzero(gpu_mask)
+    if not len(g_ids):
+        return {}
+    by = g_ids[order_by_unit(unit[g_ids])]
+    u = unit[by]
+    cuts = np.flatnonzero(np.r_[True, u[1:] != u[:-1], True])
+    return {int(u[a]): by[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=False)}
+
+
+def _sync_edges(tables, wclass, is_async, copy_mode, kind, start, end, unit, corr, launch_of,
+                gpu_mask, streams, nthr, unit_pid, stats: Stats):
+    """Waits of synchronizing calls, by what the call waits for (graphstore.calls): a device
+    sync (or implicit one: cudaFree) for the last task enqueued before it on every stream of
+    its process; a stream or event sync for the last one on the stream its sync record names,
+    else on the stream its thread last launched onto (inferred); a blocking copy for its own
+    copy (device to host) or for the work before it on its stream (pageable host to device).
+    A target that ended after the call returned cannot have been waited for and is dropped
+    (counted). Returns (src, dst, inferred, blocking mask)."""
+    n = len(kind)
+    blocking = np.zeros(n, bool)
+    empty = np.zeros(0, np.int64)
+    per_stream = _stream_tasks(unit, gpu_mask)
+    if not per_stream:
+        return empty, empty, np.zeros(0, bool), blocking
+    # enqueue time of each GPU task: its call's start (-inf: launched before the window)
+    enq = np.full(n, np.iinfo(np.int64).min, np.int64)
+    g = np.flatnonzero(gpu_mask & (launch_of >= 0))
+    enq[g] = start[launch_of[g]]
+    s_pid = {}  # stream -> process of the calls that launch onto it
+    for su, ids in per_stream.items():
+        c = launch_of[ids]
+        c = c[c >= 0]
+        s_pid[su] = unit_pid[unit[c[0]]] if len(c) else None
+    done_enq = {su: np.maximum.accumulate(enq[ids]) for su, ids in per_stream.items()}
+
+    def last_before(su, t):
+        """The last task of stream su enqueued before times t (-1: none)."""
+        ids = per_stream[su]
+        p = np.searchsorted(done_enq[su], t, side="left") - 1
+        return np.where(p >= 0, ids[np.maximum(p, 0)], -1)
+
+    src, dst, inf = [], [], []
+
+    def emit(s, d, inferred):
+        ok = s >= 0
+        src.append(s[ok])
+        dst.append(d[ok])
+        inf.append(np.full(int(ok.sum()), inferred, bool))
+
+    pid_of = unit_pid
+    # device syncs: every stream of the process
+    dev = np.flatnonzero(wclass == calls.WAIT_DEVICE)
+    for su in per_stream:
+        mine = dev[[s_pid[su] in (None, pid_of[unit[c]]) for c in dev]] if len(dev) else dev
+        if len(mine):
+            emit(last_before(su, start[mine]), mine, False)
+    # stream and event syncs: the stream from the sync record, else inferred: the stream the
+    # thread last launched onto, where that is consistent with when the call returned, else
+    # the stream whose pending work ended last inside the call
+    one = np.flatnonzero((wclass == calls.WAIT_STREAM) | (wclass == calls.WAIT_EVENT))
+    if len(one):
+        rec = _recorded_sync_streams(tables, corr[one], streams, nthr)
+        for su in per_stream:
+            m = rec == su
+            if m.any():
+                emit(last_before(su, start[one[m]]), one[m], False)
+        todo = one[rec < 0]
+        if len(todo):
+            guess = _last_launched_stream(todo, unit, start, launch_of, gpu_mask)
+            cands = {su: last_before(su, start[todo]) for su in per_stream
+                     if s_pid[su] is None or np.any(unit_pid[unit[todo]] == s_pid[su])}
+            pick = np.full(len(todo), -1, np.int64)
+            best = np.full(len(todo), np.iinfo(np.int64).min, np.int64)
+            is_mine = np.zeros(len(todo), bool)
+            for su, tgt in cands.items():
+                te = np.where(tgt >= 0, end[np.maximum(tgt, 0)], np.iinfo(np.int64).min)
+                fits = (tgt >= 0) & (te <= end[todo])
+                mine = fits & (guess == su)
+                inside = fits & ~mine & ~is_mine & (te > start[todo]) & (te > best)
+                best = np.where(inside, te, best)
+                pick = np.where(mine | inside, tgt, pick)
+                is_mine |= mine
+            emit(pick, todo, True)
+    # blocking copies
+    cp = np.flatnonzero(gpu_mask & (copy_mode != calls.BLOCK_NONE))
+    after = cp[copy_mode[cp] == calls.BLOCK_AFTER_COPY]
+    emit(after, launch_of[after], False)
+    before = cp[copy_mode[cp] == calls.BLOCK_BEFORE_COPY]
+    if len(before):
+        prev = np.full(n, -1, np.int64)
+        for ids in per_stream.values():
+            prev[ids[1:]] = ids[:-1]
+        emit(prev[before], launch_of[before], False)
+    s, d, i = np.concatenate(src), np.concatenate(dst), np.concatenate(inf)
+    late = end[s] > end[d]
+    stats.add("sync_targets_after_call", int(late.sum()), severity="info",
+              detail="GPU tasks a synchronizing call would wait for by its semantics that ended "
+                     "after the call returned (its stream was guessed wrong): no edge")
+    s, d, i = s[~late], d[~late], i[~late]
+    blocking[d] = True
+    n_sync = int((wclass != calls.WAIT_NONE).sum())
+    stats.add("blocking_calls", int(blocking.sum()), severity="info",
+              detail=f"calls that wait for GPU work: syncs, blocking copies, implicit syncs "
+                     f"(of {n_sync} sync and copy calls)")
+    stats.add("sync_edges", len(s), severity="info",
+              detail="synchronizing calls linked to the GPU tasks they wait for")
+    stats.add("sync_edges_inferred", int(i.sum()), severity="info",
+              detail="stream and event syncs without a sync record, tied to the stream their "
+                     "thread last launched onto")
+    return s, d, i, blocking
+
+
+def _recorded_sync_streams(tables, call_corr, streams, nthr) -> np.ndarray:
+    """The stream unit each call's sync record names (Kineto cuda_sync / CUPTI
+    SYNCHRONIZATION records, by correlation): the synced stream, or the stream an event sync
+    waits on; -1 where there is no record."""
+    out = np.full(len(call_corr), -1, np.int64)
     sync = tables["sync"]
-    call_stream_unit = np.full(len(calls), -1, np.int64)
-    if sync.num_rows:
-        s_corr = _col(sync, "correlation")
-        s_stream = _col(sync, "stream")
-        s_kind = _names(sync, "sync_kind")
-        s_wstream = _col(sync, "wait_on_stream")
-        s_dev = _col(sync, "device")
-        key_unit = _stream_units(streams, nthr)
-        wanted = np.where(s_kind == "stream_sync", s_stream,
-                          np.where(s_kind == "event_sync", s_wstream, -1))
-        c_corr = corr[calls]
-        o = np.argsort(s_corr, kind="stable")
-        pos = np.searchsorted(s_corr[o], c_corr)
-        pos_c = np.minimum(pos, len(o) - 1)
-        hit = s_corr[o][pos_c] == c_corr
-        for i in np.flatnonzero(hit):
-            r = o[pos_c[i]]
-            if wanted[r] >= 0:
-                call_stream_unit[i] = key_unit.get((int(s_dev[r]), int(wanted[r])),
-                                                   key_unit.get((-1, int(wanted[r])), -1))
-    # latest-ending GPU task with end <= call end, among GPU tasks launched before the call
-    # ends (or by it); per stream where the record says which
-    ge = end[g]
-    o = np.argsort(ge, kind="stable")
-    g_sorted, ge_sorted = g[o], ge[o]
-    pos = np.searchsorted(ge_sorted, end[calls], side="right") - 1
-    src = np.where(pos >= 0, g_sorted[np.maximum(pos, 0)], -1)
-    restricted = np.flatnonzero(call_stream_unit >= 0)
-    if len(restricted):
-        gu = unit[g_sorted]
-        for u in np.unique(call_stream_unit[restricted]):
-            sel = gu == u
-            ends_u = ge_sorted[sel]
-            ids_u = g_sorted[sel]
-            ci = restricted[call_stream_unit[restricted] == u]
-            p = np.searchsorted(ends_u, end[calls[ci]], side="right") - 1
-            src[ci] = np.where(p >= 0, ids_u[np.maximum(p, 0)], -1)
-    ok = src >= 0
-    ok &= end[np.maximum(src, 0)] > start[calls]
-    stats.add("blocking_calls", len(calls), severity="info",
-              detail="calls that may wait for GPU work (syncs, copies, frees)")
-    stats.add("sync_edges", int(ok.sum()), severity="info",
-              detail="blocking calls linked to the GPU task they waited for")
-    return src[ok].astype(np.int64), calls[ok].astype(np.int64)
+    if not sync.num_rows:
+        return out
+    s_corr = _col(sync, "correlation")
+    kinds = _names(sync, "sync_kind")
+    wanted = np.where(kinds == "stream_sync", _col(sync, "stream"),
+                      np.where(kinds == "event_sync", _col(sync, "wait_on_stream"), -1))
+    s_dev = _col(sync, "device")
+    key_unit = _stream_units(streams, nthr)
+    o = np.argsort(s_corr, kind="stable")
+    pos = np.minimum(np.searchsorted(s_corr[o], call_corr), len(o) - 1)
+    hit = (s_corr[o][pos] == call_corr) & (call_corr >= 0)
+    for i in np.flatnonzero(hit):
+        r = o[pos[i]]
+        if wanted[r] >= 0:
+            out[i] = key_unit.get((int(s_dev[r]), int(wanted[r])),
+                                  key_unit.get((-1, int(wanted[r])), -1))
+    return out
+
+
+def _last_launched_stream(calls_, unit, start, launch_of, gpu_mask) -> np.ndarray:
+    """For each call, the stream unit of the last GPU task its thread launched before it
+    began (-1: none)."""
+    g = np.flatnonzero(gpu_mask & (launch_of >= 0))
+    out = np.full(len(calls_), -1, np.int64)
+    if not len(g):
+        return out
+    c = launch_of[g]
+    base = int(min(start[c].min(), start[calls_].min()))
+    span = int(max(start[c].max(), start[calls_].max())) - base + 1
+    key = unit[c].astype(np.int64) * span + (start[c] - base)
+    o = np.argsort(key, kind="stable")
+    key, su = key[o], unit[g][o]
+    q = unit[calls_].astype(np.int64) * span + (start[calls_] - base)
+    p = np.searchsorted(key, q, side="left") - 1
+    ok = (p >= 0) & (key[np.maximum(p, 0)] // span == unit[calls_])
+    out[ok] = su[p[ok]]
+    return out
 
 
 def _stream_units(streams: np.ndarray, nthr: int) -> dict:
@@ -969,6 +1232,55 @@ def _stream_units(streams: np.ndarray, nthr: int) -> dict:
         out[(int(d), int(st))] = nthr + i
         out.setdefault((-1, int(st)), nthr + i)
     return out
+
+
+_WAIT_EVENT_RE = re.compile(r"^(cuda|hip)StreamWaitEvent|^cuStreamWaitEvent")
+
+
+def _call_order_waits(tables, kind, unit, start, end, corr, names, vocab, launch_of, gpu_mask,
+                      stats: Stats):
+    """Cross-stream waits from the order of calls where the trace has no sync record for
+    them: PyTorch's ``wait_stream``/``wait_event`` records an event on the current stream and
+    makes another wait for it, then launches onto that one; so a wait call waits, on the
+    stream of the next GPU task its thread launches, for the last task its thread launched
+    onto another stream before it (inferred; dropped where the waiting task began before that
+    task ended). Returns (src, dst)."""
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    is_wait = np.array([bool(_WAIT_EVENT_RE.match(str(v))) for v in vocab], bool)
+    w = np.flatnonzero((kind == KIND_API) & is_wait[names])
+    sync = tables["sync"]
+    if len(w) and sync.num_rows:  # recorded ones are _recorded_waits'
+        rec = _col(sync, "correlation")[_names(sync, "sync_kind") == "stream_wait_event"]
+        w = w[~np.isin(corr[w], rec)]
+    g = np.flatnonzero(gpu_mask & (launch_of >= 0))
+    if not len(w) or not len(g):
+        return empty
+    c = launch_of[g]
+    base = int(min(start[c].min(), start[w].min()))
+    span = int(max(start[c].max(), start[w].max())) - base + 1
+    key = unit[c].astype(np.int64) * span + (start[c] - base)
+    o = np.lexsort((g, key))
+    key, gs = key[o], g[o]
+    q = unit[w].astype(np.int64) * span + (start[w] - base)
+    nxt = np.searchsorted(key, q, side="right")
+    ok = (nxt < len(key)) & (key[np.minimum(nxt, len(key) - 1)] // span == unit[w])
+    w, nxt = w[ok], nxt[ok]
+    d = gs[nxt]
+    p = nxt - 1
+    # walk back over this thread's launches onto the waiting stream itself
+    for _ in range(64):
+        same = (p >= 0) & (key[np.maximum(p, 0)] // span == unit[w]) & \
+            (unit[gs[np.maximum(p, 0)]] == unit[d])
+        if not same.any():
+            break
+        p = np.where(same, p - 1, p)
+    ok = (p >= 0) & (key[np.maximum(p, 0)] // span == unit[w])
+    s = gs[np.maximum(p, 0)]
+    ok &= (unit[s] != unit[d]) & (start[d] >= end[s])
+    stats.add("call_order_waits", int(ok.sum()), severity="info",
+              detail="cross-stream waits without a sync record, from the order of the wait "
+                     "call and the launches around it on its thread (inferred)")
+    return s[ok].astype(np.int64), d[ok].astype(np.int64)
 
 
 def _recorded_waits(tables, corr, unit, start, gpu_task, g, g_unit, nthr, launch_of,
@@ -1008,6 +1320,53 @@ def _recorded_waits(tables, corr, unit, start, gpu_task, g, g_unit, nthr, launch
     if not src:
         return empty
     return np.array(src, np.int64), np.array(dst, np.int64)
+
+
+def _contention(tasks, ready, start, end, unit, g_ids, streams, nthr):
+    """For GPU tasks that began later than every constraint allows: a kernel on another stream
+    of the device that was already running when the task became ready and ended within
+    [-WAIT_TOL_NS, CONTENTION_TAIL_NS] of its start. It held the SMs: the task started as its
+    last wave drained. Returns (src, dst)."""
+    if not len(tasks):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    dev_of_unit = np.full(int(unit.max()) + 1, -1, np.int64)
+    dev_of_unit[nthr:nthr + len(streams)] = streams[:, 0]
+    ge = end[g_ids]
+    o = np.lexsort((ge, dev_of_unit[unit[g_ids]]))
+    gs, gd, gend = g_ids[o], dev_of_unit[unit[g_ids]][o], ge[o]
+    base = int(gend.min())
+    key = gd * (1 << 50) + (gend - base)
+    q = dev_of_unit[unit[tasks]] * (1 << 50) + (start[tasks] - base) + CONTENTION_TAIL_NS
+    pos = np.searchsorted(key, q, side="right") - 1
+    return _occupant(tasks.astype(np.int64), ready.astype(np.int64), pos, start, unit,
+                     dev_of_unit, gs, gd, gend)
+
+
+@numba.njit(cache=True)
+def _occupant(tasks, ready, pos, start, unit, dev_of_unit, gs, gd, gend):
+    """_contention's search: walk back from the last end at most CONTENTION_TAIL_NS after each
+    task's start to WAIT_TOL_NS before it; of the kernels of other streams that began by the
+    task's ready time, the one that ended nearest its start."""
+    src = np.empty(tasks.shape[0], np.int64)
+    dst = np.empty(tasks.shape[0], np.int64)
+    k = 0
+    for j in range(tasks.shape[0]):
+        p = pos[j]
+        t = tasks[j]
+        d = dev_of_unit[unit[t]]
+        best, best_d = -1, np.int64(1) << 62
+        while p >= 0 and gd[p] == d and gend[p] >= start[t] - WAIT_TOL_NS:
+            c = gs[p]
+            if unit[c] != unit[t] and start[c] <= ready[j]:
+                dist = abs(gend[p] - start[t])
+                if dist < best_d:
+                    best, best_d = c, dist
+            p -= 1
+        if best >= 0:
+            src[k] = best
+            dst[k] = t
+            k += 1
+    return src[:k], dst[:k]
 
 
 def _infer_waits(tasks, start, end, unit, g_ids, streams, nthr):

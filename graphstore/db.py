@@ -52,7 +52,7 @@ DB_FILE = "graph.duckdb"
 META_KEY = "graph_schema_version"
 # The order write_trace fills the tables in (the order is only for error messages: it is one
 # transaction).
-WRITE_ORDER = ("task", "edge", "unit", "iteration", "layer")
+WRITE_ORDER = ("task", "edge", "unit", "iteration", "layer", "slack")
 FORMATS = ("table", "csv", "json", "parquet")
 DEFAULT_TIMEOUT_S = 60.0
 # The text table shows at most this many rows (the footer says how many there were).

@@ -12,12 +12,12 @@ Outline:
      consistently off the others' has a clock offset; it is removed (median over collectives);
   4. joins: each collective gets a zero-length ``join`` task on its communicator's channel. Every
      participant's kernel start bounds it (``start_start``: the join is when the last rank has
-     arrived), and it bounds every participant's end (``end_end`` with lag = the rank's own
-     transfer time, what remains of its kernel after the last arrival). The kernel's own duration
-     becomes that transfer time, so a rank alone (or last) still takes it, and a rank that
-     arrives early holds its stream until the last one arrives plus the transfer, as in the
-     trace. A faster straggler therefore shortens everyone's wait, and a faster network shortens
-     only the transfer.
+     arrived), and it holds back every participant's own work (``end_end``, lag 0: the kernel's
+     duration, the rank's own transfer time, what remains of its kernel after the last
+     arrival, runs from the join on). So a rank alone (or last) still takes its transfer, and a
+     rank that arrives early holds its stream until the last one arrives plus the transfer, as
+     in the trace. A faster straggler therefore shortens everyone's wait, and a faster network
+     shortens only the transfer.
 
 The job graph is the rank graphs side by side (task, unit, iteration and layer tables gain a
 ``rank`` column; joins and channels have rank null), behind one ``<job start>`` origin task whose
@@ -366,7 +366,8 @@ def _concat(members, graphs, kernels):
         edges.append(e)
         edges.append(pl.DataFrame({"src": [0], "dst": [base_t], "kind": ["origin"],
                                    "anchor": ["end_start"], "lag_ns": [t0 - job_t0],
-                                   "binding": [True]}, schema=e.schema))
+                                   "slack_ns": [0], "binding": [True], "inferred": [False]},
+                                  schema=e.schema))
         units.append(pl.from_arrow(g["unit"]).with_columns(
             pl.col("unit_id") + base_u, pl.lit(m.rank, pl.Int32).alias("rank"),
             (pl.lit(f"rank {m.rank} ") + pl.col("name")).alias("name")))
@@ -462,24 +463,32 @@ def _join(tables, coll: pl.DataFrame, notes: list[str]):
         "unit_id": pl.Series([chan[c] for c in jt["comm"].to_list()], dtype=pl.Int32),
         "name": [f"join {t} #{s} ({c})" for t, s, c in zip(
             jt["type"].to_list(), jt["seq"].to_list(), jt["comm"].to_list(), strict=True)],
-        "start_ns": jt["last_ns"], "dur_ns": [0] * jt.height, "obs_dur_ns": [0] * jt.height,
+        "start_ns": jt["last_ns"], "dur_ns": [0] * jt.height, "slack_ns": [0] * jt.height,
+        "obs_dur_ns": [0] * jt.height,
         "blocking": [False] * jt.height, "phase": jt["phase"], "iteration": jt["iteration"],
         "layer": jt["layer"], "rank": pl.Series([-1] * jt.height, dtype=pl.Int32)})
     task = pl.concat([task, joins], how="diagonal_relaxed").select(task.columns).cast(
         task.schema)
     coll = coll.join(colls.select("coll", "join_id"), on="coll")
+    # each joined kernel runs its transfer after the last arrival (the join's END edge lets
+    # its work begin): its waiting is the join's now, not task slack
     dur = task["dur_ns"].to_numpy().copy()
+    slack = task["slack_ns"].to_numpy().copy()
     ids = coll["task_id"].to_numpy()
     dur[ids] = coll["transfer_ns"].to_numpy()
-    task = task.with_columns(pl.Series("dur_ns", dur, pl.Int64))
+    slack[ids] = 0
+    task = task.with_columns(pl.Series("dur_ns", dur, pl.Int64),
+                             pl.Series("slack_ns", slack, pl.Int64))
     m = coll.height
     new_e = pl.DataFrame({
         "src": np.concatenate([ids, coll["join_id"].to_numpy()]),
         "dst": np.concatenate([coll["join_id"].to_numpy(), ids]),
         "kind": ["rank"] * (2 * m),
         "anchor": ["start_start"] * m + ["end_end"] * m,
-        "lag_ns": np.concatenate([np.zeros(m, np.int64), coll["transfer_ns"].to_numpy()]),
+        "lag_ns": np.zeros(2 * m, np.int64),
+        "slack_ns": np.zeros(2 * m, np.int64),
         "binding": np.concatenate([(coll["wait_ns"] == 0).to_numpy(), np.ones(m, bool)]),
+        "inferred": np.zeros(2 * m, bool),
     }).cast(edge.schema)
     edge = pl.concat([edge, new_e])
     out = dict(tables)

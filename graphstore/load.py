@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from graphstore import db, labels
-from graphstore.build import EK_LAUNCH, KIND_HOST, Graph, build
+from graphstore.build import EK_LAUNCH, KIND_HOST, UNEXPLAINED_NS, Graph, build
 from graphstore.check import check_acyclic, check_launch_edges
 from graphstore.params import COLUMNS, layer_param_bytes, weight_ops, weight_ops_from_parquet
 from graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, GPU_KINDS, TASK_KINDS
@@ -25,6 +25,7 @@ from ingest.errors import DaydreamError
 from ingest.store import PART, Store
 
 ACTIVITY = [t for t in activity_schema.COMMIT_ORDER if t != "trace"]
+GPU_CODES = [TASK_KINDS.index(k) for k in GPU_KINDS]  # build.Graph.kind codes of GPU tasks
 
 
 @dataclass
@@ -52,15 +53,16 @@ def _for_graph(t: str, tab: pa.Table) -> pa.Table:
     return tab
 
 
-def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None
-                 ) -> tuple[Graph, dict[str, pa.Table]]:
+def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None,
+                 latency: dict | None = None) -> tuple[Graph, dict[str, pa.Table]]:
     """Build and check the graph of one trace and return it with its graph tables.
     ``weights``: the trace's parameter-owning op calls (``params.weight_ops``), which give
-    the layer table its parameter bytes where shapes were recorded."""
-    g = build(tables)
+    the layer table its parameter bytes where shapes were recorded; ``latency``: edge
+    latencies other than graphstore.latency's (the accuracy suite's cross-validation)."""
+    g = build(tables, latency)
     check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name, g.start_ns, g.obs_dur_ns)
     launch = g.ekind == EK_LAUNCH
-    gpu = np.flatnonzero(np.isin(g.kind, [TASK_KINDS.index(k) for k in GPU_KINDS]))
+    gpu = np.flatnonzero(np.isin(g.kind, GPU_CODES))
     api_corr = tables["api"]["correlation"].drop_null().to_numpy()
     corr = g.correlation[gpu]
     with_call = gpu[np.isin(corr, api_corr) & (corr >= 0)]
@@ -82,6 +84,7 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None
         "iteration": pa.array(iteration, pa.int32(), mask=iteration < 0),
         "start_ns": pa.array(g.start_ns),
         "dur_ns": pa.array(g.dur_ns),
+        "slack_ns": pa.array(g.task_slack_ns),
         "obs_dur_ns": pa.array(g.obs_dur_ns),
         "bytes": pa.array(g.bytes_, mask=g.bytes_ < 0),
         "correlation": pa.array(g.correlation, mask=g.correlation < 0),
@@ -93,7 +96,8 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None
         "src": pa.array(g.src), "dst": pa.array(g.dst),
         "kind": _named(g.ekind, EDGE_KINDS),
         "anchor": _named(g.anchor, EDGE_ANCHORS),
-        "lag_ns": pa.array(g.lag_ns), "binding": pa.array(g.binding),
+        "lag_ns": pa.array(g.lag_ns), "slack_ns": pa.array(g.slack_ns),
+        "binding": pa.array(g.binding), "inferred": pa.array(g.inferred),
     })
     unit = pa.table({
         "unit_id": pa.array(np.arange(len(g.unit_kind), dtype=np.int32)),
@@ -111,7 +115,52 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None
             col = pa.array([sizes.get(x) for x in layer_t["layer"].to_pylist()], pa.int64())
             layer_t = layer_t.set_column(layer_t.schema.get_field_index("param_bytes"),
                                          layer_t.schema.field("param_bytes"), col)
-    return g, {"task": task, "edge": edge, "unit": unit, "iteration": its, "layer": layer_t}
+    return g, {"task": task, "edge": edge, "unit": unit, "iteration": its, "layer": layer_t,
+               "slack": slack_table(g, iteration)}
+
+
+SLACK_KINDS = ("launch", "stream", "wait", "sync", "queue", "wake", "origin", "gpu_idle",
+               "peer_wait", "thread", "contention")
+
+
+def slack_table(g: Graph, iteration: np.ndarray) -> pa.Table:
+    """The slack table (graphstore.schema.SLACK): binding edges' slack per iteration of their
+    destination and kind. A GPU task that began more than UNEXPLAINED_NS later than its
+    binding constraint allows, with no wait to explain it, is unexplained GPU idle; GPU work
+    hanging off the trace start is origin slack."""
+    b = np.flatnonzero(g.binding & (g.slack_ns != 0))
+    ek = np.asarray(EDGE_KINDS, object)[g.ekind[b]]
+    d = g.dst[b]
+    on_gpu = np.isin(g.kind[d], GPU_CODES)
+    idle = on_gpu & np.isin(ek, ["stream", "launch"]) & (g.slack_ns[b] > UNEXPLAINED_NS)
+    kind = np.where(idle, "gpu_idle", ek)
+    code = np.searchsorted(np.array(sorted(SLACK_KINDS)), kind)
+    it = iteration[d]
+    key = (it + 1) * len(SLACK_KINDS) + code
+    uk, inv = np.unique(key, return_inverse=True)
+    sl = g.slack_ns[b]
+    pos = np.bincount(inv, weights=np.maximum(sl, 0), minlength=len(uk))
+    neg = np.bincount(inv, weights=np.minimum(sl, 0), minlength=len(uk))
+    cnt = np.bincount(inv, minlength=len(uk))
+    its = uk // len(SLACK_KINDS) - 1
+    names = np.array(sorted(SLACK_KINDS))[uk % len(SLACK_KINDS)]
+    # peer waits: task slack of collectives
+    pw = np.flatnonzero(g.task_slack_ns > 0)
+    if len(pw):
+        pit, pinv = np.unique(iteration[pw], return_inverse=True)
+        its = np.concatenate([its, pit])
+        names = np.concatenate([names, np.full(len(pit), "peer_wait")])
+        cnt = np.concatenate([cnt, np.bincount(pinv, minlength=len(pit))])
+        pos = np.concatenate([pos, np.bincount(pinv, weights=g.task_slack_ns[pw],
+                                               minlength=len(pit))])
+        neg = np.concatenate([neg, np.zeros(len(pit))])
+    return pa.table({
+        "iteration": pa.array(its.astype(np.int32), pa.int32(), mask=its < 0),
+        "kind": pa.array(names.tolist(), pa.string()),
+        "edges": pa.array(cnt.astype(np.int64)),
+        "slack_ns": pa.array(np.rint(pos).astype(np.int64)),
+        "early_ns": pa.array(np.rint(neg).astype(np.int64)),
+    })
 
 
 _MODULE_RE = r"^(?P<layer>.+?) \((?P<type>[^()]*)\) \[(?P<phase>forward|backward|recompute)\]$"

@@ -12,7 +12,7 @@ from graphstore.schema import GRAPH_TABLES
 from ingest.errors import DaydreamError
 
 ORDER = {"task": "task_id", "edge": "src, dst", "unit": "unit_id", "iteration": "iteration",
-         "layer": "first_start_ns"}
+         "layer": "first_start_ns", "slack": "iteration, kind"}
 
 
 def read_graph(store_root: Path | str, trace_id: str) -> dict[str, pa.Table]:

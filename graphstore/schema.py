@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GRAPH_SCHEMA_VERSION = 2  # 2: task.kind, edge.anchor and unit.policy are ENUMs
+# 2: task.kind, edge.anchor and unit.policy are ENUMs; 3: lags are physical latencies, the
+# rest of each observed delay is edge.slack_ns; edge.inferred; the slack table
+GRAPH_SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -46,13 +48,14 @@ LOCAL_GPU_KINDS = ("kernel", "memcpy", "memset")  # GPU work of one rank alone (
 GPU_KINDS = LOCAL_GPU_KINDS + ("comm",)
 TASK_KINDS = CPU_KINDS + GPU_KINDS
 EDGE_KINDS = ("thread", "stream", "launch", "sync", "wait", "wake", "origin", "queue", "rank",
-              "inserted")
+              "inserted", "contention")
 # How an edge constrains its destination (the simulator's three anchors):
 #   end_start   dst starts no earlier than src end + lag     (order, waits)
 #   start_start dst starts no earlier than src start + lag   (launch: the GPU work is enqueued
 #               during the call, so it may start before the call returns)
-#   end_end     dst ends no earlier than src end + lag       (a blocking call ends when the GPU
-#               work it waits for ends)
+#   end_end     dst's own work (dur_ns) begins no earlier than src end + lag, so it ends
+#               no earlier than that plus dur_ns (a call that waited for GPU work, or a
+#               thread woken by another, then does its own remaining work)
 EDGE_ANCHORS = ("end_start", "start_start", "end_end")
 PHASES = ("forward", "backward", "weight_update", "data_loading", "other")
 UNIT_KINDS = ("thread", "stream", "channel")
@@ -74,13 +77,18 @@ TASK = GTable("task", "One node of the dependency graph.", (
     Col("phase", "VARCHAR", "forward, backward, weight_update, data_loading or other."),
     Col("iteration", "INTEGER", "Training iteration (0-based), null outside all iterations."),
     Col("start_ns", "BIGINT NOT NULL", "Observed start, ns."),
-    Col("dur_ns", "BIGINT NOT NULL", "Duration used by the simulator, ns: for a blocking call "
-        "the part that remains after the GPU work it waited for had finished."),
+    Col("dur_ns", "BIGINT NOT NULL", "Duration used by the simulator, ns: the task's own cost. "
+        "For a task that waited (a sync, a blocking copy, an enqueue into a full queue, a "
+        "thread waiting for another) only the part after the wait; the wait is its edges'."),
+    Col("slack_ns", "BIGINT NOT NULL", "Waiting inside the task that no edge models, ns: a "
+        "collective kernel on one rank's trace waiting for its peers (peer-wait slack). The "
+        "simulator runs dur_ns + slack_ns; the explained replay dur_ns alone."),
     Col("obs_dur_ns", "BIGINT NOT NULL", "Observed duration, ns."),
     Col("bytes", "BIGINT", "Bytes moved (copies, sets, collectives)."),
     Col("correlation", "BIGINT", "CUPTI correlation id (api and GPU tasks)."),
     Col("range_id", "BIGINT", "Innermost enclosing activity range (CPU tasks), else null."),
-    Col("blocking", "BOOLEAN NOT NULL", "A call that waited for GPU work (sync, blocking copy)."),
+    Col("blocking", "BOOLEAN NOT NULL", "A call that waits for GPU work by its semantics (a "
+        "sync, a blocking copy, an implicit sync such as cudaFree); see graphstore.calls."),
     Col("priority", "BIGINT", "Scheduling priority on priority units (lower first)."),
 ))
 
@@ -92,9 +100,15 @@ EDGE = GTable("edge", "A dependency between two tasks of one trace.", (
         "rank or inserted."),
     Col("anchor", f"{enum(EDGE_ANCHORS)} NOT NULL",
         "end_start, start_start or end_end (see EDGE_ANCHORS)."),
-    Col("lag_ns", "BIGINT NOT NULL", "Delay after the anchor, ns: the observed one on the edge "
-        "that bound the destination in the trace, a typical small latency on the others."),
+    Col("lag_ns", "BIGINT NOT NULL", "Delay after the anchor, ns: the physical latency of "
+        "the edge's kind (graphstore.latency), never fitted to this trace."),
+    Col("slack_ns", "BIGINT NOT NULL", "What the trace shows beyond lag_ns, ns (signed): on the "
+        "edge that bound the destination, observed delay - lag; on the others at most 0, so "
+        "that lag + slack replays the trace exactly. Dropped by the explained replay."),
     Col("binding", "BOOLEAN NOT NULL", "This edge bound the destination in the trace."),
+    Col("inferred", "BOOLEAN NOT NULL", "Inferred from a coincidence of times (wake-ups, "
+        "unrecorded cross-stream waits, the stream of a sync without a record, the task that "
+        "released a blocked enqueue), not read from the trace."),
 ))
 
 UNIT = GTable("unit", "Who runs tasks one at a time: CPU threads, GPU streams, channels.", (
@@ -128,7 +142,23 @@ LAYER = GTable("layer", "DNN layers found in a trace.", (
     Col("param_bytes", "BIGINT", "Parameter bytes, where the trace tells."),
 ))
 
-GRAPH_TABLES = {t.name: t for t in (TASK, EDGE, UNIT, ITERATION, LAYER)}
+SLACK = GTable("slack", "What the graph does not explain, per iteration and kind: the slack "
+               "of the edges that bound their destination (edge.slack_ns), summed.", (
+    Col("trace_id", "VARCHAR NOT NULL", "Trace."),
+    Col("iteration", "INTEGER", "Iteration of the destination tasks (null outside all)."),
+    Col("kind", "VARCHAR NOT NULL", "launch, stream, wait, sync, queue, wake, origin (GPU work "
+        "launched before the window, or by an untraced thread), gpu_idle (a GPU task that "
+        "started later than every constraint allows), peer_wait (a collective waiting for "
+        "other ranks)."),
+    Col("edges", "BIGINT NOT NULL", "Binding edges with slack of this kind."),
+    Col("slack_ns", "BIGINT NOT NULL", "Their positive slack, summed, ns (delays beyond the "
+        "physical latency)."),
+    Col("early_ns", "BIGINT NOT NULL", "Their negative slack, summed, ns (tasks that began "
+        "sooner after their binding predecessor than its latency: the constant is high "
+        "there)."),
+))
+
+GRAPH_TABLES = {t.name: t for t in (TASK, EDGE, UNIT, ITERATION, LAYER, SLACK)}
 
 # Results the later stages keep beside the graph (in the same database, so one SQL query joins
 # them with the traces). A trace's rows are dropped whenever its graph is replaced: a

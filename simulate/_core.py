@@ -44,6 +44,10 @@ _START = 0
 _END = 1
 _START_START = 2
 _QUEUED = -3  # state of a task waiting in its FCFS/PRIORITY unit's queue
+# Lags may be negative (a kernel may start shortly before its launching call returns, as the
+# profiler records that return): down to this bound, far beyond any latency, so that no time
+# arithmetic can overflow.
+MIN_LAG_NS = -(1 << 40)
 
 
 @nb.njit(cache=True, inline="always")
@@ -269,8 +273,8 @@ def _bm_pop(bits, loff, minw):
 @nb.njit(cache=True)
 def csr_ok(indptr, dst, lag, kind):
     """One pass over the CSR values ``check.check_graph`` checks: indptr from 0 to the edge
-    count and never decreasing, destinations in range, lags >= 0, known edge kinds. No early
-    exit, and range checks as one unsigned compare, so that the loops vectorize."""
+    count and never decreasing, destinations in range, lags >= MIN_LAG_NS, known edge kinds.
+    No early exit, and range checks as one unsigned compare, so that the loops vectorize."""
     n = indptr.shape[0] - 1
     m = dst.shape[0]
     if indptr[0] != 0 or indptr[n] != m:
@@ -280,7 +284,7 @@ def csr_ok(indptr, dst, lag, kind):
         bad |= indptr[i + 1] < indptr[i]
     un = np.uint64(n)
     for k in range(m):
-        bad |= (np.uint64(dst[k]) >= un) | (lag[k] < 0) | (np.uint8(kind[k]) > np.uint8(2))
+        bad |= (np.uint64(dst[k]) >= un) | (lag[k] < MIN_LAG_NS) | (np.uint8(kind[k]) > np.uint8(2))
     return not bad
 
 
@@ -292,7 +296,7 @@ def edge_list_ok(n, src, dst, lag, kind):
     is_sorted = True
     for k in range(src.shape[0]):
         s = src[k]
-        if s < 0 or s >= n or dst[k] < 0 or dst[k] >= n or lag[k] < 0 or kind[k] < 0 \
+        if s < 0 or s >= n or dst[k] < 0 or dst[k] >= n or lag[k] < MIN_LAG_NS or kind[k] < 0 \
                 or kind[k] > 2:
             ok = False
             break
@@ -357,7 +361,7 @@ def count_in(indptr, dst, lag, kind, start_cnt, end_cnt):
     for k in range(m):
         kd = kind[_U(k)]
         d = np.uint64(dst[_U(k)])
-        if (d >= un) | (lag[_U(k)] < 0) | (np.uint8(kd) > np.uint8(2)):
+        if (d >= un) | (lag[_U(k)] < MIN_LAG_NS) | (np.uint8(kd) > np.uint8(2)):
             bad = True
         elif kd != _END:
             start_cnt[d] += 1
@@ -517,14 +521,16 @@ def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, 
                             minw, behind = _push(d, cur, minw, behind, stack, bits, loff,
                                                  use_bitmap)
                 continue
-        # finish t
-        e = start[_U(t)] + dur[_U(t)]
+        # finish t: its own work runs from its start, or from when its END predecessors
+        # let it go on if that is later (a call that waited, then returns)
+        e = start[_U(t)]
         ce = end[_U(t)]
         if ce > e:
             e = ce
             end_bound[_U(t)] = n - end_bound[_U(t)]
         else:
             end_bound[_U(t)] = -1
+        e += dur[_U(t)]
         end[_U(t)] = e
         start_cnt[_U(t)] = -2
         done += 1

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from simulate._core import MIN_LAG_NS
+
 _FNV_OFFSET = np.uint64(14695981039346656037)
 _FNV_PRIME = np.uint64(1099511628211)
 
@@ -63,11 +65,11 @@ def tasks_into(dur_in, unit_in, n_units, dur, unit, at, copy):
 
 @nb.njit(cache=True)
 def edges_into(n, dst_in, lag_in, dst, lag, at, copy):
-    """Check a batch of edge destinations (in 0..n-1) and lags (>= 0), copying them to
-    ``dst``/``lag`` from ``at`` when ``copy``."""
+    """Check a batch of edge destinations (in 0..n-1) and lags (>= MIN_LAG_NS), copying them
+    to ``dst``/``lag`` from ``at`` when ``copy``."""
     for k in range(dst_in.shape[0]):
         d, w = dst_in[k], lag_in[k]
-        if d < 0 or d >= n or w < 0:
+        if d < 0 or d >= n or w < MIN_LAG_NS:
             return False
         if copy:
             dst[at + k] = d
@@ -101,13 +103,13 @@ def _valid(valid, i):
 
 @nb.njit(cache=True)
 def task_scan(lo, start, obs_dur, kind_idx, cpu_lut, it_val, it_valid, it_voff, it_nulls,
-              sim_start, sim_end, unit, busy, t_sorted, b_start, b_task, acc, last_it,
+              sim_start, sim_end, unit, work, busy, t_sorted, b_start, b_task, acc, last_it,
               last_end):
     """One batch of tasks (global indices ``lo``..): what ``replay`` asks of every task.
 
-    - ``busy[u]`` (when ``busy`` is not empty): simulated time held on each unit, ns. Summed
-      as integers: what ``np.bincount`` sums in float64 in task order, exactly while a unit's
-      total stays below 2**53 ns (``Schedule.unit_busy_ns``);
+    - ``busy[u]`` (when ``busy`` is not empty): each unit's work in the simulation, ns: the
+      simulated durations ``work`` of its tasks summed, never the time a task held its unit
+      while it waited (a sync, an idle thread); as integers;
     - per iteration start ``t_sorted[j]`` (ascending): the CPU task (``cpu_lut`` of its kind;
       task 0, the origin marker, excluded) with the smallest (start, index) among those
       starting in [t_sorted[j], t_sorted[j+1]) (``b_start``/``b_task``, -1: none); ``finish``
@@ -129,7 +131,7 @@ def task_scan(lo, start, obs_dur, kind_idx, cpu_lut, it_val, it_valid, it_voff, 
         g = lo + i
         s = start[g]
         if use_busy:
-            busy[unit[g]] += sim_end[g] - sim_start[g]
+            busy[unit[g]] += work[g]
         if g > 0 and cpu_lut[kind_idx[i]]:
             if fb_t < 0 or s >= fb_s:
                 fb_s, fb_t = s, g
@@ -334,3 +336,43 @@ def gather_codes(path, lo, hi, indices, out):
         t = path[p]
         if lo <= t < hi:
             out[p] = indices[t - lo]
+
+
+@nb.njit(cache=True)
+def path_parts(bound, via, end_bound, start, end, dur, x, at_end, t_stop, seg_task, seg_src,
+               seg_ns):
+    """The critical path back from task ``x`` (from its end when ``at_end``, else from its
+    start) to time ``t_stop``, as parts that add up to the time walked: a task's own work
+    (``seg_src`` -1: from its start, or from when its END predecessor let it go on, to its
+    end) or a delay into task ``seg_task`` from its binder ``seg_src`` (the edge's latency and
+    slack, or the wait for its unit). A task whose end an END predecessor decided is left
+    through that predecessor's end, not its own start. The part that crosses ``t_stop`` counts
+    only after it. Returns (parts written, time reached): the walk stops early at a task with
+    no binder, or when the buffers are full (the caller grows them and walks again)."""
+    k = 0
+    t = end[x] if at_end else start[x]
+    while t > t_stop and k < seg_task.shape[0]:
+        if at_end:
+            e = end_bound[x]
+            begin = end[x] - dur[x] if e >= 0 else start[x]
+            seg_task[k], seg_src[k], seg_ns[k] = x, -1, end[x] - max(begin, t_stop)
+            k += 1
+            t = begin
+            if e >= 0 and t > t_stop and k < seg_task.shape[0]:
+                seg_task[k], seg_src[k], seg_ns[k] = x, e, begin - max(end[e], t_stop)
+                k += 1
+                t = end[e]
+                x = e
+            else:
+                at_end = False
+        else:
+            b = bound[x]
+            if b < 0:
+                break
+            frm = start[b] if via[x] else end[b]
+            seg_task[k], seg_src[k], seg_ns[k] = x, b, t - max(frm, t_stop)
+            k += 1
+            t = frm
+            at_end = via[x] == 0
+            x = b
+    return k, t

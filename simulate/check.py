@@ -12,6 +12,7 @@ import numpy as np
 
 from ingest.errors import DaydreamError
 from simulate import _core
+from simulate._core import MIN_LAG_NS
 from simulate.codes import FIXED, PRIORITY, START, START_START
 
 
@@ -73,9 +74,10 @@ def _edge_values(n: int, dst, lag_ns, edge_kind, src=None, where: str = "edge") 
         e = _first((dst < 0) | (dst >= n))
         raise DaydreamError(f"{where} {e} has destination task {int(dst[e])} "
                             f"out of range 0..{n - 1}")
-    if lag_ns.min() < 0:
-        e = _first(lag_ns < 0)
-        raise DaydreamError(f"{where} {e} has negative lag_ns {int(lag_ns[e])}; lags must be >= 0")
+    if lag_ns.min() < MIN_LAG_NS:
+        e = _first(lag_ns < MIN_LAG_NS)
+        raise DaydreamError(f"{where} {e} has lag_ns {int(lag_ns[e])}; lags must be >= "
+                            f"{MIN_LAG_NS} (a negative lag lets dst begin before src's anchor)")
     if edge_kind.view(np.uint8).max() > START_START:
         e = _first((edge_kind < START) | (edge_kind > START_START))
         raise DaydreamError(f"{where} {e} has unknown edge_kind {int(edge_kind[e])}; "

@@ -37,6 +37,10 @@ class JobReplay:
         used = [getattr(i, attr) for i in self.iterations if i.used]
         return float(np.mean(used)) if used else float("nan")
 
+    def median(self, attr: str) -> float:
+        used = [getattr(i, attr) for i in self.iterations if i.used]
+        return float(np.median(used)) if used else float("nan")
+
 
 def rank_tables(tables: dict[str, pa.Table], rank: int) -> tuple[dict[str, pa.Table],
                                                                  np.ndarray]:
@@ -142,9 +146,10 @@ def straggler(tables: dict[str, pa.Table], sched: Schedule, top: int = 5) -> dic
     }
 
 
-def replay_job(tables: dict[str, pa.Table]) -> JobReplay:
-    """Simulate a job graph and time every rank like its own trace was timed."""
-    sched = simulate(to_simgraph(tables))
+def replay_job(tables: dict[str, pa.Table], slack=True, inferred: bool = True) -> JobReplay:
+    """Simulate a job graph and time every rank like its own trace was timed. ``slack`` and
+    ``inferred`` as in ``replay.replay`` (False: the explained replay)."""
+    sched = simulate(to_simgraph(tables, slack, inferred))
     ranks = sorted(int(x) for x in pl.from_arrow(tables["iteration"])["rank"].unique()
                    if x is not None and x >= 0)
     per = {}

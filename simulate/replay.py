@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphstore.schema import CPU_KINDS, EDGE_ANCHORS, POLICIES, TASK_KINDS
+from graphstore.schema import CPU_KINDS, EDGE_ANCHORS, GPU_KINDS, POLICIES, TASK_KINDS
 from ingest.errors import DaydreamError
 from simulate import _report
 from simulate.codes import END, FCFS, FIXED, PRIORITY, START, START_START
@@ -75,13 +75,14 @@ def _ints(col: pa.ChunkedArray) -> bool:
 
 
 def _fast_simgraph(g: dict[str, pa.Table], policy: np.ndarray, kind: np.ndarray,
-                   priority: np.ndarray) -> SimGraph | None:
+                   priority: np.ndarray, lag_col: pa.ChunkedArray,
+                   dur_col: pa.ChunkedArray) -> SimGraph | None:
     """The SimGraph of edges already in source order, checked; None when they are not (or
     a value is bad): ``to_simgraph`` then takes the general path."""
     task, edge = g["task"], g["edge"]
     n, m = task.num_rows, edge.num_rows
-    if not all(_ints(c) for c in (task["dur_ns"], task["unit_id"], task["start_ns"],
-                                  edge["src"], edge["dst"], edge["lag_ns"])) \
+    if not all(_ints(c) for c in (dur_col, task["unit_id"], task["start_ns"],
+                                  edge["src"], edge["dst"], lag_col)) \
             or not pa.types.is_signed_integer(task["unit_id"].type) \
             or task["unit_id"].type.bit_width > 32:
         return None
@@ -94,7 +95,7 @@ def _fast_simgraph(g: dict[str, pa.Table], policy: np.ndarray, kind: np.ndarray,
     _report.csr_close(indptr, nxt, m)
     # one pass per batch checks what the simulator relies on, and copies the batch out when
     # there are several (a single batch is used where it lies)
-    batches = task.select(["dur_ns", "unit_id"]).to_batches()
+    batches = pa.table({"dur": dur_col, "unit": task["unit_id"]}).to_batches()
     dur = np.empty(n if len(batches) > 1 else 0, np.int64)
     unit = np.empty(n if len(batches) > 1 else 0, np.int32)
     lo = 0
@@ -105,7 +106,7 @@ def _fast_simgraph(g: dict[str, pa.Table], policy: np.ndarray, kind: np.ndarray,
         lo += b.num_rows
     if len(batches) == 1:
         dur, unit = batches[0].column(0).to_numpy(), batches[0].column(1).to_numpy()
-    batches = edge.select(["dst", "lag_ns"]).to_batches()
+    batches = pa.table({"dst": edge["dst"], "lag": lag_col}).to_batches()
     dst = np.empty(m if len(batches) > 1 else 0, np.int64)
     lag = np.empty(m if len(batches) > 1 else 0, np.int64)
     lo = 0
@@ -122,30 +123,74 @@ def _fast_simgraph(g: dict[str, pa.Table], policy: np.ndarray, kind: np.ndarray,
                     priority=priority, indptr=indptr, dst=dst, lag_ns=lag, edge_kind=kind)
 
 
-def to_simgraph(g: dict[str, pa.Table]) -> SimGraph:
+Slack = "bool | frozenset[str]"
+
+
+def _kept(slack, kind: str) -> bool:
+    return slack is True or (not isinstance(slack, bool) and kind in slack)
+
+
+def edge_lags(edge: pa.Table, slack=True) -> pa.ChunkedArray:
+    """Each edge's delay in the simulation: its physical latency, plus what the trace showed
+    beyond it (``slack`` True; a set of edge kinds keeps theirs only). With all slack the
+    unmodified graph replays its trace exactly; without, the replay shows how much of the
+    timeline the graph's structure explains."""
+    if slack is False or "slack_ns" not in edge.column_names:
+        return edge["lag_ns"]
+    if slack is True:
+        return pc.add(edge["lag_ns"], edge["slack_ns"])
+    keep = pc.is_in(edge["kind"].cast(pa.string()), pa.array(sorted(slack), pa.string()))
+    return pc.add(edge["lag_ns"], pc.if_else(keep, edge["slack_ns"], 0))
+
+
+def task_durations(task: pa.Table, slack=True) -> pa.ChunkedArray:
+    """Each task's duration in the simulation: its own cost, plus (``slack`` True, or a set
+    holding ``peer_wait``) the waiting inside it that no edge models."""
+    if not _kept(slack, "peer_wait") or "slack_ns" not in task.column_names:
+        return task["dur_ns"]
+    return pc.add(task["dur_ns"], task["slack_ns"])
+
+
+def to_simgraph(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> SimGraph:
     """The simulator's columnar input from the graph tables of one trace, checked as
     ``SimGraph.from_edges`` checks it (so ``simulate(..., check=False)`` may run it).
+    ``slack``: which slack the simulation keeps (``edge_lags``, ``task_durations``);
+    ``inferred`` False leaves out the edges inferred from coincidences of times.
 
     Edges come from ``read_graph`` in source order: the CSR is then the edge columns as they
     are, with ``indptr`` written from the sources, and each column checked in the pass that
     copies it out of its chunks. Anything else (sources out of order, a bad value, nulls)
     goes through ``SimGraph.from_edges``, which sorts, or names the problem."""
     task, edge, unit = g["task"], g["edge"], g["unit"]
+    restore = None
+    if not inferred and "inferred" in edge.column_names:
+        # as if the edges had never been inferred: a task they made wait keeps the waiting
+        # in its duration, as the trace shows it
+        restore = edge.filter(pc.and_(edge["inferred"], edge["binding"]))["dst"]
+        edge = edge.filter(pc.invert(edge["inferred"]))
+        g = {**g, "edge": edge}
     policy = _codes(unit["policy"], POLICY, "unit policy").astype(np.int8)
     kind = _codes8(edge["anchor"], ANCHOR_KIND, "edge anchor")
     n = task.num_rows
     prio = task["priority"]
     priority = (np.zeros(n, np.int64) if prio.null_count == n  # untouched pages: no cost
                 else prio.fill_null(0).to_numpy())
-    sg = _fast_simgraph(g, policy, kind, priority)
+    lag_col = edge_lags(edge, slack)
+    dur_col = task_durations(task, slack)
+    if restore is not None and len(restore):
+        back = np.zeros(task.num_rows, bool)
+        back[restore.to_numpy()] = True
+        dur_col = pa.chunked_array([pc.if_else(pa.array(back), task["obs_dur_ns"].combine_chunks(),
+                                               dur_col.combine_chunks())])
+    sg = _fast_simgraph(g, policy, kind, priority, lag_col, dur_col)
     if sg is not None:
         return sg
     return SimGraph.from_edges(
-        dur_ns=task["dur_ns"].to_numpy(),
+        dur_ns=dur_col.to_numpy(),
         unit=task["unit_id"].to_numpy(),
         unit_policy=policy,
         src=edge["src"].to_numpy(), dst=edge["dst"].to_numpy(),
-        lag_ns=edge["lag_ns"].to_numpy(), edge_kind=kind,
+        lag_ns=lag_col.to_numpy(), edge_kind=kind,
         order_key=task["start_ns"].to_numpy(),
         priority=priority,
     )
@@ -173,6 +218,12 @@ class Replay:
     def mean(self, attr: str) -> float:
         used = [getattr(i, attr) for i in self.iterations if i.used]
         return float(np.mean(used)) if used else float("nan")
+
+    def median(self, attr: str) -> float:
+        """The steady-state headline: the median over the iterations used (warm-up and drain
+        left out)."""
+        used = [getattr(i, attr) for i in self.iterations if i.used]
+        return float(np.median(used)) if used else float("nan")
 
 
 @dataclass(frozen=True)
@@ -206,9 +257,10 @@ def _batch_ints(arr: pa.Array, fill: int) -> tuple[np.ndarray, np.ndarray, int, 
 
 
 def _scan(g: dict[str, pa.Table], obs_start: np.ndarray, sim_start: np.ndarray,
-          sim_end: np.ndarray, unit: np.ndarray | None = None, n_units: int = 0) -> _Scan:
-    """One pass over the tasks, batch by batch, for iteration times and (with ``unit``) unit
-    load."""
+          sim_end: np.ndarray, unit: np.ndarray | None = None, n_units: int = 0,
+          work: np.ndarray | None = None) -> _Scan:
+    """One pass over the tasks, batch by batch, for iteration times and (with ``unit`` and
+    ``work``, the simulated durations) each unit's work."""
     its = g["iteration"]
     t = its["start_ns"].to_numpy()
     order = np.argsort(t, kind="stable")
@@ -223,14 +275,16 @@ def _scan(g: dict[str, pa.Table], obs_start: np.ndarray, sim_start: np.ndarray,
     busy = np.zeros(n_units if unit is not None else 0, np.int64)
     if unit is None:
         unit = np.empty(0, np.int32)
+    if work is None:
+        work = np.empty(0, np.int64)
     lo = 0
     for b in g["task"].select(["obs_dur_ns", "kind", "iteration"]).to_batches():
         obs_dur = b.column(0).to_numpy()
         kind_idx, cpu_lut = _batch_codes(b.column(1))
         it_val, it_valid, it_voff, it_nulls = _batch_ints(b.column(2), -1)
         _report.task_scan(lo, obs_start, obs_dur, kind_idx, cpu_lut, it_val, it_valid, it_voff,
-                          it_nulls, sim_start, sim_end, unit, busy, t_sorted, b_start, b_task,
-                          acc, last_it, last_end)
+                          it_nulls, sim_start, sim_end, unit, work, busy, t_sorted, b_start,
+                          b_task, acc, last_it, last_end)
         lo += b.num_rows
     if k and acc[_report.FB_TASK] < 0:
         raise DaydreamError("no CPU task in the trace: iterations cannot be timed")
@@ -281,48 +335,107 @@ def iteration_times(g: dict[str, pa.Table], sim_start: np.ndarray, sim_end: np.n
 
 
 def _mark_warmup(its: list[Iteration]) -> None:
+    """Flag the iterations a steady-state figure leaves out: the window's last one when it
+    drains (it also waits for GPU work queued before it and for the profiler's closing sync:
+    longer than the iterations between by more than WARMUP_TOLERANCE), then a first one that
+    is a warm-up outlier against the steady iterations (not against the drain)."""
     if len(its) < 3:
         return
-    rest = np.median([i.measured_ns for i in its[1:]])
+    mid = float(np.median([i.measured_ns for i in its[1:-1]]))
+    last = its[-1].measured_ns
+    if mid > 0 and (last - mid) / mid > WARMUP_TOLERANCE:
+        its[-1].used = False
+        its[-1].note = (f"drain: {last / 1e6:.1f} ms against a median of {mid / 1e6:.1f} ms for "
+                        "the iterations before it (the window's end waits for queued GPU work);"
+                        " left out of the headline")
+    rest = float(np.median([i.measured_ns for i in its[1:] if i.used]))
     first = its[0].measured_ns
     if rest > 0 and abs(first - rest) / rest > WARMUP_TOLERANCE:
         its[0].used = False
         its[0].note = (f"warm-up: {first / 1e6:.1f} ms against a median of {rest / 1e6:.1f} ms "
-                       "for the others; left out of the means")
+                       "for the steady iterations; left out of the headline")
 
 
-def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, iteration: int,
-                          top: int = 8, last: int | None = None) -> dict:
-    """The chain of tasks that decided when the iteration ended, summarized by phase, layer
-    and kind of work (time on the path, ns). ``last`` is the task that ended the iteration
-    (what the next iteration's first task waited for); by default the last-ending task."""
+def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, dur: np.ndarray,
+                          iteration: int, scan: _Scan, top: int = 8) -> dict:
+    """The chain of tasks and delays that decided how long an iteration took, from its start
+    (its first CPU task's simulated start) to its end (the next iteration's first CPU task, or
+    the iteration's last-ending task), across threads and streams: each part is a task's own
+    work or the delay of the edge that made a task wait (by the edge's kind: launch, stream,
+    sync, wake, ...), and the parts add up to the span. ``dur``: the simulated durations.
+    Summarized by kind of work or delay, phase and layer (ns on the path)."""
     task = g["task"]
-    its = [(lo, *_batch_ints(ch, -1)) for lo, ch in _offsets(task["iteration"])]
-    if last is None or _iterations_of(its, np.array([last], np.int64))[0] != iteration:
-        last = -1
-        for lo, *it in its:
-            last = _report.last_in(lo, *it, iteration, sched.end_ns, last)
-        if last < 0:
+    idx = g["iteration"]["iteration"].to_numpy()
+    rows = np.flatnonzero(idx == iteration)
+    if not len(rows):
+        return {}
+    k = int(rows[0])
+    t0 = int(sched.start_ns[scan.anchors[k]])
+    if k + 1 < len(idx):
+        x, at_end = int(scan.anchors[k + 1]), False
+        t1 = int(sched.start_ns[x])
+    else:
+        x = -1
+        for lo, *it in [(lo, *_batch_ints(ch, -1)) for lo, ch in _offsets(task["iteration"])]:
+            x = _report.last_in(lo, *it, iteration, sched.end_ns, x)
+        if x < 0:
             return {}
-    # walk back from ``last`` until the path leaves the iteration (in growing blocks, not
-    # back to the start of the trace); then time on the path per task (_report.path_held)
-    blocks, x, at_end, size = [], last, True, 4096
-    while x >= 0:
-        buf = np.empty(size, np.int64)
-        k, x, at_end = _report.walk_back(sched.bound_by, sched.bound_via_start,
-                                         sched.end_bound_by, x, at_end, buf)
-        outside = np.flatnonzero(_iterations_of(its, buf[:k]) != iteration)
-        blocks.append(buf[:outside[0] if len(outside) else k])
-        if len(outside):
+        at_end, t1 = True, int(sched.end_ns[x])
+    size = 4096
+    while True:
+        seg_task = np.empty(size, np.int64)
+        seg_src = np.empty(size, np.int64)
+        seg_ns = np.empty(size, np.int64)
+        n, reached = _report.path_parts(sched.bound_by, sched.bound_via_start,
+                                        sched.end_bound_by, sched.start_ns, sched.end_ns,
+                                        dur, x, at_end, t0, seg_task, seg_src, seg_ns)
+        if n < size:
             break
-        size *= 2
-    path, held = _report.path_held(np.ascontiguousarray(np.concatenate(blocks)[::-1]),
-                                   sched.start_ns, sched.end_ns)
-    out = {"iteration": int(iteration), "tasks": int(len(path)),
-           "span_ns": int(sched.end_ns[last] - sched.start_ns[path[0]]) if len(path) else 0}
-    for col in ("phase", "kind", "layer"):
-        out[f"by_{col}"] = _time_by(task[col], path, held, top, col)
+        size *= 4
+    seg_task, seg_src, seg_ns = seg_task[:n], seg_src[:n], seg_ns[:n]
+    work = seg_src < 0
+    kinds = _part_kinds(g, task["kind"], seg_task, seg_src, work)
+    names = sorted(set(kinds))
+    code = np.array([names.index(v) for v in kinds], np.int64)
+    sums, seen = _report.group_sums(code, seg_ns, len(names))
+    by_kind = [{"kind": names[i], "ns": int(round(sums[i]))}
+               for i in np.argsort(-sums, kind="stable") if seen[i]][:top]
+    gpu = np.isin(np.asarray(kinds, object), list(GPU_KINDS)) & work
+    out = {"iteration": int(iteration), "tasks": int(len(np.unique(seg_task))),
+           "start_ns": t0, "end_ns": t1, "span_ns": t1 - t0,
+           "covered_ns": int(seg_ns.sum()), "uncovered_ns": int(max(reached - t0, 0)),
+           "work_ns": int(seg_ns[work].sum()), "gpu_ns": int(seg_ns[gpu].sum()),
+           "delay_ns": int(seg_ns[~work].sum()), "by_kind": by_kind}
+    for col in ("phase", "layer"):
+        out[f"by_{col}"] = _time_by(task[col], seg_task, seg_ns, top, col)
     return out
+
+
+def _part_kinds(g: dict[str, pa.Table], kind_col: pa.ChunkedArray, seg_task: np.ndarray,
+                seg_src: np.ndarray, work: np.ndarray) -> list[str]:
+    """The name of each critical-path part: a task's kind for its own work, ``delay: <edge
+    kind>`` for a delay (``delay: unit`` where the task waited for its unit's previous task
+    with no edge between them, on a unit a transform added)."""
+    out = np.empty(len(seg_task), object)
+    if work.any():
+        w = seg_task[work]
+        out[work] = np.asarray(kind_col.take(pa.array(w)).cast(pa.string()).to_pylist(), object)
+    d = np.flatnonzero(~work)
+    if len(d):
+        edge = g["edge"]
+        dst = edge["dst"]
+        near = edge.filter(pc.is_in(dst, pa.array(np.unique(seg_task[d]))))
+        n = len(kind_col)
+        key = near["src"].to_numpy() * n + near["dst"].to_numpy()
+        o = np.argsort(key, kind="stable")
+        key = key[o]
+        ekind = np.asarray(near["kind"].cast(pa.string()).to_pylist(), object)[o]
+        q = seg_src[d] * n + seg_task[d]
+        pos = np.minimum(np.searchsorted(key, q), max(len(key) - 1, 0))
+        hit = (key[pos] == q) if len(key) else np.zeros(len(q), bool)
+        out[d] = [f"delay: {ekind[p]}" if h else "delay: unit"
+                  for p, h in zip(pos.tolist(), hit.tolist(), strict=True)]
+    return out.tolist()
 
 
 def _offsets(col: pa.ChunkedArray) -> list[tuple[int, pa.Array]]:
@@ -403,8 +516,8 @@ def _time_by(col: pa.ChunkedArray, path: np.ndarray, ns: np.ndarray, top: int,
 
 def unit_busy(g: dict[str, pa.Table], sched: Schedule,
               busy_ns: np.ndarray | None = None) -> list[dict]:
-    """Share of the simulated span each unit is busy (``busy_ns``: time held per unit, when
-    already summed)."""
+    """Share of the simulated span each unit works (``busy_ns``: each unit's work, the
+    simulated durations of its tasks, when already summed; else the time its tasks held it)."""
     unit = g["unit"]
     n_units = unit.num_rows
     busy = sched.unit_busy_ns(n_units) if busy_ns is None else busy_ns
@@ -416,27 +529,20 @@ def unit_busy(g: dict[str, pa.Table], sched: Schedule,
             if names[u] != "origin"]
 
 
-def _ender(g: dict[str, pa.Table], sched: Schedule, iteration: int, scan: _Scan) -> int | None:
-    """The task whose end let the next iteration's first task start (None for the last)."""
-    idx = g["iteration"]["iteration"].to_numpy()
-    k = np.flatnonzero(idx == iteration)
-    if not len(k) or k[0] + 1 >= len(idx):
-        return None
-    nxt = scan.anchors[k[0] + 1]
-    b = int(sched.bound_by[nxt])
-    return b if b >= 0 and not sched.bound_via_start[nxt] else None
-
-
-def replay(g: dict[str, pa.Table]) -> Replay:
-    """Simulate a graph and measure it like the trace was measured."""
-    sg = to_simgraph(g)
+def replay(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Replay:
+    """Simulate a graph and measure it like the trace was measured. ``slack`` False: the
+    explained replay, every edge at its physical latency and every task at its own cost
+    (``edge_lags``, ``task_durations``); a set of slack kinds keeps those. ``inferred`` False:
+    without the edges inferred from coincidences."""
+    sg = to_simgraph(g, slack, inferred)
     sched = simulate(sg, check=False)  # to_simgraph checked it
     # sg.order_key is the observed start of each task
-    scan = _scan(g, sg.order_key, sched.start_ns, sched.end_ns, sg.unit, sg.n_units)
+    scan = _scan(g, sg.order_key, sched.start_ns, sched.end_ns, sg.unit, sg.n_units,
+                 sg.dur_ns)
     its = iteration_times(g, sched.start_ns, sched.end_ns, scan)
     used = [i for i in its if i.used]
     cp = {}
     if used:
         med = sorted(used, key=lambda i: i.measured_ns)[len(used) // 2]
-        cp = critical_path_summary(g, sched, med.index, last=_ender(g, sched, med.index, scan))
+        cp = critical_path_summary(g, sched, sg.dur_ns, med.index, scan)
     return Replay(sched, its, unit_busy(g, sched, scan.busy), cp)

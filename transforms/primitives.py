@@ -36,6 +36,10 @@ _ANCHOR = {("end", "start"): "end_start", ("start", "start"): "start_start",
            ("end", "end"): "end_end"}
 
 Predicate = "pl.Expr | str | np.ndarray | Sequence[int] | None"
+# What an edge an optimization adds carries unless it says otherwise: a new constraint of the
+# optimization's model, at no latency and with no slack (nothing in the trace to explain).
+_EDGE_DEFAULTS = (("kind", "inserted"), ("anchor", "end_start"), ("lag_ns", 0),
+                  ("slack_ns", 0), ("binding", False), ("inferred", False))
 
 
 def _plain(t: pa.Table) -> pa.Table:
@@ -159,12 +163,10 @@ class Graph:
 
     def set_lags(self, edges: np.ndarray | pl.Series | pl.Expr, lag_ns) -> Graph:
         """Lags of some edges (a boolean mask over the edge table, or a Polars expression over
-        it) set to ``lag_ns`` (a number or an array over all edges, >= 0): what a transfer
-        time or a late start that an edge carries becomes under an optimization."""
+        it) set to ``lag_ns`` (a number or an array over all edges): what a late start that an
+        edge carries becomes under an optimization. Slack is kept."""
         mask = self._edge_mask(edges)
         new = np.broadcast_to(np.asarray(lag_ns), (self.edge.height,)).astype(np.int64)
-        if np.any(new[mask] < 0):
-            raise DaydreamError("set_lags: a lag must be >= 0 ns")
         lag = self.edge["lag_ns"].to_numpy().copy()
         lag[mask] = new[mask]
         return self._with(edge=self.edge.with_columns(pl.Series("lag_ns", lag, pl.Int64)))
@@ -199,6 +201,9 @@ class Graph:
         src = e["src"].to_numpy()
         dst = e["dst"].to_numpy()
         lag = e["lag_ns"].to_numpy()
+        slk = e["slack_ns"].to_numpy() if "slack_ns" in e.columns else np.zeros(len(lag), int)
+        inf = (e["inferred"].to_numpy() if "inferred" in e.columns
+               else np.zeros(len(lag), bool))
         anc = e["anchor"].to_list()
         kind = e["kind"].to_list()
         bind = e["binding"].to_numpy()
@@ -208,15 +213,17 @@ class Graph:
         out: dict[int, list[int]] = {}
         for i in np.flatnonzero(mask[src]):
             out.setdefault(int(src[i]), []).append(int(i))
-        new = {}  # (p, s, anchor) -> (lag, kind, binding)
+        new = {}  # (p, s, anchor) -> (lag, kind, binding, slack, inferred)
         for i in np.flatnonzero(~mask[src] & mask[dst]):
             p = int(src[i])
-            # DFS over removed tasks: state = (task, point reached on it, lag, kind, binding)
-            stack = [(int(dst[i]), _DST_POINT[anc[i]], int(lag[i]), kind[i], bool(bind[i]))]
+            # DFS over removed tasks: state = (task, point reached on it, lag, kind, binding,
+            # slack, inferred)
+            stack = [(int(dst[i]), _DST_POINT[anc[i]], int(lag[i]), kind[i], bool(bind[i]),
+                      int(slk[i]), bool(inf[i]))]
             p_point = _SRC_POINT[anc[i]]
             seen = set()
             while stack:
-                r, at, lg, kd, bd = stack.pop()
+                r, at, lg, kd, bd, sk, nf = stack.pop()
                 if (r, at) in seen:
                     continue  # reached before by another path: keep the first
                 seen.add((r, at))
@@ -225,11 +232,13 @@ class Graph:
                     if at == "end" and leave == "start":
                         continue  # entered at its end, left from its start: no constraint
                     lg2 = lg + int(lag[j])
+                    sk2 = sk + int(slk[j])
+                    nf2 = nf or bool(inf[j])
                     kd2 = kd if kd == kind[j] else "inserted"
                     bd2 = bd and bool(bind[j])
                     s = int(dst[j])
                     if mask[s]:
-                        stack.append((s, _DST_POINT[anc[j]], lg2, kd2, bd2))
+                        stack.append((s, _DST_POINT[anc[j]], lg2, kd2, bd2, sk2, nf2))
                         continue
                     s_point = _DST_POINT[anc[j]]
                     if p_point == "start" and s_point == "end":
@@ -238,17 +247,18 @@ class Graph:
                         a, lg3 = _ANCHOR[(p_point, s_point)], lg2
                     key = (p, s, a)
                     old = new.get(key)
-                    if old is None or lg3 > old[0]:
-                        new[key] = (lg3, kd2, bd2)
+                    if old is None or lg3 + sk2 > old[0] + old[3]:
+                        new[key] = (lg3, kd2, bd2, sk2, nf2)
         kept = e.filter(pl.Series(~touch))
         if new:
             keys = list(new)
             vals = [new[k] for k in keys]
-            add = pl.DataFrame({
+            cols = {
                 "src": [k[0] for k in keys], "dst": [k[1] for k in keys],
                 "kind": [v[1] for v in vals], "anchor": [k[2] for k in keys],
                 "lag_ns": [v[0] for v in vals], "binding": [v[2] for v in vals],
-            }, schema=kept.schema)
+                "slack_ns": [v[3] for v in vals], "inferred": [v[4] for v in vals]}
+            add = pl.DataFrame({c: cols[c] for c in kept.columns}, schema=kept.schema)
             kept = pl.concat([kept, add])
         newid = np.cumsum(~mask) - 1
         lut = pl.Series(newid.astype(np.int64))
@@ -334,7 +344,7 @@ class Graph:
                 row[c] = t[c].cast(dt)
             elif c in fill:
                 row[c] = fill[c]
-            elif c == "obs_dur_ns":
+            elif c in ("obs_dur_ns", "slack_ns"):
                 row[c] = pl.Series(c, np.zeros(k, np.int64))
             elif c == "blocking":
                 row[c] = pl.Series(c, np.zeros(k, bool))
@@ -373,6 +383,8 @@ class Graph:
             anchor = e["anchor"].to_list()
             lagl = e["lag_ns"].to_list()
             bindl = e["binding"].to_list()
+            slackl = e["slack_ns"].to_list() if "slack_ns" in e.columns else [0] * len(lagl)
+            infl = e["inferred"].to_list() if "inferred" in e.columns else [False] * len(lagl)
             into: dict[int, list[int]] = {}
             outof: dict[int, list[int]] = {}
             for i, (x, y) in enumerate(zip(src, dst, strict=False)):
@@ -399,14 +411,16 @@ class Graph:
                 anchor.append("end_start")
                 lagl.append(0)
                 bindl.append(False)
+                slackl.append(0)
+                infl.append(False)
                 into.setdefault(d_, []).append(i)
                 outof.setdefault(s_, []).append(i)
-            e = pl.DataFrame({"src": src, "dst": dst, "kind": ekind, "anchor": anchor,
-                              "lag_ns": lagl, "binding": bindl}, schema=e.schema)
+            cols = {"src": src, "dst": dst, "kind": ekind, "anchor": anchor, "lag_ns": lagl,
+                    "binding": bindl, "slack_ns": slackl, "inferred": infl}
+            e = pl.DataFrame({c: cols[c] for c in e.columns}, schema=e.schema)
         if edges is not None and edges.height:
             ed = edges
-            for c, v in (("kind", "inserted"), ("anchor", "end_start"), ("lag_ns", 0),
-                         ("binding", False)):
+            for c, v in _EDGE_DEFAULTS:
                 if c not in ed.columns:
                     ed = ed.with_columns(pl.lit(v).alias(c))
 
@@ -424,8 +438,7 @@ class Graph:
         if not edges.height:
             return self
         ed = edges
-        for c, v in (("kind", "inserted"), ("anchor", "end_start"), ("lag_ns", 0),
-                     ("binding", False)):
+        for c, v in _EDGE_DEFAULTS:
             if c not in ed.columns:
                 ed = ed.with_columns(pl.lit(v).alias(c))
         n = self.n_tasks

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 import time
 
@@ -59,6 +60,7 @@ class Buffer:
         self.memory = np.zeros(sum(sizes) + spacing * len(recs) + 8, np.uint8)
         base = self.memory.ctypes.data
         self.activities = []
+        self._at: dict[str, tuple[int, np.dtype]] = {}
         off = 0
         for (cls_name, r), size in zip(recs, sizes, strict=True):
             self.memory[off:off + size] = r.view(np.uint8)
@@ -66,7 +68,13 @@ class Buffer:
             obj.ptr = base + off
             obj.owner = self.memory  # as cupti-python's wrappers keep their buffer alive
             self.activities.append(obj)
+            self._at.setdefault(cls_name, (off, r.dtype))
             off += size + spacing
+
+    def view(self, cls_name: str) -> np.ndarray:
+        """The first record of ``cls_name`` in this buffer's memory, writable in place."""
+        off, dtype = self._at[cls_name]
+        return self.memory[off:off + dtype.itemsize].view(dtype)
 
 
 API_NAMES = {("runtime", 211): "cudaLaunchKernel_v7000", ("runtime", 41): "cudaMemcpyAsync_v3020",
@@ -159,42 +167,110 @@ def markers(names) -> np.ndarray:
     return out
 
 
+# The FakeBackends of the process, for a job's code to reach (``cuda_init``), and whether the
+# job has initialized CUDA (tests that change it restore it with monkeypatch).
+CURRENT: list = []
+CUDA = {"initialized": False}
+
+DEVICE_RECORD = dict(
+    kind=fmt.KIND_DEVICE, id=0, compute_capability_major=9, compute_capability_minor=0,
+    num_multiprocessors=132, global_memory_size=150_000_000_000,
+    global_memory_bandwidth=4_800_000_000, core_clock_rate=1_980_000, num_threads_per_warp=32,
+    l2cache_size=50 << 20, max_threads_per_block=1024)
+
+
+def cuda_init() -> None:
+    """The job initializes CUDA (``model.cuda()``): CUPTI writes DEVICE and CONTEXT records now,
+    and only if those kinds are enabled now (they are never written later)."""
+    CUDA["initialized"] = True
+    if CURRENT:
+        CURRENT[-1].cuda_init()
+
+
 class FakeBackend:
-    """What ``collect`` needs from CUPTI, without a GPU: a clock, external-correlation push and
-    pop (recorded per thread), and buffers delivered at flush."""
+    """What ``collect`` needs from CUPTI, without a GPU, with CUPTI's delivery rules:
+
+    * every marker but an iteration's (``ProfilerStep#``, begun by ``collect.api`` itself,
+      launches nothing) fakes one launch inside it, made when it is popped: a runtime call, its
+      kernel and the external correlation CUPTI would record for it, one buffer per launch;
+    * the GPU runs behind the CPU: a kernel completes ``LAG`` launches later, or at
+      ``synchronize()``; a forced flush delivers incomplete kernels with start = end = 0 (what
+      CUPTI hands back for an activity still queued), a default flush (``forced=False``) only
+      buffers whose records are all complete;
+    * DEVICE and CONTEXT records exist only if those kinds were enabled when CUDA initialized
+      (``cuda_init``).
+    """
 
     clock_name = "perf_counter_ns (fake backend)"
+    LAG = 3
+    EARLY = ("DEVICE", "CONTEXT")
 
     def __init__(self, recorder):
         self.recorder = recorder
         self.recorder.api_name = api_name
         self.pushes: list[tuple[str, int]] = []
-        self.started = self.stopped = 0
+        self.started = self.stopped = self.opened = self.syncs = 0
         self.pending: list[Buffer] = []
+        self.inflight: list[tuple[Buffer, np.ndarray]] = []  # queued kernels, their records
+        self.kinds: set[str] = set()
+        self._open: dict[int, list] = {}
         self.strings = Strings()
+        self.cuda_initialized = CUDA["initialized"]
+        self.library = {"path": "fake", "api_version": 130400}
+        CURRENT.append(self)
 
     def check(self) -> None:
         pass
 
+    def open(self) -> None:
+        self.opened += 1
+        self.kinds.update(self.EARLY)
+
     def start(self) -> None:
         self.started += 1
+        self.kinds.update(("CONCURRENT_KERNEL", "RUNTIME", "EXTERNAL_CORRELATION") + self.EARLY)
         self.recorder.meta_later({"activity_kinds": ["FAKE"]})
 
     def stop(self) -> None:
-        self.flush()
+        """CUPTI's last forced flush, then the kinds are off."""
+        self.flush(forced=True)
+        self.kinds.clear()
         self.stopped += 1
+
+    def cuda_init(self) -> None:
+        self.cuda_initialized = True
+        if "DEVICE" in self.kinds:
+            self.pending.append(Buffer([
+                ("ActivityDevice6", record("ActivityDevice6", name=self.strings.ptr(
+                    "NVIDIA H200"), **DEVICE_RECORD)),
+                ("ActivityContext4", record("ActivityContext4", kind=fmt.KIND_CONTEXT,
+                                            context_id=1, device_id=0))]))
 
     def timestamp(self) -> int:
         return time.perf_counter_ns()
 
     def push(self, mid: int) -> None:
-        """Also fakes one kernel launch inside the marker: a runtime call, its kernel and the
-        external correlation CUPTI would record for it (delivered at the next flush)."""
         self.pushes.append(("push", mid))
+        opener = sys._getframe(2).f_globals.get("__name__")  # who called Markers.begin
+        launches = "CONCURRENT_KERNEL" in self.kinds and opener != "collect.api"
+        self._open.setdefault(threading.get_native_id(), []).append(
+            (mid, time.perf_counter_ns(), launches))
+
+    def pop(self) -> None:
+        """The launch happens inside the marker: its call is timed halfway between the push
+        and the pop (the marker's own clock reads lie within)."""
+        self.pushes.append(("pop", 0))
+        stack = self._open.get(threading.get_native_id())
+        if not stack:
+            return
+        mid, t_push, launches = stack.pop()
+        if launches:
+            self._launch(mid, (t_push + time.perf_counter_ns()) // 2)
+
+    def _launch(self, mid: int, t: int) -> None:
         corr = len(self.pushes)
-        t = time.perf_counter_ns()
         tid = threading.get_native_id()
-        self.pending.append(Buffer([
+        buf = Buffer([
             ("ActivityAPI", record("ActivityAPI", kind=fmt.KIND_RUNTIME, cbid=211, start=t,
                                    end=t + 1, process_id=os.getpid(), thread_id=tid,
                                    correlation_id=corr)),
@@ -205,13 +281,36 @@ class FakeBackend:
                 "ActivityKernel13", kind=fmt.KIND_CONCURRENT_KERNEL, start=t + 5, end=t + 9,
                 device_id=0, context_id=1, stream_id=7, correlation_id=corr,
                 name=self.strings.ptr(f"kernel_{mid % 3}"))),
-        ]))
+        ])
+        self.pending.append(buf)
+        self.inflight.append((buf, buf.view("ActivityKernel13")))
+        while len(self.inflight) > self.LAG:  # the GPU caught up with older launches
+            self.inflight.pop(0)
 
-    def pop(self) -> None:
-        self.pushes.append(("pop", 0))
+    def synchronize(self) -> None:
+        self.syncs += 1
+        self.inflight.clear()
 
-    def flush(self) -> None:
-        """Deliver pending records as CUPTI does: whole buffers, latest first."""
-        pending, self.pending = self.pending, []
-        for i in range(0, len(pending), 4)[::-1]:
-            self.recorder.handle_buffer([a for b in pending[i:i + 4] for a in b.activities])
+    def device_properties(self) -> list[dict] | None:
+        """What the job's CUDA runtime says of its devices (torch.cuda in production); None
+        before CUDA is initialized."""
+        if not self.cuda_initialized:
+            return None
+        return [{"id": 0, "name": "NVIDIA H200 (runtime)", "computeMajor": 9, "computeMinor": 0,
+                 "numSms": 132, "totalGlobalMem": 150_000_000_000}]
+
+    def flush(self, forced: bool = True) -> None:
+        """Deliver buffers as CUPTI does: whole buffers, latest first."""
+        queued = {id(b) for b, _ in self.inflight}
+        if forced:
+            deliver, keep = self.pending, []
+            for _, v in self.inflight:   # what CUPTI hands back for work still queued
+                v["start"] = 0
+                v["end"] = 0
+            self.inflight = []
+        else:
+            deliver = [b for b in self.pending if id(b) not in queued]
+            keep = [b for b in self.pending if id(b) in queued]
+        self.pending = keep
+        for i in range(0, len(deliver), 4)[::-1]:
+            self.recorder.handle_buffer([a for b in deliver[i:i + 4] for a in b.activities])

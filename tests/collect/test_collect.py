@@ -65,20 +65,3 @@ def test_command_injects_collection_into_the_job(tmp_path, capfd):
 def test_probe_uses_the_backend():
     with pytest.raises(DaydreamError, match=NEEDS_GPU):
         cupti_backend.probe()
-
-
-def test_sitecustomize_leaves_helpers_alone(monkeypatch):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "daydream_site", ROOT / "collect" / "_site" / "sitecustomize.py")
-    monkeypatch.delenv(ENV, raising=False)
-    site = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(site)
-    cases = {("python", "train.py"): False,
-             ("python", "/venv/bin/torchrun", "--nproc-per-node", "8", "train.py"): True,
-             ("python", "-m", "torch.distributed.run", "train.py"): True,
-             ("python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()",
-              "--multiprocessing-fork"): True}
-    for argv, helper in cases.items():
-        monkeypatch.setattr(sys, "orig_argv", list(argv))
-        assert site._helper_process() is helper, argv

@@ -10,21 +10,34 @@ import pytest
 
 from graphstore.build import build
 from graphstore.check import check_acyclic
+from graphstore.latency import Latency
 from graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, GPU_KINDS, TASK_KINDS
 from ingest.convert import read_trace
 from ingest.errors import DaydreamError
 from tests.conftest import DATA, SHARED, kineto_files
 
+# Round latencies for the hand-made traces, so that the expected lags and slack below can be
+# worked out by hand (the real constants live in graphstore.latency, with their sources).
+LAT = {k: Latency(v, "test") for k, v in dict(
+    stream=1000, launch=0, wait=1000, sync=1000, queue=1000, wake=1000, contention=0,
+    origin=0, thread=0).items()}
+
 
 def edges(g, kinds=None):
-    """Edges as (kind, anchor, lag_ns, binding, src name, dst name) tuples."""
+    """Edges as (kind, anchor, lag_ns, slack_ns, binding, src name, dst name) tuples."""
     out = []
-    for s, d, k, a, lg, b in zip(g.src, g.dst, g.ekind, g.anchor, g.lag_ns, g.binding,
-                                 strict=True):
+    for s, d, k, a, lg, sl, b in zip(g.src, g.dst, g.ekind, g.anchor, g.lag_ns, g.slack_ns,
+                                     g.binding, strict=True):
         if kinds is None or EDGE_KINDS[k] in kinds:
-            out.append((EDGE_KINDS[k], EDGE_ANCHORS[a], int(lg), bool(b), g.name[s],
-                        g.name[d]))
+            out.append((EDGE_KINDS[k], EDGE_ANCHORS[a], int(lg), int(sl), bool(b),
+                        g.name[s], g.name[d]))
     return sorted(out)
+
+
+def inferred(g, kind):
+    return sorted((g.name[s], g.name[d]) for s, d, k, i in zip(g.src, g.dst, g.ekind,
+                                                               g.inferred, strict=True)
+                  if i and EDGE_KINDS[k] == kind)
 
 
 def task_of(g, name):
@@ -53,9 +66,17 @@ def test_launch_stream_sync_inferred_wait(tmp_path):
     # thread 1 (cont.): |launchD 40-42| ... |launchE 62-64| ...      (op range 0-80)
     # stream 9:                  |kD 48-49|          |kE 70-71|
     #
-    # kA, kD, kE: launch-bound, 8 us after their call starts: the typical launch lag.
-    # kB: stream-bound (starts when kA ends).  kC: launched at 16, starts at 30.5, right
-    # after kB on another stream: an inferred cross-stream wait.  The sync waited for kB.
+    # With the round latencies of LAT (launch: the call's end; stream: 1 us after the
+    # predecessor; wait: 1 us; sync: 1 us), each GPU task's latest constraint binds, and its
+    # slack is what the trace shows beyond it:
+    # kA: its call ended at 5, it started at 8: launch slack 3 us.  kB: stream-bound, started
+    # at kA's end, 1 us sooner than the latency: slack -1 us.  kC: launched at 18, started at
+    # 30.5, right after kB on another stream: an inferred cross-stream wait, 0.5 us sooner than
+    # its latency.  kD, kE: 6 us after their calls ended, more than UNEXPLAINED_NS, with
+    # nothing on another stream to explain it: launch slack (unexplained GPU idle).
+    # The stream sync has no sync record; its thread last launched onto stream 8, whose kC
+    # ended after the call returned, so the stream whose pending work ended inside the call
+    # is taken (kB, inferred). The call waited: it keeps 32 - (30 + 1) = 1 us of its own.
     ev = [
         X("cpu_op", "op", 0, 80),
         X("cuda_runtime", "launchD", 40, 2, correlation=5),
@@ -70,30 +91,31 @@ def test_launch_stream_sync_inferred_wait(tmp_path):
         X("kernel", "kB", 20, 10, pid=0, tid=7, stream=7, correlation=2, device=0),
         X("kernel", "kC", 30.5, 4.5, pid=0, tid=8, stream=8, correlation=3, device=0),
     ]
-    g = build(read_trace(write(tmp_path, ev)).tables)
+    g = build(read_trace(write(tmp_path, ev)).tables, LAT)
     got = edges(g, {"launch", "stream", "sync", "wait"})
     assert got == sorted([
-        ("launch", "start_start", 8000, True, "launchA", "kA"),
-        ("launch", "start_start", 8000, False, "launchB", "kB"),
-        ("stream", "end_start", 0, True, "kA", "kB"),
-        ("launch", "start_start", 8000, False, "launchC", "kC"),
-        ("wait", "end_start", 500, True, "kB", "kC"),
-        ("sync", "end_end", 2000, True, "kB", "cudaStreamSynchronize"),
-        ("launch", "start_start", 8000, True, "launchD", "kD"),
-        ("launch", "start_start", 8000, True, "launchE", "kE"),
-        ("stream", "end_start", 0, False, "kD", "kE"),  # typical gap here: 0 (kA->kB)
+        ("launch", "end_start", 0, 3000, True, "launchA", "kA"),
+        ("launch", "end_start", 0, 0, False, "launchB", "kB"),
+        ("stream", "end_start", 1000, -1000, True, "kA", "kB"),
+        ("launch", "end_start", 0, 0, False, "launchC", "kC"),
+        ("wait", "end_start", 1000, -500, True, "kB", "kC"),
+        ("sync", "end_end", 1000, 0, True, "kB", "cudaStreamSynchronize"),
+        ("launch", "end_start", 0, 6000, True, "launchD", "kD"),
+        ("launch", "end_start", 0, 6000, True, "launchE", "kE"),
+        ("stream", "end_start", 1000, 0, False, "kD", "kE"),
     ])
-    # the blocking call keeps only what remained after kB ended
+    assert inferred(g, "wait") == [("kB", "kC")]
+    assert inferred(g, "sync") == [("kB", "cudaStreamSynchronize")]
     sync = task_of(g, "cudaStreamSynchronize")
-    assert g.dur_ns[sync] == 2000 and g.obs_dur_ns[sync] == 12000
+    assert g.dur_ns[sync] == 1000 and g.obs_dur_ns[sync] == 12000 and g.blocking[sync]
     # host time between calls is a task named after the enclosing range
     hosts = [(int(g.start_ns[i]), int(g.obs_dur_ns[i])) for i in range(g.n_tasks)
              if TASK_KINDS[g.kind[i]] == "host" and g.name[i] == "op"]
     assert hosts == [(5000, 5000), (15000, 1000), (18000, 2000), (32000, 8000),
                      (42000, 20000), (64000, 16000)]
-    # thread order covers the thread without gaps
+    # thread order covers the thread without gaps: no latency, no slack
     thread = [e for e in edges(g, {"thread"})]
-    assert all(lag == 0 and b for _, _, lag, b, _, _ in thread)
+    assert all(lag == 0 and sl == 0 and b for _, _, lag, sl, b, _, _ in thread)
     assert len(thread) == 11  # 12 CPU tasks in a chain
 
 
@@ -102,49 +124,73 @@ def test_nested_driver_call_and_kernel_without_launch(tmp_path):
     # call's correlation), and a kernel whose launch is not in the trace.
     #
     # thread 1: |cudaLaunchKernel 0-10 [cuLaunchKernel 2-8]|
-    # stream 7:                 |k1 12-14|      |orphan 20-21|
+    # stream 7:                 |k1 12-14|       |orphan 21-22|
+    # The orphan starts 6 us after k1's end + the stream latency: more than UNEXPLAINED_NS,
+    # and nothing else explains it: it hangs off the trace start at its offset (origin
+    # slack), and its stream edge keeps no slack.
     ev = [
         X("cuda_runtime", "cudaLaunchKernel", 0, 10, correlation=1),
         X("cuda_driver", "cuLaunchKernel", 2, 6, correlation=2),
         X("kernel", "k1", 12, 2, pid=0, tid=7, stream=7, correlation=2, device=0),
-        X("kernel", "orphan", 20, 1, pid=0, tid=7, stream=7, correlation=99, device=0),
+        X("kernel", "orphan", 21, 1, pid=0, tid=7, stream=7, correlation=99, device=0),
     ]
-    g = build(read_trace(write(tmp_path, ev)).tables)
-    launch = edges(g, {"launch"})
-    assert launch == [("launch", "start_start", 12000, True, "cudaLaunchKernel", "k1")]
+    g = build(read_trace(write(tmp_path, ev)).tables, LAT)
+    assert edges(g, {"launch"}) == [("launch", "end_start", 0, 2000, True, "cudaLaunchKernel",
+                                     "k1")]
     assert g.stats.get("nested_calls_merged") == 1
     assert g.stats.get("gpu_without_launch") == 1
     origin = edges(g, {"origin"})
-    # roots: the first CPU task and the first task on the stream; the orphan follows k1
-    assert ("origin", "end_start", 0, True, "<trace start>", "cudaLaunchKernel") in origin
-    assert ("stream", "end_start", 6000, True, "k1", "orphan") in edges(g, {"stream"})
+    # the first CPU task hangs off the trace start at its offset (0); the orphan by slack
+    assert origin == sorted([("origin", "end_start", 0, 0, True, "<trace start>",
+                              "cudaLaunchKernel"),
+                             ("origin", "end_start", 0, 21000, True, "<trace start>",
+                              "orphan")])
+    assert edges(g, {"stream"}) == [("stream", "end_start", 1000, 0, False, "k1", "orphan")]
 
 
 def test_event_sync_single_stream_real():
-    """HTA's CUDA event sync trace, one stream: exactly two blocking waits."""
-    g = build(read_trace(DATA / "kineto" / "event_sync_single_stream.json.gz").tables)
+    """HTA's CUDA event sync trace, one stream: each synchronizing call waits for the work its
+    semantics name, whether or not it had to wait in the trace."""
+    g = build(read_trace(DATA / "kineto" / "event_sync_single_stream.json.gz").tables, LAT)
     assert edges(g, {"sync", "wait"}) == sorted([
-        # cudaMemcpyAsync to pageable memory blocks until its copy is done (2.935-2.937 ms)
-        ("sync", "end_end", 9000, True, "Memcpy DtoH (Device -> Pageable)", "cudaMemcpyAsync"),
+        # cudaMemcpyAsync to pageable memory returns once its copy is done (2.935-2.937 ms)
+        ("sync", "end_end", 1000, 0, True, "Memcpy DtoH (Device -> Pageable)",
+         "cudaMemcpyAsync"),
+        # the stream sync (record: stream 7) comes after that copy has ended: no wait
+        ("sync", "end_end", 1000, 0, False, "Memcpy DtoH (Device -> Pageable)",
+         "cudaStreamSynchronize"),
         # cudaEventSynchronize waits for the spin kernel recorded before the event
-        ("sync", "end_end", 8000, True,
+        ("sync", "end_end", 1000, 0, True,
          "at::cuda::(anonymous namespace)::spin_kernel(long)", "cudaEventSynchronize"),
+        # the device sync finds the spin kernel long done
+        ("sync", "end_end", 1000, 0, False,
+         "at::cuda::(anonymous namespace)::spin_kernel(long)", "cudaDeviceSynchronize"),
     ])
-    # cudaStreamSynchronize and cudaDeviceSynchronize found the stream already idle: no edge
     assert g.stats.get("blocking_calls") == 4
+    # own cost after the wait: the copy call ran 2.917-2.946 ms, its copy ended at 2.937 ms,
+    # +1 us latency: 8 us; the event sync ran 3.047-3.081, the kernel ended at 3.073: 7 us
+    assert g.dur_ns[task_of(g, "cudaMemcpyAsync")] == 8000
+    assert g.dur_ns[task_of(g, "cudaEventSynchronize")] == 7000
+    assert g.dur_ns[task_of(g, "cudaStreamSynchronize")] == 6000  # did not wait: all its own
+    assert not g.inferred[np.array([EDGE_KINDS[k] == "sync" for k in g.ekind])].any()
 
 
 def test_event_sync_multi_stream_real():
     """HTA's CUDA event sync trace on several streams: the recorded cudaStreamWaitEvent links
     the sgemm recorded on stream 20 (corr 27, event recorded by corr 1385) to the first work
     enqueued on stream 24 after the wait (memset corr 1411); the device sync waits for the last
-    sgemm on stream 24."""
-    g = build(read_trace(DATA / "kineto" / "event_sync_multi_stream.json.gz").tables)
+    task enqueued on each of the three streams, and the sgemm on stream 24 ends last."""
+    g = build(read_trace(DATA / "kineto" / "event_sync_multi_stream.json.gz").tables, LAT)
     got = edges(g, {"sync", "wait"})
     assert got == sorted([
-        ("wait", "end_start", 1000, False, "ampere_sgemm_128x64_nn", "Memset (Device)"),
-        ("sync", "end_end", 13000, True, "ampere_sgemm_128x64_nn", "cudaDeviceSynchronize"),
+        ("wait", "end_start", 1000, 0, False, "ampere_sgemm_128x64_nn", "Memset (Device)"),
+        ("sync", "end_end", 1000, 0, False, "ampere_sgemm_128x64_nn", "cudaDeviceSynchronize"),
+        ("sync", "end_end", 1000, 0, False, "ampere_sgemm_128x64_nn", "cudaDeviceSynchronize"),
+        ("sync", "end_end", 1000, 0, True, "ampere_sgemm_128x64_nn", "cudaDeviceSynchronize"),
     ])
+    dev = [i for i in range(len(g.src)) if EDGE_KINDS[g.ekind[i]] == "sync"
+           and g.binding[i]][0]
+    assert g.unit_name[g.unit[g.src[dev]]] == "gpu 0 stream 24"
     w = [i for i in range(len(g.src)) if EDGE_KINDS[g.ekind[i]] == "wait"][0]
     assert g.correlation[g.src[w]] == 27 and g.correlation[g.dst[w]] == 1411
     assert g.unit_name[g.unit[g.src[w]]] == "gpu 0 stream 20"
@@ -174,13 +220,30 @@ def test_real_trace_invariants(path):
     # every task but the origin has a predecessor; every GPU row became a task
     assert set(np.unique(g.dst)) == set(range(1, g.n_tasks))
     gpu_rows = sum(tables[t].num_rows for t in ("kernel", "memcpy", "memset"))
-    assert sum(TASK_KINDS[k] in GPU_KINDS for k in g.kind) == \
-        gpu_rows
-    # every edge points forward in observed time from its anchor (the graph is causal)
-    s_time = np.where(g.anchor == 1, g.start_ns[g.src], g.start_ns[g.src] + g.obs_dur_ns[g.src])
-    d_time = np.where(g.anchor == 2, g.start_ns[g.dst] + g.obs_dur_ns[g.dst], g.start_ns[g.dst])
-    stream = np.array([EDGE_KINDS[k] == "stream" for k in g.ekind])
-    assert np.all((d_time >= s_time) | stream)
+    assert sum(TASK_KINDS[k] in GPU_KINDS for k in g.kind) == gpu_rows
+    # every edge holds in the trace at its lag + slack, and the one that bound its
+    # destination with equality: what makes the unmodified graph replay exactly
+    obs_end = g.start_ns + g.obs_dur_ns
+    t_src = np.where(g.anchor == 1, g.start_ns[g.src], obs_end[g.src]) + g.lag_ns + g.slack_ns
+    start_like = g.anchor != 2
+    d_start = g.start_ns[g.dst]
+    assert np.all(t_src[start_like] <= d_start[start_like])
+    b = start_like & g.binding
+    assert np.array_equal(t_src[b], d_start[b])
+    # an END edge lets its task's own work begin (wait, then work: dur_ns after it)
+    end_like = ~start_like
+    work_from = obs_end[g.dst] - g.dur_ns[g.dst]
+    assert np.all(t_src[end_like] <= work_from[end_like])
+    b = end_like & g.binding
+    assert np.array_equal(t_src[b], work_from[b])
+    # lags are the physical constants of their kinds, never fitted to this trace
+    from graphstore.latency import LATENCY
+    for k in np.unique(g.ekind):
+        name = EDGE_KINDS[k]
+        lags = set(g.lag_ns[g.ekind == k].tolist())
+        if name == "origin":  # a thread's first task keeps its offset; GPU work has slack
+            continue
+        assert lags == {LATENCY[name].ns}, name
 
 
 def test_cycle_is_reported_as_a_path():
@@ -223,17 +286,21 @@ def test_wake_edges_between_threads(tmp_path):
         X("cpu_op", "tail", 300, 100, tid=2),
         X("cpu_op", "head", 0, 1, tid=2),
     ]
-    g = build(read_trace(write(tmp_path, ev)).tables)
+    g = build(read_trace(write(tmp_path, ev)).tables, LAT)
     wake = edges(g, {"wake"})
     # the autograd thread's idle stretch ends 50 us after the main thread's forward ended (and
     # its backward wait began); the main thread's wait ends 10 us after the autograd thread's
-    # op ended. Host time inside an operator ("tail") is work, never a wait.
+    # op ended. Host time inside an operator ("tail") is work, never a wait. Each wait is
+    # an END edge at the wake-up latency (1 us here); what the thread ran after it is its own.
     assert wake == sorted([
-        ("wake", "end_end", 50000, True, "fwd", "<host>"),
-        ("wake", "end_end", 10000, True, "bwd op", "backward"),
+        ("wake", "end_end", 1000, 0, True, "fwd", "<host>"),
+        ("wake", "end_end", 1000, 0, True, "bwd op", "backward"),
     ])
-    bw = task_of(g, "backward")
-    assert g.dur_ns[bw] == 10000  # only the tail after the wake-up is its own time
+    assert inferred(g, "wake") == sorted([("fwd", "<host>"), ("bwd op", "backward")])
+    assert g.dur_ns[task_of(g, "backward")] == 9000  # 310 - (300 + 1) us
+    idle = [i for i in range(g.n_tasks) if g.name[i] == "<host>" and g.unit[i] ==
+            g.unit[task_of(g, "bwd op")]]
+    assert [int(g.dur_ns[i]) for i in idle] == [49000]  # 150 - (100 + 1) us
 
 
 def _launch_storm(n: int, call_us: float, kernel_us: float, lag_us: float = 5.0) -> list[dict]:
@@ -251,16 +318,17 @@ def _launch_storm(n: int, call_us: float, kernel_us: float, lag_us: float = 5.0)
 
 
 def test_launch_queue_edges(tmp_path):
-    from graphstore.build import LAUNCH_QUEUE_DEPTH as Q
-    from graphstore.build import LAUNCH_QUEUE_STRIDE as S
+    from graphstore.latency import LAUNCH_QUEUE_DEPTH as Q
 
     # 2000 launches 10 us apart of 15 us kernels: the GPU falls behind by one kernel every
     # 30 us, so at most 666 kernels are ever outstanding: the trace never fills the queue.
+    # Every launch from the Q-th on waits (END edge) for the kernel Q places before it; none
+    # had to in the trace: kernel j - Q ended at 15 j - 15340 us, before call j began (10 j).
     n = 2000
-    g = build(read_trace(write(tmp_path, _launch_storm(n, 10, 15))).tables)
+    g = build(read_trace(write(tmp_path, _launch_storm(n, 10, 15))).tables, LAT)
     got = edges(g, {"queue"})
-    want = sorted(("queue", "end_start", 0, False, f"k{j - Q}", f"launch{j}")
-                  for j in range(Q, n) if j % S == 0)
+    want = sorted(("queue", "end_end", 1000, 0, False, f"k{j - Q}", f"launch{j}")
+                  for j in range(Q, n))
     assert got == want
     assert g.stats.get("launch_queue_full") == 0
     check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name)
@@ -268,30 +336,61 @@ def test_launch_queue_edges(tmp_path):
 
 def test_launch_queue_deeper_in_the_trace(tmp_path):
     # Calls 5 us apart, kernels 15 us: up to ~1333 kernels outstanding, more than the model's
-    # 1024. The edges then use the depth the trace shows, so none contradicts the trace.
-    from graphstore.build import LAUNCH_QUEUE_DEPTH as Q
-    from graphstore.build import LAUNCH_QUEUE_STRIDE as S
+    # 1024. The queue is at least as deep as the trace shows, so the edges use that depth and
+    # none contradicts the trace; no call ran long, so none counts as blocked.
+    from graphstore.latency import LAUNCH_QUEUE_DEPTH as Q
 
     n, ev = 2000, _launch_storm(2000, 5, 15)
-    g = build(read_trace(write(tmp_path, ev)).tables)
+    g = build(read_trace(write(tmp_path, ev)).tables, LAT)
     calls = [e for e in ev if e["cat"] == "cuda_runtime"]
     kends = [e["ts"] + e["dur"] for e in ev if e["cat"] == "kernel"]
     open_at = [sum(1 for i in range(j) if kends[i] > calls[j]["ts"]) for j in range(n)]
     depth = max(open_at) + 1
     assert depth > Q
-    assert g.stats.get("launch_queue_full") == sum(1 for o in open_at if o >= Q)
+    assert g.stats.get("launch_queue_full") == 0
     got = edges(g, {"queue"})
-    assert got == sorted(("queue", "end_start", 0, False, f"k{j - depth}", f"launch{j}")
-                         for j in range(depth, n) if j % S == 0)
+    # (a kernel that ended less than the 1 us latency before its call began binds it)
+    assert got == sorted(("queue", "end_end", 1000, 0, kends[j - depth] + 1 > calls[j]["ts"],
+                          f"k{j - depth}", f"launch{j}") for j in range(depth, n))
+
+
+def test_launch_queue_full_in_the_trace(tmp_path):
+    # Hand-made: a thread that launches 1300 kernels of 50 us with calls of 2 us as fast as
+    # it can, each call blocking while its stream holds 1022 unfinished kernels (as the HTA
+    # V100 ResNet-50 trace does): call j (j >= 1022) runs until kernel j - 1022 ends, then 2
+    # us more. Those calls blocked: each waits, by a queue edge read from the trace, for the
+    # kernel whose end released it, and keeps its 2 us (less the 1 us latency) as its own.
+    ev, t, kend = [], 0.0, []
+    for j in range(1300):
+        start = t
+        if j >= 1022:
+            t = max(t, kend[j - 1022])
+        t += 2.0
+        ev.append(X("cuda_runtime", f"launch{j}", start, t - start, correlation=j + 1))
+        ks = max(t, kend[-1] if kend else 0.0)
+        kend.append(ks + 50.0)
+        ev.append(X("kernel", f"k{j}", ks, 50.0, pid=0, tid=7, stream=7, correlation=j + 1,
+                    device=0))
+    g = build(read_trace(write(tmp_path, ev)).tables, LAT)
+    blocked = [j for j in range(1022, 1300) if kend[j - 1022] > ev[2 * j]["ts"]]
+    assert g.stats.get("launch_queue_full") == len(blocked) > 50
+    q = {e[6]: e for e in edges(g, {"queue"})}
+    for j in blocked:
+        assert q[f"launch{j}"] == ("queue", "end_end", 1000, 0, True, f"k{j - 1022}",
+                                   f"launch{j}")
+        assert g.dur_ns[task_of(g, f"launch{j}")] == 1000
+    assert set(inferred(g, "queue")) == {(f"k{j - 1022}", f"launch{j}") for j in blocked}
 
 
 def test_launch_queue_bounds_a_cpu_freed_of_launch_cost(tmp_path):
-    # The same storm with its calls made free (what cuda_graphs does to a region): without the
-    # queue the CPU would finish all 2000 launches at once; with it, launch j waits for kernel
-    # j - 1024, so the thread ends no earlier than kernel 2000 - 1024 - 64 has finished.
+    # The storm of test_launch_queue_edges with its calls made free (what cuda_graphs does to
+    # a region): without the queue the CPU would finish all 2000 launches at once; with it,
+    # launch j waits for kernel j - 1024, so launch 1999 starts only after launch 1998 could
+    # finish: 1 latency after kernel 974 ended.
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from graphstore.latency import LATENCY
     from graphstore.load import graph_tables
     from simulate.engine import simulate
     from simulate.replay import to_simgraph
@@ -305,8 +404,8 @@ def test_launch_queue_bounds_a_cpu_freed_of_launch_cost(tmp_path):
     sched = simulate(to_simgraph({**t, "task": task}))
     names = task["name"].to_pylist()
     last_call = names.index(f"launch{n - 1}")
-    bound = names.index(f"k{n - 1 - 1024 - 64}")
-    assert sched.start_ns[last_call] >= sched.end_ns[bound]
+    assert sched.start_ns[last_call] == \
+        sched.end_ns[names.index(f"k{n - 2 - 1024}")] + LATENCY["queue"].ns
     # and the GPU still runs back to back: 2000 kernels of 15 us
     k_last = names.index(f"k{n - 1}")
     k_first = names.index("k0")
@@ -343,10 +442,12 @@ def test_thread_first_task_follows_the_event_that_woke_it(tmp_path):
           X("user_annotation", "## backward ##", 100, 900),
           X("cpu_op", "bwd op", 400, 500, tid=2),
           X("cpu_op", "late op", 5000, 10, tid=3)]
-    g = build(read_trace(write(tmp_path, ev)).tables)
-    got = [e for e in edges(g, {"wake", "origin"}) if e[5] in ("bwd op", "late op")]
-    assert got == sorted([("wake", "start_start", 300_000, True, "## backward ##", "bwd op"),
-                          ("origin", "end_start", 5_000_000, True, "<trace start>",
+    g = build(read_trace(write(tmp_path, ev)).tables, LAT)
+    got = [e for e in edges(g, {"wake", "origin"}) if e[6] in ("bwd op", "late op")]
+    # woken at the wake-up latency (1 us): the rest of the 300 us is wake slack
+    assert got == sorted([("wake", "start_start", 1000, 299_000, True, "## backward ##",
+                           "bwd op"),
+                          ("origin", "end_start", 5_000_000, 0, True, "<trace start>",
                            "late op")])
 
 

@@ -74,12 +74,13 @@ def arrow(name: str, rows: list[dict], with_trace_id: str | None = None) -> pa.T
 def task(task_id, kind, unit_id, name, start, dur, iteration, layer, phase, *, obs=None,
          blocking=False, nbytes=None):
     return dict(task_id=task_id, kind=kind, unit_id=unit_id, name=name, start_ns=start,
-                dur_ns=dur, obs_dur_ns=dur if obs is None else obs, iteration=iteration,
-                layer=layer, phase=phase, blocking=blocking, bytes=nbytes)
+                dur_ns=dur, slack_ns=0, obs_dur_ns=dur if obs is None else obs,
+                iteration=iteration, layer=layer, phase=phase, blocking=blocking, bytes=nbytes)
 
 
 def edge(src, dst, kind, anchor="end_start", lag=0, binding=False):
-    return dict(src=src, dst=dst, kind=kind, anchor=anchor, lag_ns=lag, binding=binding)
+    return dict(src=src, dst=dst, kind=kind, anchor=anchor, lag_ns=lag, slack_ns=0,
+                binding=binding, inferred=False)
 
 
 def trace_a(with_trace_id: bool = False) -> dict[str, pa.Table]:
@@ -174,7 +175,7 @@ def snapshot(root: Path) -> dict[str, list[tuple]]:
 def test_write_counts_and_trace_id_column_optional(tmp_path: Path) -> None:
     root = tmp_path / "s"
     assert db.write_trace(root, A, trace_a()) == {
-        "task": 14, "edge": 17, "unit": 3, "iteration": 2, "layer": 4}
+        "task": 14, "edge": 17, "unit": 3, "iteration": 2, "layer": 4, "slack": 0}
     # The same tables with a trace_id column give the same rows.
     other = tmp_path / "t"
     db.write_trace(other, A, trace_a(with_trace_id=True))
@@ -192,7 +193,7 @@ def test_rewrite_replaces_one_trace_and_leaves_the_other(store: Path) -> None:
     smaller["iteration"] = smaller["iteration"].slice(0, 1)
     del smaller["layer"]  # a table left out is written empty
     assert db.write_trace(store, A, smaller) == {
-        "task": 3, "edge": 1, "unit": 3, "iteration": 1, "layer": 0}
+        "task": 3, "edge": 1, "unit": 3, "iteration": 1, "layer": 0, "slack": 0}
     assert rows(store, f"SELECT count(*) FROM task WHERE trace_id = '{A}'") == [(3,)]
     assert rows(store, f"SELECT count(*) FROM layer WHERE trace_id = '{A}'") == [(0,)]
     assert {t: rows(store, f"SELECT * FROM {t} WHERE trace_id = '{B}' ORDER BY ALL")

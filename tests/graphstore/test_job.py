@@ -78,10 +78,15 @@ def test_join_semantics_on_the_first_collective(job):
     assert into == sorted(c["task_id"].to_list())
     assert {x["anchor"] for x in e if x["dst"] == j and x["kind"] == "rank"} == {"start_start"}
     assert sorted(outof) == sorted(c["task_id"].to_list())
-    for tid, tr in zip(c["task_id"].to_list(), c["transfer_ns"].to_list(), strict=True):
-        assert outof[tid]["anchor"] == "end_end" and outof[tid]["lag_ns"] == tr
+    # the join holds back each kernel's own work, its transfer, which runs after it (END
+    # edges let a task's work begin: lag 0, no slack)
+    for tid in c["task_id"].to_list():
+        assert outof[tid]["anchor"] == "end_end" and outof[tid]["lag_ns"] == 0
+        assert outof[tid]["slack_ns"] == 0
     dur = job.tables["task"]["dur_ns"].to_numpy()
+    slack = job.tables["task"]["slack_ns"].to_numpy()
     assert [int(dur[t]) for t in c["task_id"].to_list()] == c["transfer_ns"].to_list()
+    assert [int(slack[t]) for t in c["task_id"].to_list()] == [0] * 8
 
 
 def test_clock_offsets_are_small_on_one_node(job):
@@ -119,21 +124,25 @@ def test_collective_type_names():
     assert collective_type("void foo()") == "other"
 
 
-def test_bandwidth_on_a_job_moves_each_join_lag_with_its_kernel(job):
-    """In a job graph a kernel's transfer is both its duration and the lag of the join's
-    end_end edge into it: bandwidth(2x) rewrites both alike."""
+def test_bandwidth_on_a_job_shortens_each_kernel_after_its_join(job):
+    """In a job graph a kernel's transfer is its duration, run after its join (an end_end
+    edge at lag 0): bandwidth(2x) shortens the transfers and leaves the joins' edges alone,
+    so the job's collectives end sooner after the same last arrival."""
     import polars as pl
 
+    from simulate.job import replay_job
     from transforms import rewrite
     t2 = rewrite(job.tables, "bandwidth(2x)")
     dur = t2["task"]["dur_ns"].to_numpy()
     e = pl.from_arrow(t2["edge"]).filter(pl.col("kind") == "rank",
                                          pl.col("anchor") == "end_end")
     assert e.height == 64
-    assert e["lag_ns"].to_list() == [int(dur[d]) for d in e["dst"].to_list()]
+    assert set(e["lag_ns"].to_list()) == {0} and set(e["slack_ns"].to_list()) == {0}
     old = job.tables["task"]["dur_ns"].to_numpy()
     ids = job.collective["task_id"].to_numpy()
     assert (dur[ids] <= old[ids]).all() and dur[ids].sum() < old[ids].sum()
+    base, fast = replay_job(job.tables), replay_job(t2)
+    assert fast.mean("simulated_ns") < base.mean("simulated_ns")
 
 
 def test_no_straggler_scales_slow_ranks_to_the_median(job):

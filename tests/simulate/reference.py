@@ -1,7 +1,8 @@
 """A slow, literal simulator to check the compiled one against: a global clock that always takes
 the earliest possible action next (Daydream's Algorithm 1 as written), in plain Python.
 
-Actions: a started task finishing (once its END predecessors are done), or an idle unit
+Actions: a started task finishing (once its END predecessors are done, its own work runs
+after the latest of them and after its start), or an idle unit
 starting a task (FIXED: its next task in (order_key, index) order once that task's START
 predecessors have ended and its START_START predecessors started; FCFS/PRIORITY: at the
 earliest time one of its released tasks is ready, the best of those ready by then). At one
@@ -66,8 +67,8 @@ def reference_simulate(g: SimGraph):
             h = holder[u]
             if h is not None:
                 if all(end[s] is not None for s, _ in end_preds[h]):
-                    e = max([start[h] + int(g.dur_ns[h])]
-                            + [end[s] + lag for s, lag in end_preds[h]])
+                    e = max([start[h]] + [end[s] + lag for s, lag in end_preds[h]]) \
+                        + int(g.dur_ns[h])
                     actions.append((e, 0, u, h))
                 continue
             policy = int(g.unit_policy[u])
@@ -107,7 +108,7 @@ def reference_simulate(g: SimGraph):
             end[t] = time
             if end_preds[t]:
                 cands = [(end[s] + lag, s, 0) for s, lag in end_preds[t]]
-                if max(c[0] for c in cands) > start[t] + int(g.dur_ns[t]):
+                if max(c[0] for c in cands) > start[t]:
                     end_bound[t] = best(cands)[0]
             holder[u] = None
             free[u] = time

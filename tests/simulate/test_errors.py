@@ -32,7 +32,7 @@ def is_rotation(cycle, expected):
     (dict(dst=[1, 7]), "edge 1 has destination task 7 out of range 0..2"),
     (dict(dst=[-1, 2]), "edge 0 has destination task -1 out of range"),
     (dict(src=[0, 3]), "edge 1 has source task 3 out of range 0..2"),
-    (dict(lag_ns=[0, -2]), "edge 1 has negative lag_ns -2"),
+    (dict(lag_ns=[0, -(1 << 41)]), f"edge 1 has lag_ns {-(1 << 41)}; lags must be >= "),
     (dict(edge_kind=[0, 3]), "edge 1 has unknown edge_kind 3"),
     (dict(unit=[0, 2, 1]), "task 1 runs on unknown unit 2"),
     (dict(unit_policy=[FIXED, 7]), "unit 1 has unknown policy 7"),

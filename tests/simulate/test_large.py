@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def longest_path_ends(dur, unit, src, dst, lag, kind, order_key):
     """Ends under FIXED units: a DP over a topological order (Kahn's algorithm) of the edges
-    (START from the source's end, START_START from its start, END into the end) plus each
-    unit's (order_key, index) chain."""
+    (START from the source's end, START_START from its start, END holding back the task's own
+    work) plus each unit's (order_key, index) chain; a start never before 0."""
     n = dur.shape[0]
     order = np.lexsort((np.arange(n), order_key, unit))
     same = unit[order][1:] == unit[order][:-1]
@@ -43,8 +43,8 @@ def longest_path_ends(dur, unit, src, dst, lag, kind, order_key):
         seen += 1
         start[t] = max([0] + [int(end[p]) + lag_ for p, lag_, k in preds[t] if k == 0]
                        + [int(start[p]) + lag_ for p, lag_, k in preds[t] if k == 2])
-        end[t] = max([int(start[t]) + int(dur[t])]
-                     + [int(end[p]) + lag_ for p, lag_, k in preds[t] if k == 1])
+        end[t] = max([int(start[t])]
+                     + [int(end[p]) + lag_ for p, lag_, k in preds[t] if k == 1]) + int(dur[t])
         for d_ in succs[t]:
             missing[d_] -= 1
             if missing[d_] == 0:

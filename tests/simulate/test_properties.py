@@ -68,7 +68,7 @@ def unit_prev(g: SimGraph) -> dict[int, int]:
 def longest_path(g: SimGraph, with_units: bool) -> int:
     """Latest end over a DP in topological order (order_key is one): START edges (from the
     source's end), START_START edges (from its start) and, when ``with_units``, FIXED unit order
-    delay the start; END edges delay the end."""
+    delay the start; END edges delay the task's own work (it runs after them)."""
     prev = unit_prev(g) if with_units else {}
     into = {}
     for s, d, lag, k in edges(g):
@@ -79,8 +79,8 @@ def longest_path(g: SimGraph, with_units: bool) -> int:
         start[t] = max([0] + [end[s] + lag for s, lag, k in preds if k == 0]
                        + [start[s] + lag for s, lag, k in preds if k == 2]
                        + ([end[prev[t]]] if t in prev else []))
-        end[t] = max([start[t] + int(g.dur_ns[t])]
-                     + [end[s] + lag for s, lag, k in preds if k == 1])
+        end[t] = max([start[t]] + [end[s] + lag for s, lag, k in preds if k == 1]) \
+            + int(g.dur_ns[t])
     return max(end.values(), default=0)
 
 
@@ -184,7 +184,7 @@ def test_each_start_is_the_latest_predecessor_end(g):
             preds.append(int(s.end_ns[prev[t]]))
         assert s.start_ns[t] == max(preds, default=0)
         ends = [int(s.end_ns[p]) for p, k in into.get(t, []) if k == 1]
-        assert s.end_ns[t] == max(ends + [int(s.start_ns[t] + g.dur_ns[t])])
+        assert s.end_ns[t] == max(ends + [int(s.start_ns[t])]) + g.dur_ns[t]
 
 
 @SETTINGS

@@ -33,20 +33,20 @@ def test_thread_launches_three_kernels_onto_a_stream():
 
 
 def test_blocking_sync_ends_when_the_gpu_work_it_waits_for_ends():
-    # a launches K; s is cudaStreamSynchronize with 1 ns of its own (the residual after the
-    # wait): it starts when the thread is free (2) and ends when K ends (9), holding the thread;
-    # the host work h after it starts only then.
+    # a launches K; s is cudaStreamSynchronize with 1 ns of its own (what it runs after the
+    # wait): it starts when the thread is free (2), waits until K ends (9), holding the thread,
+    # then runs its own 1 ns; the host work h after it starts only then.
     g, names = build(
         tasks=[("a", 0, 2), ("s", 0, 1), ("h", 0, 2), ("K", 1, 6)],
         edges=[("a", "K", 1, "start"), ("K", "s", 0, "end")],
         policies=[FIXED, FIXED])
     s = simulate(g)
     assert draw(s, g, names, ["thread", "stream"]) == expect("""
-        #      01234567890
-        thread |aassssssshh
+        #      0123456789012
+        thread |aasssssssshh
         stream |...KKKKKK
     """)
-    # a decided when s started, K (its END predecessor) when it ended.
+    # a decided when s started, K (its END predecessor) when its own work could begin.
     assert names[s.bound_by[names.index("s")]] == "a"
     assert names[s.end_bound_by[names.index("s")]] == "K"
     assert path(s, names) == "aKsh"
@@ -89,16 +89,17 @@ def test_launch_lets_gpu_work_start_before_the_call_returns():
 
 
 def test_blocking_copy_waits_for_the_copy_it_launched():
-    # cudaMemcpy c launches its copy C (START_START, 1 ns) and returns when C ends (END): the
-    # critical path enters c at its start and leaves at its end, so c appears twice.
+    # cudaMemcpy c launches its copy C (START_START, 1 ns), waits for C (END) and then runs its
+    # own 1 ns: the critical path enters c at its start and leaves at its end, so c appears
+    # twice.
     g, names = build(
         tasks=[("h", 0, 2), ("c", 0, 1), ("x", 0, 1), ("C", 1, 5)],
         edges=[("c", "C", 1, "start_start"), ("C", "c", 0, "end")],
         policies=[FIXED, FIXED])
     s = simulate(g)
     assert draw(s, g, names, ["thread", "copy"]) == expect("""
-        #      012345678
-        thread |hhccccccx
+        #      0123456789
+        thread |hhcccccccx
         copy   |...CCCCC
     """)
     i = names.index
@@ -200,17 +201,17 @@ def test_fixed_unit_follows_order_key_not_index():
 
 def test_end_edge_pointing_backwards_in_index_order():
     # The sync s (index 1) waits on kernel K (index 3), as when the sync call began before the
-    # kernel did; K ends at 5 and the END edge's 2 ns lag makes s end at 7; after it, host
-    # work h launches a second kernel J.
+    # kernel did; K ends at 5 and the END edge's 2 ns lag lets s's own 1 ns begin at 7; after
+    # it, host work h launches a second kernel J.
     g, names = build(
         tasks=[("a", 0, 1), ("s", 0, 1), ("h", 0, 1), ("K", 1, 4), ("J", 1, 1)],
         edges=[("a", "K", 0, "start"), ("K", "s", 2, "end"), ("h", "J", 0, "start")],
         policies=[FIXED, FIXED])
     s = simulate(g)
     assert draw(s, g, names, ["thread", "stream"]) == expect("""
-        #      012345678
-        thread |assssssh
-        stream |.KKKK...J
+        #      0123456789
+        thread |asssssssh
+        stream |.KKKK....J
     """)
 
 

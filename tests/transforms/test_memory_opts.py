@@ -96,7 +96,7 @@ def test_checkpointing_graph(graphs):
         chain = ids + [first_bwd]
         for a, b in zip(chain, chain[1:], strict=False):
             ed = e1.filter(pl.col("src") == a, pl.col("dst") == b)
-            assert ed.rows() == [(a, b, "stream", "end_start", 0, False)]
+            assert ed.rows() == [(a, b, "stream", "end_start", 0, 0, False, False)]
         # the stream edge that entered the backward task now enters the recomputation
         ins_e = e1.filter(pl.col("dst") == ids[0], pl.col("kind") == "stream")
         assert ins_e.height == 1 and ins_e["src"][0] not in rec_ids

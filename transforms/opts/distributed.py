@@ -92,19 +92,13 @@ def optimizer_waits(g: Graph) -> Graph:
 
 
 def set_comm(g: Graph, ids: np.ndarray, dur: np.ndarray) -> Graph:
-    """New durations of comm kernels; in a job graph the join's end_end lag into each kernel
-    (its own transfer after the last arrival) follows."""
+    """New durations (own transfer time) of comm kernels. In a job graph a join holds each
+    kernel's work back until the last rank has arrived (an END edge), and the kernel's
+    duration is what it runs after that: setting it is enough. On one rank's trace the
+    waiting for peers stays in the kernel's task slack."""
     full = g.task["dur_ns"].to_numpy().copy()
     full[ids] = dur
-    g = g.set_duration(ids, full)
-    e = g.edge
-    is_join = (e["kind"] == "rank") & (e["anchor"] == "end_end")
-    if not is_join.any():
-        return g
-    dst = e["dst"].to_numpy()
-    new = np.full(g.n_tasks, -1, np.int64)
-    new[ids] = dur
-    return g.set_lags(is_join.to_numpy() & (new[dst] >= 0), np.maximum(new[dst], 0))
+    return g.set_duration(ids, full)
 
 
 def _rewrite_comm(g: Graph, ctx: Context, n_new: int | None, bandwidth: str | None,

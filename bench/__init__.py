@@ -1,0 +1,1 @@
+"""Benchmarks and the accuracy harness (not part of the installed package)."""

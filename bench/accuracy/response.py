@@ -1,0 +1,278 @@
+"""Measure 2, response to the hardware: every GPU task (then every CPU task) scaled by f, the
+prediction read against the bounds that bench/bounds.py computes from the raw trace."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from bench import bounds as bnd
+from bench.accuracy import NA, PLOTS, ROOT, Context, Result, reason, section
+from bench.accuracy import traces as tr
+
+FACTORS = (0.25, 0.5, 0.8, 0.9, 1.1, 1.2)
+SELECT = {"gpu": "kind IN ('kernel','memcpy','memset','comm')",
+          "cpu": "kind IN ('api','host')"}
+# how far (relative) a prediction may sit outside an edge and still pass: the api's iteration
+# window and the bounds script's step window are cut by different code from the same events
+TOL = 0.005
+# "within 10% of the lower edge" on a trace bound by the side that was scaled
+TIGHT = 0.10
+# a trace is bound by a side when that side's figure is at least this share of its step
+BOUND_SHARE = 0.9
+
+
+def spec(which: str, f: float) -> str:
+    return f'scale(select="{SELECT[which]}",factor={f})'
+
+
+def headline(d: dict) -> float | None:
+    """The steady-state predicted step: the api's steady headline when it has one."""
+    v = d.get("predicted_steady_ms", d.get("predicted_ms"))
+    return None if v is None else float(v)
+
+
+def step_edges(row: dict, which: str, f: float) -> tuple[float, float]:
+    """[lower, upper] of one step (a bounds row) with one side scaled by f."""
+    return bnd.edges({"median": row}, which, f)
+
+
+def tight_applies(row: dict, which: str, f: float, b: dict) -> bool:
+    """The 10% rule: on a trace bound by the scaled side, while that side still sets the
+    lower edge (f G >= C_max for the GPU, f C_max >= G for the CPU)."""
+    if which == "gpu":
+        return bool(b["gpu_bound"]) and f * row["G_ms"] >= row["C_max_ms"]
+    return bool(b["cpu_bound"]) and f * row["C_max_ms"] >= row["G_ms"]
+
+
+def match(b: dict, d: dict) -> list[tuple[dict, dict]]:
+    """(bounds step, api iteration) pairs of the steady steps: ProfilerStep#N by label; the
+    k-th stretch between Optimizer.step ends with the api's iteration k (its iteration 0 runs
+    from the trace's start to the first step's end); a whole-trace window with a lone
+    iteration. A pair whose measured lengths differ by more than 2% is not a match."""
+    its = d.get("iterations") or []
+    out = []
+    for k, row in enumerate(b["steps"]):
+        if not row["steady"]:
+            continue
+        it = None
+        if b["rule"] == "ProfilerStep":
+            it = next((i for i in its if i.get("label") == row["label"]), None)
+        elif b["rule"] == "Optimizer.step":
+            it = next((i for i in its if i.get("index") == k + 1), None)
+        elif len(its) == 1:
+            it = its[0]
+        if it is None or not it.get("measured_ms"):
+            continue
+        if abs(it["measured_ms"] - row["T_ms"]) > 0.02 * row["T_ms"]:
+            continue
+        out.append((row, it))
+    return out
+
+
+def judge(b: dict, matched: list[tuple[dict, dict]], d: dict | None, which: str, f: float,
+          key: str = "predicted_ms") -> dict:
+    """One point of a curve: the prediction against its edges, per steady step where the api
+    gives per-iteration predictions matched to the bounds' steps, else the headline against
+    the edges of the median step."""
+    pt: dict = {"f": f, "which": which}
+    per = [(row, it[key]) for row, it in matched if it.get(key) is not None]
+    if per:
+        lo, hi, p, out, loose = [], [], [], 0, 0
+        for row, v in per:
+            a, z = step_edges(row, which, f)
+            lo.append(a)
+            hi.append(z)
+            p.append(v)
+            if v < a * (1 - TOL) or v > z * (1 + TOL):
+                out += 1
+            if tight_applies(row, which, f, b) and v > a * (1 + TIGHT):
+                loose += 1
+        pt.update(predicted_ms=statistics.median(p), lo_ms=statistics.median(lo),
+                  hi_ms=statistics.median(hi), steps=len(per), steps_out=out,
+                  steps_loose=loose, by="steps")
+    else:
+        v = None if d is None else headline(d) if key == "predicted_ms" else d.get(key)
+        v = None if v is None else float(v)
+        a, z = bnd.edges(b, which, f)
+        row = b["median"]
+        pt.update(predicted_ms=v, lo_ms=a, hi_ms=z, steps=1 if v is not None else 0,
+                  steps_out=int(v is not None and (v < a * (1 - TOL) or v > z * (1 + TOL))),
+                  steps_loose=int(v is not None and tight_applies(row, which, f, b)
+                                  and v > a * (1 + TIGHT)), by="headline")
+    if d is not None:
+        pt["headline_ms"] = headline(d)
+    pt["ok"] = pt["predicted_ms"] is not None and pt["steps_out"] == 0
+    pt["tight"] = pt["predicted_ms"] is not None and pt["steps_loose"] == 0
+    return pt
+
+
+def job_bounds(folder: Path, ctx: Context) -> dict:
+    """A job's bounds from its ranks': every figure the largest over the ranks (the job's
+    step is no shorter than any rank's floor; its ceiling is taken as the largest rank's,
+    since every rank's collectives hold the waits for the others)."""
+    bs = [ctx.bounds(p) for p in tr.rank_files(folder)]
+    keys = bs[0]["median"].keys()
+    med = {k: max(b["median"][k] for b in bs) for k in keys}
+    return {"file": str(folder), "rule": "job: largest over ranks", "steps": [],
+            "steady": min(b["steady"] for b in bs), "median": med,
+            "mean": {k: max(b["mean"][k] for b in bs) for k in keys},
+            "gpu_bound": med["G_ms"] >= BOUND_SHARE * med["T_ms"],
+            "cpu_bound": med["C_max_ms"] >= BOUND_SHARE * med["T_ms"],
+            "ranks": len(bs)}
+
+
+def curve(ctx: Context, path: Path) -> dict:
+    """Bounds and both curves of one trace."""
+    b = job_bounds(path, ctx) if path.is_dir() else ctx.bounds(path)
+    out: dict = {"bounds": {k: b[k] for k in ("rule", "steady", "median", "mean",
+                                               "gpu_bound", "cpu_bound")},
+                 "points": [], "notes": []}
+    try:
+        base = ctx.predict(path)
+    except Exception as e:
+        out["notes"].append(f"baseline: {reason(e)}")
+        base = None
+    matched = match(b, base) if base is not None and b["steps"] else []
+    out["matched_steps"] = len(matched)
+    if base is not None:
+        out["baseline"] = judge(b, matched, base, "gpu", 1.0, key="baseline_ms")
+    for which in ("gpu", "cpu"):
+        for f in FACTORS:
+            try:
+                d = ctx.predict(path, [spec(which, f)])
+            except Exception as e:
+                out["points"].append({"f": f, "which": which, "predicted_ms": None,
+                                      "ok": False, "tight": False, "error": reason(e)})
+                continue
+            m = match(b, d) if b["steps"] else []
+            out["points"].append(judge(b, m, d, which, f))
+    return out
+
+
+def _plot(label: str, c: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
+    for ax, which, name in ((axes[0], "gpu", "GPU work x f"), (axes[1], "cpu", "CPU work x f")):
+        pts = sorted((p for p in c["points"] if p["which"] == which
+                      and p.get("predicted_ms") is not None), key=lambda p: p["f"])
+        if not pts:
+            continue
+        fs = [p["f"] for p in pts]
+        ax.fill_between(fs, [p["lo_ms"] for p in pts], [p["hi_ms"] for p in pts],
+                        color="tab:green", alpha=0.2, label="bounds")
+        ax.plot(fs, [p["predicted_ms"] for p in pts], "o-", color="tab:blue",
+                label="predicted")
+        bad = [p for p in pts if not p["ok"]]
+        ax.plot([p["f"] for p in bad], [p["predicted_ms"] for p in bad], "x", color="tab:red",
+                ms=10, label="out of bounds")
+        bl = c.get("baseline") or {}
+        if bl.get("predicted_ms") is not None:
+            ax.plot([1.0], [bl["predicted_ms"]], "s", color="gray", label="replay (f = 1)")
+        ax.set_title(name)
+        ax.set_xlabel("f")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("step ms")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(label, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def _cell(p: dict) -> str:
+    if p.get("predicted_ms") is None:
+        return f"{NA if 'error' not in p else 'failed: ' + p['error']} | | "
+    mark = "ok" if p["ok"] else f"**out** ({p['steps_out']}/{p['steps']} steps)"
+    if p["ok"] and not p["tight"]:
+        mark = f"**loose** ({p['steps_loose']}/{p['steps']} steps > +10%)"
+    return f"{p['predicted_ms']:.2f} | [{p['lo_ms']:.2f}, {p['hi_ms']:.2f}] | {mark}"
+
+
+@section("response", "Response to the hardware (measure 2)", order=20)
+def run(ctx: Context) -> Result:
+    lines = [
+        "## Response to the hardware (measure 2)", "",
+        "Every GPU task (`" + spec("gpu", "f") + "`) and, apart, every CPU task (`"
+        + spec("cpu", "f") + "`) scaled by f, each prediction read against bounds that "
+        "`bench/bounds.py` computes from the raw trace file (not from Daydream's tables or "
+        "graph; its docstring gives the rules): per steady step, T its length, G the time "
+        "some GPU task runs (busiest device; G_all over all devices), C_max the busiest "
+        "thread's own work (calls at their unblocked cost, no waits), C_sum every thread's "
+        "own work plus its short gaps, W the time in which neither a GPU task runs nor any "
+        "thread works (latencies, waits on what the trace does not show; it scales with "
+        "neither side, so it joins the upper edge: ACCURACY.md's f G + C is the case W = 0). "
+        "GPU scaled by f: the step must lie in [max(f G, C_max), f G_all + C_sum + W]; CPU "
+        "scaled: in [max(G, f C_max), G_all + f C_sum + W]. On a trace bound by the scaled "
+        f"side (its figure >= {BOUND_SHARE:.0%} of T), while that side still sets the lower "
+        f"edge, the step must also be within {TIGHT:.0%} of the lower edge (**loose** "
+        "otherwise). Points are judged per steady step (the api's iterations matched to the "
+        "bounds' steps; the median shown), or by the headline (`predicted_steady_ms`, else "
+        f"`predicted_ms`) where they cannot be matched; {TOL:.1%} tolerance for the two "
+        "windows. Without Daydream a user would guess \"no change\" (T, the last column says "
+        "whether T lies in the GPU-scaled bounds at f = 0.5) or a step proportional to f.", "",
+        "| trace | steps (rule) | T ms | G ms (% of T) | G_stream ms | C_max ms | C_sum ms | "
+        "W ms | bound by | GPU points out / loose | CPU points out / loose | "
+        "no change in bounds at f=0.5 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    detail: list[str] = []
+    data: dict = {"factors": list(FACTORS), "traces": {}, "failures": 0, "loose": 0}
+    for label, path in tr.training():
+        try:
+            c = curve(ctx, path)
+            row, more = _trace_rows(label, c, data)
+        except Exception as e:  # one trace's failure is a row, not a lost section
+            lines.append(f"| {label} | failed: {reason(e)} |" + " |" * 10)
+            data["traces"][label] = {"error": reason(e)}
+            continue
+        lines.append(row)
+        detail += more
+    lines += ["", f"Points out of bounds: **{data['failures']}**; in bounds but loose: "
+              f"**{data['loose']}** (of {2 * len(FACTORS)} per trace).", ""]
+    return Result(lines + detail, data)
+
+
+def _trace_rows(label: str, c: dict, data: dict) -> tuple[str, list[str]]:
+    """The summary row and the curve table of one trace; its counts added to ``data``."""
+    detail: list[str] = []
+    m = c["bounds"]["median"]
+    bound = ("GPU" if c["bounds"]["gpu_bound"] else
+             "CPU" if c["bounds"]["cpu_bound"] else "neither")
+    cnt = {w: (sum(not p["ok"] for p in c["points"] if p["which"] == w),
+               sum(p["ok"] and not p["tight"] for p in c["points"] if p["which"] == w))
+           for w in ("gpu", "cpu")}
+    data["failures"] += cnt["gpu"][0] + cnt["cpu"][0]
+    data["loose"] += cnt["gpu"][1] + cnt["cpu"][1]
+    lo, hi = bnd.edges(c["bounds"], "gpu", 0.5)
+    nochange = "yes" if lo <= m["T_ms"] <= hi else "no"
+    row = (
+        f"| {label} | {c['bounds']['steady']} ({c['bounds']['rule']}) | {m['T_ms']:.2f} | "
+        f"{m['G_ms']:.2f} ({100 * m['G_ms'] / m['T_ms']:.1f}%) | {m['G_stream_ms']:.2f} | "
+        f"{m['C_max_ms']:.2f} | {m['C_sum_ms']:.2f} | {m['W_ms']:.2f} | {bound} | "
+        f"{cnt['gpu'][0]} / {cnt['gpu'][1]} of {len(FACTORS)} | "
+        f"{cnt['cpu'][0]} / {cnt['cpu'][1]} of {len(FACTORS)} | {nochange} |")
+    png = PLOTS / f"response_{tr.slug(label)}.png"
+    try:
+        _plot(label, c, png)
+        pic = f" ([curve]({png.relative_to(ROOT / 'docs').as_posix()}))"
+    except Exception as e:  # a plot is a convenience, never a reason to lose the table
+        pic = f" (no plot: {reason(e)})"
+    detail += [f"### {label}{pic}", ""]
+    if c.get("baseline", {}).get("predicted_ms") is not None:
+        bl = c["baseline"]
+        detail.append(f"Baseline replay {bl['predicted_ms']:.2f} ms (f = 1, judged by "
+                      f"{bl['by']} over {bl['steps']} steady steps matched of "
+                      f"{c['bounds']['steady']}).")
+        detail.append("")
+    detail += ["| f | GPU x f: predicted ms | bounds ms | | CPU x f: predicted ms | "
+               "bounds ms | |", "|---|---|---|---|---|---|---|"]
+    by = {(p["which"], p["f"]): p for p in c["points"]}
+    for f in FACTORS:
+        detail.append(f"| {f} | {_cell(by[('gpu', f)])} | {_cell(by[('cpu', f)])} |")
+    detail += [f"- {n}" for n in c["notes"]]
+    detail.append("")
+    data["traces"][label] = c
+    return row, detail

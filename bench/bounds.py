@@ -1,0 +1,503 @@
+"""Bounds on a training step, read from the raw trace alone (ACCURACY.md, section 2).
+
+The response check asks whether Daydream's prediction moves the way the hardware would when all
+GPU (or all CPU) work is scaled by f. What the hardware would do is bounded by two figures per
+step that this script reads from the trace file itself, never from Daydream's activity tables or
+graph (it imports no project package), so that a bug in ingest or in the graph cannot move the
+ruler it is measured with:
+
+G  the time per step in which some GPU task (kernel, copy, set) runs: the union of their
+   intervals inside the step's window, per device; G is the busiest device's (the lower edge:
+   one device runs its work in no less time), G_all the union over all devices (the upper
+   edge; equal to G on one GPU). G_stream, the busiest single stream, is shown beside.
+C  the CPU's own work per step, per thread: the time inside an operator or a runtime call,
+   with every call counted at its unblocked cost (below) instead of its duration. C_max is the
+   busiest thread's (a thread runs one thing at a time, so no step is shorter: the lower edge);
+   C_sum adds every thread's own work plus its short gaps (work the threads could have to do
+   one after another: the upper edge).
+
+W  the time per step in which neither a GPU task runs nor any thread does its own work (nor
+   has a short gap): launch latencies, and waits on what the trace does not show (another
+   process, a peer rank, GPU work the profiler did not record). It scales with neither side.
+
+With GPU work scaled by f a step lies in [max(f G, C_max), f G_all + C_sum + W]; with CPU work
+scaled, in [max(G, f C_max), G_all + f C_sum + W]. ACCURACY.md's [max(fG, C), fG + C] is the
+case W = 0; where a trace holds time that nothing in it explains (TorchRec: ~109 ms of a 216
+ms step, inside blocking copies while no recorded GPU task runs), the upper edge without W
+would fail the measured trace itself at f = 1. Per thread C_max is a lower bound (no waits,
+no gaps, calls at the cheaper of median and tail) and C_sum an upper one (every thread, one
+after another, with its short gaps), which is why the edges use one each.
+
+The rules, exactly (times in ns; Kineto's ``ts``/``dur`` are microseconds):
+
+- Work marks on a thread: operators (Kineto ``cpu_op``/``Operator``; Nsight NVTX ranges) and
+  runtime/driver calls (``cuda_runtime``/``Runtime``/``cuda_driver``/``Driver``; Nsight
+  CUPTI_ACTIVITY_KIND_RUNTIME). Step markers (``ProfilerStep#N``), user annotations and Python
+  frames are labels, not work: a Python frame or ``## backward ##`` spans the time its thread
+  waits for another.
+- A call's unblocked cost = min(its duration, the median duration of calls of its name on its
+  thread over the whole trace, its tail). Its tail is the part after the last GPU task (of its
+  process) that ended inside it: a launch blocked by a full queue, a sync, a blocking copy all
+  end a few microseconds after the GPU task they waited for; a call inside which no GPU task
+  ended keeps its duration. The median catches blocked calls whose wait did not end on a GPU
+  task (most launches are not blocked, so their median is the unblocked cost).
+- A thread's own work in a window = |union of its work marks, clipped to the window| minus,
+  for each call not nested in another call, max(0, |call clipped to the window| - its cost).
+- A call's own part is its end [end - cost, end): the wait comes first. W is the window minus
+  the union of all GPU tasks, every thread's own parts and its short gaps.
+- Gaps: stretches of the window outside every work mark of the thread. A gap of at most
+  GAP_NS (100 us) is host work between operators (Python, the dispatcher) and counts in C_sum
+  only; a longer gap is a wait (for the GPU, for another thread, for data) and counts nowhere.
+  C_max leaves all gaps out, so it stays a lower bound.
+- Steps: ``ProfilerStep#N`` ranges on a CPU thread where present, each window from its start
+  to the next step's start (the last to its own end); else the stretches between the ends of
+  consecutive top-level ``Optimizer.step`` ranges (the part before the first is incomplete,
+  the part after the last is the drain); else the whole trace, one window.
+- Steady steps: the last ``ProfilerStep`` is the drain (its successor is not in the trace and
+  the GPU work it queued runs past it): left out. Leading steps whose length differs from the
+  median of all steps by more than WARMUP_TOL (10%) are the warm-up: left out, up to the first
+  that does not. A trace left with none keeps its steps as they are (flagged).
+
+    python bench/bounds.py TRACE [TRACE ...] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sqlite3
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+GAP_NS = 100_000
+WARMUP_TOL = 0.10
+
+_GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
+_CALL_CATS = {"cuda_runtime", "Runtime", "cuda_driver", "Driver"}
+_OP_CATS = {"cpu_op", "Operator"}
+_MARK_CATS = _OP_CATS | {"user_annotation"}  # where step markers live on the CPU side
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)")
+
+
+@dataclass
+class Raw:
+    """One trace's raw events as arrays (ns). GPU tasks: device, stream, process, start, end.
+    CPU: work marks per thread (ops and calls), calls with their names."""
+
+    gpu_dev: np.ndarray
+    gpu_stream: np.ndarray
+    gpu_proc: np.ndarray
+    gpu_start: np.ndarray
+    gpu_end: np.ndarray
+    # per CPU thread key: (starts, ends) of operators
+    ops: dict = field(default_factory=dict)
+    # per CPU thread key: (starts, ends, names) of runtime/driver calls
+    calls: dict = field(default_factory=dict)
+    thread_proc: dict = field(default_factory=dict)
+    profiler_steps: list = field(default_factory=list)  # (start, end, number)
+    optimizer_steps: list = field(default_factory=list)  # (thread, start, end)
+    span: tuple = (0, 0)
+    source: str = ""
+
+
+def _us(x) -> int:
+    """Microseconds (Kineto's unit) to integer ns. Epoch timestamps are ~1.7e15 us: times
+    1000 they pass 2**53, so the whole and the fractional microseconds are converted apart."""
+    if isinstance(x, int):
+        return x * 1000
+    x = float(x)
+    whole = int(x)
+    return whole * 1000 + int(round((x - whole) * 1000.0))
+
+
+def _open_bytes(path: Path) -> bytes:
+    if path.suffix == ".gz":
+        try:
+            from isal import igzip as gz
+        except ImportError:  # isal is a project dependency; gzip is the same format, slower
+            import gzip as gz
+        with gz.open(path, "rb") as f:
+            return f.read()
+    return path.read_bytes()
+
+
+def read_kineto(path: Path) -> Raw:
+    """Parse a Kineto / PyTorch-profiler JSON trace (plain or gzipped)."""
+    doc = orjson.loads(_open_bytes(path))
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    g_dev, g_str, g_s, g_e = [], [], [], []
+    ops: dict = {}
+    calls: dict = {}
+    psteps: dict = {}
+    osteps = []
+    lo, hi = None, None
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        cat = e.get("cat")
+        if cat == "Trace":
+            continue
+        try:
+            s = _us(e["ts"])
+            d = _us(e["dur"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if d < 0:
+            continue
+        lo = s if lo is None or s < lo else lo
+        hi = s + d if hi is None or s + d > hi else hi
+        if cat in _GPU_CATS:
+            g_dev.append(str(e.get("pid")))
+            g_str.append(str(e.get("tid")))
+            g_s.append(s)
+            g_e.append(s + d)
+            continue
+        key = (str(e.get("pid")), str(e.get("tid")))
+        name = str(e.get("name", ""))
+        if cat in _MARK_CATS:
+            m = _STEP_RE.match(name)
+            if m:
+                # a step may be marked twice (an annotation and an op of the same name)
+                psteps.setdefault(name, (s, s + d, int(m.group(1))))
+                continue
+            if name.startswith("Optimizer.step"):
+                osteps.append((key, s, s + d))
+        if cat in _OP_CATS:
+            ops.setdefault(key, ([], []))
+            ops[key][0].append(s)
+            ops[key][1].append(s + d)
+        elif cat in _CALL_CATS:
+            calls.setdefault(key, ([], [], []))
+            calls[key][0].append(s)
+            calls[key][1].append(s + d)
+            calls[key][2].append(name)
+    return Raw(gpu_dev=np.array(g_dev, dtype=object), gpu_stream=np.array(g_str, dtype=object),
+               gpu_proc=np.zeros(len(g_s), np.int64), gpu_start=np.array(g_s, np.int64),
+               gpu_end=np.array(g_e, np.int64),
+               ops={k: (np.array(v[0], np.int64), np.array(v[1], np.int64))
+                    for k, v in ops.items()},
+               calls={k: (np.array(v[0], np.int64), np.array(v[1], np.int64), v[2])
+                      for k, v in calls.items()},
+               thread_proc={k: 0 for k in set(ops) | set(calls)},
+               profiler_steps=sorted(psteps.values()),
+               optimizer_steps=osteps, span=(lo or 0, hi or 0), source="kineto")
+
+
+def read_nsys(path: Path) -> Raw:
+    """Parse an Nsight Systems SQLite export (CUPTI activity tables, NVTX ranges)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        strings = dict(con.execute("SELECT id, value FROM StringIds")) \
+            if "StringIds" in tables else {}
+        g = []
+        for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                  "CUPTI_ACTIVITY_KIND_MEMSET"):
+            if t in tables:
+                g += con.execute(f"SELECT deviceId, streamId, globalPid, start, end FROM {t}")\
+                    .fetchall()
+        calls: dict = {}
+        if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+            for tid, nid, s, e in con.execute(
+                    "SELECT globalTid, nameId, start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME"):
+                c = calls.setdefault(str(tid), ([], [], []))
+                c[0].append(s)
+                c[1].append(e)
+                c[2].append(strings.get(nid, str(nid)))
+        ops: dict = {}
+        psteps: dict = {}
+        osteps = []
+        if "NVTX_EVENTS" in tables:
+            # 59 push/pop range, 60 start/end range
+            for tid, s, e, text, tidx in con.execute(
+                    "SELECT globalTid, start, end, text, textId FROM NVTX_EVENTS "
+                    "WHERE eventType IN (59, 60) AND end IS NOT NULL"):
+                name = text if text is not None else strings.get(tidx, "")
+                m = _STEP_RE.match(name or "")
+                if m:
+                    psteps.setdefault(name, (s, e, int(m.group(1))))
+                    continue
+                if (name or "").startswith("Optimizer.step"):
+                    osteps.append((str(tid), s, e))
+                o = ops.setdefault(str(tid), ([], []))
+                o[0].append(s)
+                o[1].append(e)
+    finally:
+        con.close()
+    ga = np.array(g, dtype=np.int64).reshape(-1, 5)
+    all_s = [ga[:, 3].min()] if len(ga) else []
+    all_e = [ga[:, 4].max()] if len(ga) else []
+    for v in list(ops.values()) + list(calls.values()):
+        if v[0]:
+            all_s.append(min(v[0]))
+            all_e.append(max(v[1]))
+    # Nsight's globalTid holds the process in its upper bits: globalPid = tid with the low 24
+    # bits cleared
+    proc = {k: int(k) & ~0xFFFFFF for k in set(ops) | set(calls)}
+    return Raw(gpu_dev=ga[:, 0].astype(str).astype(object),
+               gpu_stream=ga[:, 1].astype(str).astype(object),
+               gpu_proc=ga[:, 2], gpu_start=ga[:, 3], gpu_end=ga[:, 4],
+               ops={k: (np.array(v[0], np.int64), np.array(v[1], np.int64))
+                    for k, v in ops.items()},
+               calls={k: (np.array(v[0], np.int64), np.array(v[1], np.int64), v[2])
+                      for k, v in calls.items()},
+               thread_proc=proc, profiler_steps=sorted(psteps.values()),
+               optimizer_steps=osteps,
+               span=(int(min(all_s)) if all_s else 0, int(max(all_e)) if all_e else 0),
+               source="nsys")
+
+
+def read(path: str | Path) -> Raw:
+    p = Path(path)
+    if p.suffix in (".sqlite", ".db"):
+        return read_nsys(p)
+    return read_kineto(p)
+
+
+# ---- interval arithmetic -------------------------------------------------------------------
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals as sorted, disjoint [s, e) pairs."""
+    if len(starts) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], ends[o]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), bool)
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    ms = s[idx]
+    me = np.append(run_end[idx[1:] - 1], run_end[-1])
+    return ms, me
+
+
+def covered(ms: np.ndarray, me: np.ndarray, w0: int, w1: int) -> int:
+    """Length of the merged intervals inside [w0, w1)."""
+    if len(ms) == 0 or w1 <= w0:
+        return 0
+    return int(np.clip(np.minimum(me, w1) - np.maximum(ms, w0), 0, None).sum())
+
+
+def gaps(ms: np.ndarray, me: np.ndarray, w0: int, w1: int) -> tuple[np.ndarray, np.ndarray]:
+    """The stretches of [w0, w1) outside the merged intervals, as (starts, ends)."""
+    s = np.clip(ms, w0, w1)
+    e = np.clip(me, w0, w1)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    gs = np.concatenate(([w0], e)).astype(np.int64)
+    ge = np.concatenate((s, [w1])).astype(np.int64)
+    keep = ge > gs
+    return gs[keep], ge[keep]
+
+
+def subtract(ms: np.ndarray, me: np.ndarray, ws: np.ndarray,
+             we: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merged intervals minus merged intervals, merged."""
+    if len(ms) == 0 or len(ws) == 0:
+        return ms, me
+    p = np.unique(np.concatenate((ms, me, ws, we)))
+    left, right = p[:-1], p[1:]
+
+    def inside(s, e, x):
+        i = np.searchsorted(s, x, side="right") - 1
+        return (i >= 0) & (x < e[np.clip(i, 0, None)])
+
+    keep = inside(ms, me, left) & ~inside(ws, we, left)
+    return merge(left[keep], right[keep])
+
+
+# ---- steps ----------------------------------------------------------------------------------
+
+@dataclass
+class Step:
+    label: str
+    start_ns: int
+    end_ns: int
+    steady: bool = True
+    why: str = ""
+
+    @property
+    def length_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+def steps(raw: Raw) -> tuple[list[Step], str]:
+    """The step windows and the rule that found them, with the steady ones marked."""
+    out: list[Step] = []
+    if raw.profiler_steps:
+        ps = raw.profiler_steps
+        for i, (s, e, n) in enumerate(ps):
+            end = ps[i + 1][0] if i + 1 < len(ps) else e
+            out.append(Step(f"ProfilerStep#{n}", s, end))
+        out[-1].steady, out[-1].why = False, "drain (last step)"
+        rule = "ProfilerStep"
+    elif raw.optimizer_steps:
+        by_thread: dict = {}
+        for k, s, e in raw.optimizer_steps:
+            by_thread.setdefault(k, []).append((s, e))
+        # the thread that steps the optimizer most often; nested ranges merged
+        iv = max(by_thread.values(), key=len)
+        ms, me = merge(np.array([s for s, _ in iv], np.int64),
+                       np.array([e for _, e in iv], np.int64))
+        for k in range(1, len(me)):
+            out.append(Step(f"Optimizer.step #{k}", int(me[k - 1]), int(me[k])))
+        rule = "Optimizer.step"
+        if not out:
+            out = [Step("whole trace", *raw.span)]
+            rule = "whole trace (one Optimizer.step)"
+    else:
+        out = [Step("whole trace", *raw.span)]
+        rule = "whole trace"
+    if len(out) > 1:
+        ref = statistics.median(s.length_ns for s in out)
+        for s in out:
+            if s.steady and abs(s.length_ns - ref) > WARMUP_TOL * ref:
+                s.steady, s.why = False, "warm-up"
+            else:
+                break
+    if not any(s.steady for s in out):
+        for s in out:
+            s.steady = True
+            s.why = (s.why + "; " if s.why else "") + "kept: no steady step left"
+    return out, rule
+
+
+# ---- the figures --------------------------------------------------------------------------
+
+def call_costs(raw: Raw) -> dict:
+    """Per CPU thread: (starts, ends, cost) of its top-level calls (calls nested in another
+    call of the same thread are left out: the outer one holds their time)."""
+    out = {}
+    order = np.argsort(raw.gpu_end, kind="stable")
+    g_end = raw.gpu_end[order]
+    g_proc = raw.gpu_proc[order]
+    for key, (s, e, names) in raw.calls.items():
+        o = np.argsort(s, kind="stable")
+        s, e = s[o], e[o]
+        names = [names[i] for i in o]
+        run_end = np.maximum.accumulate(e)
+        top = np.ones(len(s), bool)
+        top[1:] = e[1:] > run_end[:-1]  # not inside an earlier call
+        dur = e - s
+        med: dict = {}
+        for n, d in zip(names, dur.tolist(), strict=True):
+            med.setdefault(n, []).append(d)
+        med = {n: statistics.median(v) for n, v in med.items()}
+        cost = np.minimum(dur, np.array([med[n] for n in names], np.int64))
+        # the tail after the last GPU task (of this process) that ended inside the call
+        proc = raw.thread_proc.get(key, 0)
+        ge = g_end if raw.source != "nsys" else g_end[g_proc == proc]
+        if len(ge):
+            j = np.searchsorted(ge, e, side="right") - 1
+            last = np.where(j >= 0, ge[np.clip(j, 0, None)], np.iinfo(np.int64).min)
+            inside = last >= s
+            tail = np.where(inside, e - last, dur)
+            cost = np.minimum(cost, tail)
+        out[key] = (s[top], e[top], cost[top])
+    return out
+
+
+def thread_work(raw: Raw, costs: dict, key, w0: int, w1: int) -> dict:
+    """One thread in [w0, w1): its own work (ms) and the intervals that hold it, and its
+    short gaps (host work between operators)."""
+    os_, oe = raw.ops.get(key, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+    cs, ce, cc = costs.get(key, (np.zeros(0, np.int64),) * 3)
+    ms, me = merge(np.concatenate((os_, cs)), np.concatenate((oe, ce)))
+    # a call's own cost is its end: the wait comes first, the work after what it waited for
+    ws, we = merge(cs, ce - cc)
+    ws, we = ws[we > ws], we[we > ws]
+    own_s, own_e = subtract(ms, me, ws, we)
+    gs, ge = gaps(ms, me, w0, w1)
+    short = (ge - gs) <= GAP_NS
+    return {"own_ns": covered(own_s, own_e, w0, w1),
+            "short_gap_ns": int((ge - gs)[short].sum()),
+            "own": (own_s, own_e), "short": (gs[short], ge[short])}
+
+
+def bounds(path: str | Path) -> dict:
+    """G and C per step and their medians over the steady steps (ms). See the module doc."""
+    raw = read(path)
+    stp, rule = steps(raw)
+    dev_iv = {}
+    for d in sorted(set(raw.gpu_dev.tolist())):
+        m = raw.gpu_dev == d
+        dev_iv[d] = merge(raw.gpu_start[m], raw.gpu_end[m])
+    all_iv = merge(raw.gpu_start, raw.gpu_end)
+    str_iv = {}
+    for k in sorted(set(zip(raw.gpu_dev.tolist(), raw.gpu_stream.tolist(), strict=True))):
+        m = (raw.gpu_dev == k[0]) & (raw.gpu_stream == k[1])
+        str_iv[k] = merge(raw.gpu_start[m], raw.gpu_end[m])
+    costs = call_costs(raw)
+    threads = sorted(set(raw.ops) | set(raw.calls), key=str)
+    rows = []
+    for s in stp:
+        w0, w1 = s.start_ns, s.end_ns
+        per_dev = {d: covered(*iv, w0, w1) for d, iv in dev_iv.items()}
+        per_thread = {k: thread_work(raw, costs, k, w0, w1) for k in threads}
+        # W: neither a GPU task nor any thread's own work (or short gap) in the window
+        cover = [all_iv] + [v["own"] for v in per_thread.values()] + \
+            [v["short"] for v in per_thread.values()]
+        us, ue = merge(np.concatenate([c[0] for c in cover]),
+                       np.concatenate([c[1] for c in cover]))
+        rows.append({
+            "label": s.label, "steady": s.steady, "why": s.why,
+            "start_ns": w0, "end_ns": w1,
+            "T_ms": (w1 - w0) / 1e6,
+            "G_ms": max(per_dev.values(), default=0) / 1e6,
+            "G_all_ms": covered(*all_iv, w0, w1) / 1e6,
+            "G_stream_ms": max((covered(*iv, w0, w1) for iv in str_iv.values()),
+                               default=0) / 1e6,
+            "C_max_ms": max((v["own_ns"] for v in per_thread.values()), default=0) / 1e6,
+            "C_sum_ms": sum(v["own_ns"] + v["short_gap_ns"] for v in per_thread.values())
+            / 1e6,
+            "W_ms": (w1 - w0 - covered(us, ue, w0, w1)) / 1e6,
+            "C_thread_ms": {"/".join(k) if isinstance(k, tuple) else k: v["own_ns"] / 1e6
+                            for k, v in per_thread.items()},
+        })
+    steady = [r for r in rows if r["steady"]]
+    keys = ("T_ms", "G_ms", "G_all_ms", "G_stream_ms", "C_max_ms", "C_sum_ms", "W_ms")
+    med = {k: statistics.median(r[k] for r in steady) for k in keys}
+    mean = {k: statistics.fmean(r[k] for r in steady) for k in keys}
+    return {"file": str(path), "rule": rule, "steps": rows, "steady": len(steady),
+            "median": med, "mean": mean,
+            "gpu_bound": med["G_ms"] >= 0.9 * med["T_ms"],
+            "cpu_bound": med["C_max_ms"] >= 0.9 * med["T_ms"]}
+
+
+def edges(b: dict, which: str, f: float) -> tuple[float, float]:
+    """[lower, upper] edge (ms) of a step with the GPU (which='gpu') or the CPU work scaled by
+    f, from the medians of ``bounds``."""
+    m = b["median"]
+    if which == "gpu":
+        return (max(f * m["G_ms"], m["C_max_ms"]),
+                f * m["G_all_ms"] + m["C_sum_ms"] + m["W_ms"])
+    if which == "cpu":
+        return (max(m["G_ms"], f * m["C_max_ms"]),
+                m["G_all_ms"] + f * m["C_sum_ms"] + m["W_ms"])
+    raise ValueError(f"which must be 'gpu' or 'cpu', not {which!r}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="G and C per steady step from a raw trace.")
+    ap.add_argument("traces", nargs="+")
+    ap.add_argument("--json", action="store_true", help="print the full result as JSON")
+    a = ap.parse_args(argv)
+    for t in a.traces:
+        b = bounds(t)
+        if a.json:
+            sys.stdout.write(orjson.dumps(b, option=orjson.OPT_INDENT_2).decode() + "\n")
+            continue
+        m = b["median"]
+        print(f"{t}: {b['rule']}, {b['steady']} steady of {len(b['steps'])} steps; median "
+              f"T {m['T_ms']:.2f} G {m['G_ms']:.2f} ({100 * m['G_ms'] / m['T_ms']:.1f}%) "
+              f"G_all {m['G_all_ms']:.2f} G_stream {m['G_stream_ms']:.2f} "
+              f"C_max {m['C_max_ms']:.2f} C_sum {m['C_sum_ms']:.2f} W {m['W_ms']:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Tests of bench/: the accuracy harness and the bounds script."""

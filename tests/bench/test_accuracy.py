@@ -1,0 +1,186 @@
+"""The accuracy harness's own logic, without Daydream's pipeline: section registry and merging,
+the response check's pass/fail counting against bounds worked out by hand (toy A in
+toytraces.py: T 1.0, G 0.575, C_max 0.370, C_sum 0.590, W 0.200 ms), step matching, and the
+gates' counting. Predictions come from stand-ins whose answers are written here."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from bench import accuracy as acc
+from bench.accuracy import __main__ as cli
+from bench.accuracy import _doc as doc
+from bench.accuracy import gates, response
+from bench.accuracy import traces as tr
+from tests.bench import toytraces as toy
+
+SCALE = re.compile(r"factor=([0-9.]+)")
+
+
+def fake_result(predicted_ms: float | None, steps: int = 3) -> dict:
+    """A predict result for toy A: every step measured 1.0 ms, predicted as given."""
+    its = [{"index": k, "label": f"ProfilerStep#{k + 1}", "measured_ms": 1.0,
+            "baseline_ms": 1.0, "used": True} for k in range(steps)]
+    if predicted_ms is not None:
+        for i in its:
+            i["predicted_ms"] = predicted_ms
+    return {"trace_id": "toy", "measured_ms": 1.0, "baseline_ms": 1.0, "iterations": its,
+            **({"predicted_ms": predicted_ms} if predicted_ms is not None else {})}
+
+
+def stuck(trace, store, opts=None):
+    """A model that never moves: every prediction is the measured step."""
+    return fake_result(1.0 if opts else None)
+
+
+def test_registry_discovers_every_measure():
+    names = list(acc.discover())
+    assert names[:5] == ["replay", "response", "pairs", "components", "gates"]
+    with pytest.raises(ValueError):
+        acc.section("replay", "again")(lambda ctx: None)
+
+
+def test_merge_replaces_one_block_and_keeps_the_others():
+    old = doc.merge(None, "# Head", {"a": doc.block("a", ["## A", "old a"]),
+                                     "b": doc.block("b", ["## B", "old b"])}, ["a", "b"])
+    new = doc.merge(old, "# New head", {"b": doc.block("b", ["## B", "new b"])}, ["a", "b"])
+    assert new.startswith("# New head\n")
+    assert "old a" in new and "new b" in new and "old b" not in new
+    assert new.index("## A") < new.index("## B")
+    # a section no longer registered stays, after the registered ones
+    third = doc.merge(new, "# H", {"a": doc.block("a", ["## A2"])}, ["a"])
+    assert third.index("## A2") < third.index("## B")
+    # a file written before the harness (no blocks) is replaced whole
+    legacy = doc.merge("# Accuracy\n\n## Baseline replay\nrows\n", "# H",
+                       {"a": doc.block("a", ["## A"])}, ["a", "b"])
+    assert "Baseline replay" not in legacy and "## A" in legacy
+    j = doc.merge_json({"sections": {"a": {"x": 1}, "b": {"y": 2}}}, {"b": {"y": 3}},
+                       {"written": "today"})
+    assert j == {"sections": {"a": {"x": 1}, "b": {"y": 3}}, "written": "today"}
+
+
+def test_judge_counts_by_hand(tmp_path):
+    ctx = acc.Context(tmp_path / "store")
+    b = ctx.bounds(toy.write_kineto(tmp_path / "a.json", toy.toy_a_events()))
+    d = fake_result(1.0)
+    m = response.match(b, d)
+    assert [r["label"] for r, _ in m] == ["ProfilerStep#1", "ProfilerStep#2"]
+    # GPU x 0.25: upper edge 0.25 * 0.575 + 0.590 + 0.200 = 0.93375 < 1.0: out, both steps
+    p = response.judge(b, m, d, "gpu", 0.25)
+    assert p["hi_ms"] == pytest.approx(0.93375) and p["lo_ms"] == pytest.approx(0.370)
+    assert (p["ok"], p["steps_out"], p["steps"], p["by"]) == (False, 2, 2, "steps")
+    # GPU x 0.5: upper 1.0775 >= 1.0: in
+    assert response.judge(b, m, d, "gpu", 0.5)["ok"]
+    # CPU x 0.25: upper 0.575 + 0.1475 + 0.200 = 0.9225: out
+    p = response.judge(b, m, d, "cpu", 0.25)
+    assert p["hi_ms"] == pytest.approx(0.9225) and not p["ok"]
+    # below the lower edge (CPU x 0.5: max(0.575, 0.185)) by more than the tolerance
+    low = fake_result(0.5)
+    assert not response.judge(b, response.match(b, low), low, "cpu", 0.5)["ok"]
+    # within the 0.5% tolerance of an edge: in
+    edge = fake_result(0.575 * 0.996)
+    assert response.judge(b, response.match(b, edge), edge, "cpu", 0.5)["ok"]
+
+
+def test_judge_loose_on_a_gpu_bound_trace():
+    row = {"T_ms": 100.0, "G_ms": 95.0, "G_all_ms": 95.0, "G_stream_ms": 95.0,
+           "C_max_ms": 20.0, "C_sum_ms": 30.0, "W_ms": 1.0}
+    b = {"rule": "whole trace", "steps": [dict(row, label="whole trace", steady=True)],
+         "median": row, "gpu_bound": True, "cpu_bound": False}
+    d = {"iterations": [{"index": 0, "measured_ms": 100.0, "predicted_ms": 60.0}]}
+    m = response.match(b, d)
+    # GPU x 0.5: [max(47.5, 20), 47.5 + 30 + 1] = [47.5, 78.5]; 60 > 1.1 * 47.5 = 52.25
+    p = response.judge(b, m, d, "gpu", 0.5)
+    assert p["ok"] and not p["tight"] and p["steps_loose"] == 1
+    d["iterations"][0]["predicted_ms"] = 50.0
+    assert response.judge(b, m, d, "gpu", 0.5)["tight"]
+    # GPU x 0.2: 19 < C_max 20: the CPU sets the lower edge, the 10% rule does not apply
+    d["iterations"][0]["predicted_ms"] = 45.0
+    p = response.judge(b, m, d, "gpu", 0.2)
+    assert p["ok"] and p["tight"]
+
+
+def test_match_needs_equal_lengths_and_falls_back_to_the_headline(tmp_path):
+    ctx = acc.Context(tmp_path / "store")
+    b = ctx.bounds(toy.write_kineto(tmp_path / "a.json", toy.toy_a_events()))
+    d = fake_result(1.0)
+    for i in d["iterations"]:
+        i["measured_ms"] = 1.05  # 5% off: not the same windows
+    assert response.match(b, d) == []
+    d = {"predicted_ms": 1.0}  # no iterations: the headline against the median step
+    p = response.judge(b, [], d, "gpu", 0.25)
+    assert p["by"] == "headline" and not p["ok"]
+    d = {"predicted_ms": 2.0, "predicted_steady_ms": 1.0}
+    assert response.headline(d) == 1.0
+
+
+def test_response_section_end_to_end_with_a_stuck_model(tmp_path, monkeypatch):
+    """The stuck model fails exactly GPU x 0.25 and CPU x 0.25 on toy A (above); the section
+    is merged into a file that already has another, which stays."""
+    path = toy.write_kineto(tmp_path / "a.json", toy.toy_a_events())
+    monkeypatch.setattr(tr, "training", lambda: [("toy A", path)])
+    monkeypatch.setattr(acc, "PLOTS", tmp_path / "plots")
+    monkeypatch.setattr(response, "PLOTS", tmp_path / "plots")
+    out = tmp_path / "accuracy.md"
+    out.write_text(doc.merge(None, "# x", {"gates": doc.block("gates", ["## Gates", "kept"])},
+                             ["gates"]))
+    ctx = acc.Context(tmp_path / "store", predict=stuck)
+    assert cli.main(["--only", "response", "--out", str(out)], ctx=ctx) == 0
+    text = out.read_text()
+    assert "kept" in text and "Points out of bounds: **2**" in text
+    data = json.loads(out.with_suffix(".json").read_text())["sections"]["response"]
+    assert data["failures"] == 2 and data["loose"] == 0
+    pts = data["traces"]["toy A"]["points"]
+    assert sorted((p["which"], p["f"]) for p in pts if not p["ok"]) == [("cpu", 0.25),
+                                                                       ("gpu", 0.25)]
+    assert (tmp_path / "plots" / "response_toy_a.png").stat().st_size > 0
+
+
+def test_replay_section_says_not_available(tmp_path, monkeypatch):
+    path = toy.write_kineto(tmp_path / "a.json", toy.toy_a_events())
+    monkeypatch.setattr(tr, "training", lambda: [("toy A", path)])
+    ctx = acc.Context(tmp_path / "store", predict=stuck)
+    r = acc.discover()["replay"].run(ctx)
+    row = next(line for line in r.lines if line.startswith("| toy A"))
+    assert row.count(acc.NA) == 4 and "0.00%" in row
+    assert r.data["traces"]["toy A"]["explained_mean_pct"] is None
+
+    def explained(trace, store, opts=None):
+        d = fake_result(None)
+        for i, v in zip(d["iterations"], (1.01, 0.97, 1.0), strict=True):
+            i["explained_ms"] = v
+        return d
+    r = acc.discover()["replay"].run(acc.Context(tmp_path / "s2", predict=explained))
+    t = r.data["traces"]["toy A"]
+    assert t["explained_mean_pct"] == pytest.approx((1 + 3 + 0) / 3)
+    assert t["explained_worst_pct"] == pytest.approx(3.0)
+
+
+def test_gates_count_formats():
+    assert gates.count([{"name": "a", "ok": True}, {"name": "b", "ok": False}]) == \
+        (2, 1, ["b"])
+    assert gates.count({"floor": True, "slowdown": False}) == (2, 1, ["slowdown"])
+    assert gates.count([{"name": "x", "status": "pass"}, {"name": "y", "status": "FAIL"}]) == \
+        (2, 1, ["y"])
+    assert gates.count(None) == (0, 0, [])
+
+
+def test_gates_section_without_gates(tmp_path, monkeypatch):
+    path = toy.write_kineto(tmp_path / "a.json", toy.toy_a_events())
+    monkeypatch.setattr(tr, "training", lambda: [("toy A", path)])
+    r = acc.discover()["gates"].run(acc.Context(tmp_path / "store", predict=stuck))
+    assert r.data["available"] is False and acc.NA in "\n".join(r.lines)
+
+
+def test_judge_without_steps_reads_the_key_asked_for():
+    """A job's bounds have no steps: its baseline point reads ``baseline_ms`` itself."""
+    row = {"T_ms": 10.0, "G_ms": 5.0, "G_all_ms": 5.0, "G_stream_ms": 5.0, "C_max_ms": 4.0,
+           "C_sum_ms": 6.0, "W_ms": 1.0}
+    b = {"rule": "job", "steps": [], "median": row, "gpu_bound": False, "cpu_bound": False}
+    p = response.judge(b, [], {"baseline_ms": 10.0}, "gpu", 1.0, key="baseline_ms")
+    # [max(5, 4), 5 + 6 + 1] = [5, 12]
+    assert (p["predicted_ms"], p["lo_ms"], p["hi_ms"], p["ok"]) == (10.0, 5.0, 12.0, True)
+    assert response.judge(b, [], {}, "gpu", 1.0)["predicted_ms"] is None

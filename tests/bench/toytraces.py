@@ -1,0 +1,133 @@
+"""Hand-made traces for the bounds script, written by the tests into temporary folders, each in
+Kineto JSON and (the first) in Nsight SQLite, with the figures worked out by hand beside them.
+
+Toy A, one step (times in us from the step's start; every step the same, 1000 us long; three
+ProfilerStep#N ranges, the third the drain):
+
+    main thread   aten::mm [50,300) > cudaLaunchKernel [150,160)
+                  aten::add [300,350) > cudaLaunchKernel [310,320)
+                  aten::item [400,700) > cudaStreamSynchronize [420,690)
+                  aten::relu [720,800) > cudaLaunchKernel [730,790)   (blocked: 60 us)
+    bwd thread    autograd::engine [150,250) > cudaLaunchKernel [170,180)
+    stream 7      kernel [200,500), kernel [700,795)
+    stream 8      kernel [450,680)
+
+By hand, per step:
+- launches on main: 10, 10, 60 us in each step, median 10; the blocked one has no GPU task
+  ending inside it (the kernel on stream 7 ends at 795), so its cost is the median: 10; its
+  waste 50 us ([730,780)).
+- the sync: median 270; the last GPU end inside it is 680, tail 10: cost 10, waste 260
+  ([420,680)).
+- main's marks: [50,350) + [400,700) + [720,800) = 680; own = 680 - 260 - 50 = 370 us.
+  Gaps: [0,50) 50, [350,400) 50, [700,720) 20 (short, 120 in all); [800,1000) 200 (a wait).
+- bwd: own 100 ([150,250), its launch unblocked); gaps 150 and 750, both waits.
+- GPU union: [200,680) + [700,795) = 575 us; stream 7 alone 300 + 95 = 395.
+- C_max = 370, C_sum = (370 + 120) + 100 = 590.
+- W: the union of GPU, own work and short gaps is [0,800), so W = 200 us.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+from pathlib import Path
+
+STEP_US = 1000
+BASE_US = 1_000_000  # the trace's clock does not start at zero
+
+# (thread, category, name, start, end) in us from a step's start
+TOY_A_CPU = [
+    (1, "cpu_op", "aten::mm", 50, 300),
+    (1, "cuda_runtime", "cudaLaunchKernel", 150, 160),
+    (1, "cpu_op", "aten::add", 300, 350),
+    (1, "cuda_runtime", "cudaLaunchKernel", 310, 320),
+    (1, "cpu_op", "aten::item", 400, 700),
+    (1, "cuda_runtime", "cudaStreamSynchronize", 420, 690),
+    (1, "cpu_op", "aten::relu", 720, 800),
+    (1, "cuda_runtime", "cudaLaunchKernel", 730, 790),
+    (2, "cpu_op", "autograd::engine::evaluate_function", 150, 250),
+    (2, "cuda_runtime", "cudaLaunchKernel", 170, 180),
+]
+# (stream, start, end)
+TOY_A_GPU = [(7, 200, 500), (7, 700, 795), (8, 450, 680)]
+TOY_A_EXPECTED_MS = {"T_ms": 1.0, "G_ms": 0.575, "G_all_ms": 0.575, "G_stream_ms": 0.395,
+                     "C_max_ms": 0.370, "C_sum_ms": 0.590, "W_ms": 0.200}
+
+
+def toy_a_events(steps: int = 3) -> list[dict]:
+    ev = []
+    for k in range(steps):
+        t0 = BASE_US + k * STEP_US
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k + 1}",
+                   "pid": 1, "tid": 1, "ts": t0, "dur": STEP_US})
+        for tid, cat, name, s, e in TOY_A_CPU:
+            ev.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid,
+                       "ts": t0 + s, "dur": e - s})
+        for stream, s, e in TOY_A_GPU:
+            ev.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": stream,
+                       "ts": t0 + s, "dur": e - s})
+    return ev
+
+
+def write_kineto(path: Path, events: list[dict]) -> Path:
+    data = json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(data))
+    else:
+        path.write_bytes(data)
+    return path
+
+
+def write_toy_a_nsys(path: Path, steps: int = 3) -> Path:
+    """Toy A as an Nsight Systems export: the same events in ns, operators and step markers
+    as NVTX push/pop ranges, two threads of one process (globalTid = pid << 24 | tid)."""
+    con = sqlite3.connect(path)
+    con.executescript("""
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, end INT, deviceId INT,
+            streamId INT, globalPid INT, correlationId INT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, globalTid INT,
+            nameId INT, correlationId INT);
+        CREATE TABLE NVTX_EVENTS (start INT, end INT, eventType INT, text TEXT,
+            globalTid INT, textId INT);
+    """)
+    names = {"cudaLaunchKernel": 1, "cudaStreamSynchronize": 2}
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(v, k) for k, v in names.items()])
+    pid = 77 << 24
+    for k in range(steps):
+        t0 = (BASE_US + k * STEP_US) * 1000
+        con.execute("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, ?, ?, NULL)",
+                    (t0, t0 + STEP_US * 1000, f"ProfilerStep#{k + 1}", pid | 1))
+        for tid, cat, name, s, e in TOY_A_CPU:
+            if cat == "cpu_op":
+                con.execute("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, ?, ?, NULL)",
+                            (t0 + s * 1000, t0 + e * 1000, name, pid | tid))
+            else:
+                con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, 0)",
+                            (t0 + s * 1000, t0 + e * 1000, pid | tid, names[name]))
+        for stream, s, e in TOY_A_GPU:
+            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, ?, ?, 0)",
+                        (t0 + s * 1000, t0 + e * 1000, stream, pid))
+    con.commit()
+    con.close()
+    return path
+
+
+def toy_b_events() -> list[dict]:
+    """Toy B: no ProfilerStep; Optimizer.step ranges (50 us, marked twice: an annotation and
+    an op of the same name) ending at 100, 500, 1500, 2500, 3500 us. Windows between their
+    ends: 400 (the warm-up: 60% off the median 1000), then three of 1000 us. In each of
+    those, aten::mm [100, 400) after the window's start and the step's own 50 us at its end:
+    own work 350 us; gaps of 100 (short: at most 100 us) and 550 (a wait): C_sum 450,
+    W 550 us; no GPU work."""
+    ends = [100, 500, 1500, 2500, 3500]
+    ev = []
+    for e in ends:
+        for cat in ("user_annotation", "cpu_op"):
+            ev.append({"ph": "X", "cat": cat, "name": "Optimizer.step#SGD.step", "pid": 1,
+                       "tid": 1, "ts": BASE_US + e - 50, "dur": 50})
+    for a in ends[1:-1]:
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+                   "ts": BASE_US + a + 100, "dur": 300})
+    return ev
