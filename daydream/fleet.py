@@ -243,21 +243,8 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
 
 def _read_chunk(st: Store, tids: list[str]) -> list[tuple[str, dict]]:
     """Graph tables of a few traces, read on one read-only connection."""
-    from graphstore.read import ORDER
-    from graphstore.schema import GRAPH_TABLES
-
-    if not tids:
-        return []
-    out = []
-    with db.connect(st.root) as con:
-        for tid in tids:
-            g = {}
-            for name, t in GRAPH_TABLES.items():
-                cols = ", ".join(c for c in t.names if c != "trace_id")
-                g[name] = con.sql(f"SELECT {cols} FROM {name} WHERE trace_id = $tid "
-                                  f"ORDER BY {ORDER[name]}", params={"tid": tid}).to_arrow_table()
-            out.append((tid, g))
-    return out
+    from graphstore.read import read_graphs
+    return list(zip(tids, read_graphs(st.root, tids), strict=True)) if tids else []
 
 
 def _rows_table(rows: list[dict]) -> pa.Table:
