@@ -213,6 +213,8 @@ class Replay:
     iterations: list[Iteration]
     unit_busy: list[dict] = field(default_factory=list)
     critical_path: dict = field(default_factory=dict)
+    # the steady-state step over the used iterations (``steady_step``): measured, simulated
+    steady: dict = field(default_factory=dict)
 
     def mean(self, attr: str) -> float:
         used = [getattr(i, attr) for i in self.iterations if i.used]
@@ -528,6 +530,50 @@ def unit_busy(g: dict[str, pa.Table], sched: Schedule,
             if names[u] != "origin"]
 
 
+def steady_step(g: dict[str, pa.Table], its: list[Iteration], anchors: np.ndarray,
+                start: np.ndarray, end: np.ndarray, is_gpu: np.ndarray,
+                orphan: np.ndarray, attr: str) -> float:
+    """The steady-state step of a window, ns: from when the work before its first used
+    iteration F was done to when the work of its last used one L was done, per iteration.
+    "Done" with iteration X: its CPU has reached iteration X+1's first task, and every GPU
+    task of iterations up to X (and every one launched before the window) has ended.
+
+    The steps timed by CPU anchors (``iteration_times``) are what a training loop's own step
+    timer shows, and they equal this in steady state; but a window is short, and when a
+    what-if makes the GPU faster or slower the CPU runs ahead of it (as far as the launch queue
+    lets it) or falls behind for a few iterations before a new steady state: such steps show
+    the CPU's pace and push the GPU's work into the window's drain. Completion to completion,
+    each iteration's work is counted once, wherever the window cut it. A trace without
+    iteration markers (one iteration, the whole window) keeps its step (``attr`` of it)."""
+    used = [i.index for i in its if i.used]
+    if not used:
+        return float("nan")
+    src = g["iteration"]["source"].to_pylist() if "source" in g["iteration"].column_names \
+        else []
+    if src and src[0] == "whole_trace":  # no iteration markers: the window is the step
+        return float(np.mean([getattr(i, attr) for i in its if i.used]))
+    idx = g["iteration"]["iteration"].to_numpy()
+    row = {int(v): k for k, v in enumerate(idx)}
+    lab = g["task"]["iteration"].fill_null(-1).to_numpy()
+    f, last = used[0], used[-1]
+
+    def done(x: int) -> int:
+        k = row.get(x + 1)
+        if k is not None:
+            t = int(start[anchors[k]])
+        else:  # the window's last iteration: its own tasks' ends
+            t = int(end[lab == x].max(initial=0))
+        gpu = is_gpu & (orphan | ((lab >= 0) & (lab <= x)))
+        return max(t, int(end[gpu].max(initial=0)))
+
+    k0 = row.get(f)
+    before = int(start[anchors[k0]]) if f - 1 not in row else done(f - 1)
+    if f - 1 not in row:  # nothing before F in the window but what was launched before it
+        gpu = is_gpu & orphan
+        before = max(before, int(end[gpu].max(initial=0)))
+    return (done(last) - before) / len(used)
+
+
 def replay(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Replay:
     """Simulate a graph and measure it like the trace was measured. ``slack`` False: the
     explained replay, every edge at its physical latency and every task at its own cost
@@ -540,8 +586,26 @@ def replay(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Replay:
                  sg.dur_ns)
     its = iteration_times(g, sched.start_ns, sched.end_ns, scan)
     used = [i for i in its if i.used]
-    cp = {}
+    cp, steady = {}, {}
     if used:
         med = sorted(used, key=lambda i: i.measured_ns)[len(used) // 2]
         cp = critical_path_summary(g, sched, sg.dur_ns, med.index, scan)
-    return Replay(sched, its, unit_busy(g, sched, scan.busy), cp)
+        is_gpu, orphan = _gpu_and_orphans(g)
+        obs_end = sg.order_key + g["task"]["obs_dur_ns"].to_numpy()
+        steady = {"measured_ns": steady_step(g, its, scan.anchors, sg.order_key, obs_end,
+                                             is_gpu, orphan, "measured_ns"),
+                  "simulated_ns": steady_step(g, its, scan.anchors, sched.start_ns,
+                                              sched.end_ns, is_gpu, orphan, "simulated_ns")}
+    return Replay(sched, its, unit_busy(g, sched, scan.busy), cp, steady)
+
+
+def _gpu_and_orphans(g: dict[str, pa.Table]) -> tuple[np.ndarray, np.ndarray]:
+    """Per task: a GPU task; a GPU task without a launch in the trace (launched before the
+    window, or by an untraced thread)."""
+    task, edge = g["task"], g["edge"]
+    is_gpu = np.asarray(pc.is_in(task["kind"].cast(pa.string()),
+                                 pa.array(list(GPU_KINDS))).to_numpy(zero_copy_only=False))
+    launched = np.zeros(task.num_rows, bool)
+    ln = edge.filter(pc.equal(edge["kind"].cast(pa.string()), "launch"))["dst"].to_numpy()
+    launched[ln] = True
+    return is_gpu, is_gpu & ~launched
