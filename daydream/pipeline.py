@@ -65,12 +65,14 @@ class Subject:
     job: JobGraph | None = None
     _cache: dict = field(default_factory=dict, repr=False)
 
-    def baseline(self) -> Replay | JobReplay:
-        """The replay of the unmodified graph; simulated once however many specs follow."""
-        if "baseline" not in self._cache:
-            self._cache["baseline"] = (replay_job(self.tables) if self.job is not None
-                                       else replay(self.tables))
-        return self._cache["baseline"]
+    def baseline(self, slack=True, inferred: bool = True) -> Replay | JobReplay:
+        """The replay of the unmodified graph (``slack``/``inferred`` as ``simulate.replay``:
+        False, the explained replay); each simulated once however many specs follow."""
+        key = ("baseline", slack, inferred)
+        if key not in self._cache:
+            self._cache[key] = simulate_graph(self.tables, self.job is not None, slack,
+                                              inferred)
+        return self._cache[key]
 
     def device_job(self) -> Subject | None:
         """For a trace whose GPU work ran on several devices (an Nsight export of several
@@ -170,19 +172,38 @@ class Prediction:
     job_graphs: list[JobGraph] = field(default_factory=list)
 
 
+def simulate_graph(tables: dict[str, pa.Table], is_job: bool, slack=True,
+                   inferred: bool = True) -> Replay | JobReplay:
+    """The replay of a trace's graph or a job's."""
+    return (replay_job(tables, slack, inferred) if is_job
+            else replay(tables, slack, inferred))
+
+
+# The explained replays a result reports beside the one that keeps every slack (ACCURACY.md,
+# section 1): every slack at zero; that without the edges inferred from coincidences; and
+# with only the collectives' peer-wait slack kept (what a single rank of a multi-rank job
+# cannot explain without its peers).
+EXPLAINED = {"explained": (False, True), "explained_no_inferred": (False, False),
+             "explained_peer_wait": (frozenset({"peer_wait"}), True)}
+
+
 def predict(s: Subject, spec: str | None = None, *, param_bytes: int | None = None
             ) -> Prediction:
     """Replay S, and with SPEC (an optimization chain, ``amp+fused_adam``) predict it
-    rewritten. ``param_bytes``: the model's parameter bytes, where the user gives them."""
+    rewritten, with the trace's slack kept and at zero (the prediction's interval).
+    ``param_bytes``: the model's parameter bytes, where the user gives them."""
     base = s.baseline()
-    pred = rewritten = None
+    explained = {k: s.baseline(*v) for k, v in EXPLAINED.items()}
+    pred = rewritten = pred0 = None
     notes: list[str] = []
     if spec:
         ctx = context(s, param_bytes)
         rewritten = rewrite(s.tables, spec, ctx)
-        pred = replay_job(rewritten) if s.job is not None else replay(rewritten)
+        pred = simulate_graph(rewritten, s.job is not None)
+        pred0 = simulate_graph(rewritten, s.job is not None, slack=False)
         notes = ctx.notes
-    out = result(s, base, pred, spec=spec, notes=notes, rewritten=rewritten)
+    out = result(s, base, pred, spec=spec, notes=notes, rewritten=rewritten,
+                 explained=explained, pred_explained=pred0)
     graphs = [s.job] if s.job is not None else []
     dj = s.device_job()
     if dj is not None:
@@ -196,20 +217,29 @@ def predict(s: Subject, spec: str | None = None, *, param_bytes: int | None = No
 
 def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None = None, *,
            spec: str | None = None, notes: list[str] | None = None,
-           rewritten: dict[str, pa.Table] | None = None) -> dict:
+           rewritten: dict[str, pa.Table] | None = None,
+           explained: dict[str, Replay | JobReplay] | None = None,
+           pred_explained: Replay | JobReplay | None = None) -> dict:
     """The result dict of one prediction (the CLI's report and ``--json``, the API's return
     value; a fleet's rows are read from it, see ``daydream.fleet.row``).
 
     Keys, in this order (their meaning is fixed: callers and tests read them):
     ``trace_id`` (a job: its name), [job: ``job``], ``file``, [job: ``world_size``],
-    ``measured_ms``, ``baseline_ms`` (means over the used iterations), ``iterations`` (index,
-    label, measured_ms, baseline_ms, error_pct, used, note, and with a prediction
-    predicted_ms), [job: ``ranks``, ``collectives``, ``clock_offsets_ns``, ``notes``,
-    ``straggler``], [trace: ``critical_path``, ``units``], ``baseline_error_pct``; with a
-    prediction: ``opts`` (the spec), ``notes`` (modelling choices), ``predicted_ms``,
-    ``speedup``, [job: ``predicted_straggler``], ``phases`` (busy ms per phase, baseline and
-    predicted), [trace: ``predicted_critical_path``]. A new key is added at the end of its
-    section below, so every entry point reports it."""
+    ``measured_ms``, ``baseline_ms`` (the steady-state step of the used iterations, measured
+    and replayed: ``simulate.replay.steady_step``), ``iterations`` (index, label, measured_ms,
+    baseline_ms, error_pct, used, note, explained_ms, explained_no_inferred_ms, and with a
+    prediction predicted_ms, predicted_explained_ms), [job: ``ranks``, ``collectives``,
+    ``clock_offsets_ns``, ``notes``, ``straggler``], [trace: ``critical_path``, ``units``],
+    ``baseline_error_pct``, ``measured_median_ms``, ``measured_mean_ms`` (of the used
+    iterations' steps), ``measured_spread_ms`` ([fastest, slowest] used step),
+    ``explained_ms``, ``explained_error_pct``, ``explained_no_inferred_ms``,
+    ``explained_peer_wait_ms`` (the explained replays, ``EXPLAINED``), [trace: ``slack`` (ms
+    per used iteration by kind), ``inferred_edges`` (count by kind)]; with a prediction:
+    ``opts`` (the spec), ``notes`` (modelling choices), ``predicted_ms`` (slack kept),
+    ``speedup``, ``predicted_explained_ms`` (slack at zero), ``predicted_interval_ms``,
+    ``speedup_interval``, [job: ``predicted_straggler``], ``phases`` (busy ms per phase,
+    baseline and predicted), [trace: ``predicted_critical_path``]. A new key is added at the
+    end of its section below, so every entry point reports it."""
     jg = s.job
     out: dict = {"trace_id": s.name}
     # -- what the trace (or job) is
@@ -219,13 +249,17 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
     if jg is not None:
         out["world_size"] = len(jg.members)
     # -- the replay of the unmodified graph
-    out["measured_ms"] = base.mean("measured_ns") / 1e6
-    out["baseline_ms"] = base.mean("simulated_ns") / 1e6
+    out["measured_ms"] = base.headline("measured_ns") / 1e6
+    out["baseline_ms"] = base.headline("simulated_ns") / 1e6
+    explained = explained or {}
+    ex_its = {k: {i.index: i.simulated_ns for i in r.iterations} for k, r in explained.items()}
     out["iterations"] = [{"index": i.index, "label": i.label,
                           "measured_ms": i.measured_ns / 1e6,
                           "baseline_ms": i.simulated_ns / 1e6,
                           "error_pct": error_pct(i.simulated_ns, i.measured_ns),
-                          "used": i.used, **({"note": i.note} if i.note else {})}
+                          "used": i.used, **({"note": i.note} if i.note else {}),
+                          **{f"{k}_ms": _ms(v.get(i.index)) for k, v in ex_its.items()
+                             if k != "explained_peer_wait"}}
                          for i in base.iterations]
     if jg is not None:
         out["ranks"] = [{"rank": m.rank, "trace_id": m.trace_id,
@@ -242,20 +276,38 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
         out["critical_path"] = base.critical_path
         out["units"] = base.unit_busy
     out["baseline_error_pct"] = error_pct(out["baseline_ms"], out["measured_ms"])
+    steps = [i.measured_ns / 1e6 for i in base.iterations if i.used]
+    out["measured_median_ms"] = float(np.median(steps)) if steps else None
+    out["measured_mean_ms"] = float(np.mean(steps)) if steps else None
+    out["measured_spread_ms"] = [min(steps), max(steps)] if steps else None
+    for k, r in explained.items():
+        out[f"{k}_ms"] = _ms(r.headline("simulated_ns"))
+    if "explained" in explained:
+        out["explained_error_pct"] = error_pct(out["explained_ms"], out["measured_ms"])
+    if jg is None:
+        out["slack"] = slack_ms(s.tables, [i.index for i in base.iterations if i.used])
+        out["inferred_edges"] = inferred_edges(s.tables)
     if pred is None:
         return out
     # -- the prediction
     out["opts"] = spec
     out["notes"] = out.get("notes", []) + list(notes or [])
     by_idx = {i.index: i for i in pred.iterations}
-    p_used = [by_idx[i.index].simulated_ns for i in base.iterations
-              if i.used and i.index in by_idx]
-    out["predicted_ms"] = float(sum(p_used) / len(p_used) / 1e6) if p_used else None
-    out["speedup"] = (out["baseline_ms"] / out["predicted_ms"]
-                      if out["predicted_ms"] else None)
+    by_idx0 = {i.index: i for i in pred_explained.iterations} if pred_explained else {}
+    out["predicted_ms"] = _ms(pred.headline("simulated_ns"))
+    out["speedup"] = ratio(out["baseline_ms"], out["predicted_ms"])
+    out["predicted_explained_ms"] = (_ms(pred_explained.headline("simulated_ns"))
+                                     if pred_explained is not None else None)
+    lo_hi = [v for v in (out["predicted_explained_ms"], out["predicted_ms"]) if v is not None]
+    out["predicted_interval_ms"] = [min(lo_hi), max(lo_hi)] if lo_hi else None
+    sp = [v for v in (out["speedup"], ratio(out.get("explained_ms"),
+                                            out["predicted_explained_ms"])) if v is not None]
+    out["speedup_interval"] = [min(sp), max(sp)] if sp else None
     for it in out["iterations"]:
         p = by_idx.get(it["index"])
         it["predicted_ms"] = p.simulated_ns / 1e6 if p else None
+        p0 = by_idx0.get(it["index"])
+        it["predicted_explained_ms"] = p0.simulated_ns / 1e6 if p0 else None
     ranks = len(jg.members) if jg is not None else 1
     if jg is not None:
         for r in out["ranks"]:
@@ -270,7 +322,37 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
 
 
 def error_pct(pred: float, meas: float) -> float | None:
-    return None if not meas else 100.0 * (pred - meas) / meas
+    return None if not meas or pred is None else 100.0 * (pred - meas) / meas
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _ms(ns: float | None) -> float | None:
+    """ns -> ms; NaN (no used iteration) and None as None."""
+    return None if ns is None or ns != ns else float(ns) / 1e6
+
+
+def slack_ms(tables: dict[str, pa.Table], used: list[int]) -> dict[str, float]:
+    """What the graph does not explain, ms per used iteration, by kind (the slack table's
+    positive slack, graphstore.schema.SLACK): summed over edges, so delays on streams that
+    ran side by side add up."""
+    t = tables.get("slack")
+    if t is None or not t.num_rows or not used:
+        return {}
+    f = pl.from_arrow(t).filter(pl.col("iteration").is_in(used))
+    agg = f.group_by("kind").agg(pl.col("slack_ns").sum()).sort("kind")
+    return {k: v / 1e6 / len(used) for k, v in agg.iter_rows() if v}
+
+
+def inferred_edges(tables: dict[str, pa.Table]) -> dict[str, int]:
+    """How many edges of each kind were inferred from a coincidence of times."""
+    e = tables["edge"]
+    if "inferred" not in e.column_names:
+        return {}
+    f = pl.from_arrow(e.select(["kind", "inferred"])).filter(pl.col("inferred"))
+    return dict(sorted(f.group_by(pl.col("kind").cast(pl.String)).len().iter_rows()))
 
 
 def collectives(jg: JobGraph) -> dict:
@@ -287,12 +369,14 @@ def collectives(jg: JobGraph) -> dict:
 
 
 def phase_ms(tables: dict[str, pa.Table], rep: Replay | JobReplay, ranks: int = 1) -> dict:
-    """Busy time per phase over the used iterations, GPU tasks and CPU tasks apart: ms per
+    """Work per phase over the used iterations, GPU tasks and CPU tasks apart: ms per
     iteration (and per rank, for a job graph of RANKS ranks)."""
     task = tables["task"]
     used = [i.index for i in rep.iterations if i.used]
     in_used = np.isin(task["iteration"].fill_null(-1).to_numpy(), used)
-    held = rep.schedule.end_ns - rep.schedule.start_ns
+    # work, not the time a task held its unit while it waited (a sync, an idle thread)
+    held = (rep.work_ns if rep.work_ns is not None
+            else rep.schedule.end_ns - rep.schedule.start_ns)
     phase = task["phase"]
     if pa.types.is_dictionary(phase.type):
         phase = phase.cast(pa.string())

@@ -24,7 +24,7 @@ def print_prediction(d: dict) -> None:
     title = f"iterations: replay and prediction with {d['opts']}" if pred else \
         "iterations: replay"
     t = Table(title=title)
-    cols = ["iteration", "label", "measured ms", "baseline ms", "replay error"]
+    cols = ["iteration", "label", "measured ms", "baseline ms", "replay error", "explained ms"]
     if pred:
         cols += ["predicted ms", "speedup"]
     cols.append("note")
@@ -33,19 +33,20 @@ def print_prediction(d: dict) -> None:
                      else "left")
     for it in d["iterations"]:
         row = [str(it["index"]), it.get("label") or "", _ms(it["measured_ms"]),
-               _ms(it["baseline_ms"]), _pct(it["error_pct"])]
+               _ms(it["baseline_ms"]), _pct(it["error_pct"]), _ms(it.get("explained_ms"))]
         if pred:
             p = it.get("predicted_ms")
             row += [_ms(p), f"{it['baseline_ms'] / p:.3f}x" if p else ""]
         row.append(it.get("note", "") if not it["used"] else "")
         t.add_row(*row)
-    mean = ["mean", "(used)", _ms(d["measured_ms"]), _ms(d["baseline_ms"]),
-            _pct(d["baseline_error_pct"])]
+    mean = ["steady", "(used)", _ms(d["measured_ms"]), _ms(d["baseline_ms"]),
+            _pct(d["baseline_error_pct"]), _ms(d.get("explained_ms"))]
     if pred:
         mean += [_ms(d["predicted_ms"]), f"{d['speedup']:.3f}x" if d.get("speedup") else ""]
     mean.append("")
     t.add_row(*mean, style="bold")
     con.print(t)
+    print_headline(con, d)
     if pred:
         ph = Table(title="time per phase and iteration (busy ms: GPU / CPU)")
         for col in ("phase", "baseline GPU", "predicted GPU", "baseline CPU", "predicted CPU"):
@@ -82,6 +83,36 @@ def print_prediction(d: dict) -> None:
         con.print(f"plot of iteration {d['plot_iteration']} written to {d['plot']}")
     if d.get("predicted_timeline"):
         con.print(f"predicted timeline written to {d['predicted_timeline']}")
+
+
+def print_headline(con: Console, d: dict) -> None:
+    """What the steady-state figures rest on: the trace's own spread, how much of it the
+    graph explains, the prediction's interval, and the slack the graph could not explain."""
+    spread = d.get("measured_spread_ms")
+    if spread:
+        con.print(f"measured: steady-state step {d['measured_ms']:.3f} ms; the used steps ran "
+                  f"{spread[0]:.3f}-{spread[1]:.3f} ms (median {d['measured_median_ms']:.3f}, "
+                  f"mean {d['measured_mean_ms']:.3f})")
+    if d.get("explained_ms") is not None:
+        con.print(f"explained replay (every slack at zero): {d['explained_ms']:.3f} ms "
+                  f"({_pct(d.get('explained_error_pct'))}); without the inferred edges "
+                  f"{_ms(d.get('explained_no_inferred_ms'))} ms")
+    if d.get("predicted_interval_ms"):
+        lo, hi = d["predicted_interval_ms"]
+        sp = d.get("speedup_interval") or [None, None]
+        con.print(f"predicted: {d['predicted_ms']:.3f} ms with the trace's slack kept, "
+                  f"{_ms(d.get('predicted_explained_ms'))} ms with it at zero: "
+                  f"[{lo:.3f}, {hi:.3f}] ms, speedup "
+                  f"[{sp[0]:.3f}x, {sp[1]:.3f}x]" if sp[0] else "")
+    slack = d.get("slack") or {}
+    if slack:
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(slack.items(), key=lambda kv: -kv[1]))
+        con.print(f"slack the graph does not explain (ms per iteration, summed over edges): "
+                  f"{parts}")
+    inf = d.get("inferred_edges") or {}
+    if inf:
+        con.print("edges inferred from coincidences: " +
+                  ", ".join(f"{k} {v}" for k, v in inf.items()))
 
 
 def print_ranks(con: Console, d: dict) -> None:

@@ -28,6 +28,7 @@ class JobReplay:
     ranks: dict[int, list[Iteration]]
     iterations: list[Iteration]
     straggler: dict = field(default_factory=dict)
+    work_ns: np.ndarray | None = None  # each task's simulated duration, ns
 
     def rank_mean(self, rank: int, attr: str) -> float:
         used = [getattr(i, attr) for i in self.ranks[rank] if i.used]
@@ -40,6 +41,11 @@ class JobReplay:
     def median(self, attr: str) -> float:
         used = [getattr(i, attr) for i in self.iterations if i.used]
         return float(np.median(used)) if used else float("nan")
+
+    def headline(self, attr: str) -> float:
+        """A job's steady-state step: the median of its used iterations (each as long as its
+        slowest rank)."""
+        return self.median(attr)
 
 
 def rank_tables(tables: dict[str, pa.Table], rank: int) -> tuple[dict[str, pa.Table],
@@ -149,11 +155,12 @@ def straggler(tables: dict[str, pa.Table], sched: Schedule, top: int = 5) -> dic
 def replay_job(tables: dict[str, pa.Table], slack=True, inferred: bool = True) -> JobReplay:
     """Simulate a job graph and time every rank like its own trace was timed. ``slack`` and
     ``inferred`` as in ``replay.replay`` (False: the explained replay)."""
-    sched = simulate(to_simgraph(tables, slack, inferred))
+    sg = to_simgraph(tables, slack, inferred)
+    sched = simulate(sg)
     ranks = sorted(int(x) for x in pl.from_arrow(tables["iteration"])["rank"].unique()
                    if x is not None and x >= 0)
     per = {}
     for r in ranks:
         sub, ids = rank_tables(tables, r)
         per[r] = iteration_times(sub, sched.start_ns[ids], sched.end_ns[ids])
-    return JobReplay(sched, per, _job_iterations(per), straggler(tables, sched))
+    return JobReplay(sched, per, _job_iterations(per), straggler(tables, sched), sg.dur_ns)

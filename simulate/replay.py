@@ -216,6 +216,14 @@ class Replay:
     critical_path: dict = field(default_factory=dict)
     # the steady-state step over the used iterations (``steady_step``): measured, simulated
     steady: dict = field(default_factory=dict)
+    # each task's work in the simulation (its simulated duration: own cost, plus task slack
+    # where kept), ns
+    work_ns: np.ndarray | None = None
+
+    def headline(self, attr: str) -> float:
+        """The steady-state step (``steady``), else the median of the used iterations."""
+        v = self.steady.get(attr)
+        return float(v) if v is not None and v == v else self.median(attr)
 
     def mean(self, attr: str) -> float:
         used = [getattr(i, attr) for i in self.iterations if i.used]
@@ -604,7 +612,7 @@ def replay(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Replay:
                                              is_gpu, orphan, "measured_ns"),
                   "simulated_ns": steady_step(g, its, scan.anchors, sched.start_ns,
                                               sched.end_ns, is_gpu, orphan, "simulated_ns")}
-    return Replay(sched, its, unit_busy(g, sched, scan.busy), cp, steady)
+    return Replay(sched, its, unit_busy(g, sched, scan.busy), cp, steady, sg.dur_ns)
 
 
 def _labels(g: dict[str, pa.Table]) -> np.ndarray:
