@@ -36,6 +36,7 @@ def info(trace: str, store: str | Path | None = None) -> dict:
             continue
         counts[name] = st.read(name, tid).num_rows
     devices = orjson.loads(row["devices"]) if row["devices"] else None
+    slack, iterations = _graph_slack(st, tid)
     return {
         "trace_id": tid,
         "file": row["file"],
@@ -50,7 +51,21 @@ def info(trace: str, store: str | Path | None = None) -> dict:
         "devices": devices,
         "tables": counts,
         "stats": row["stats"],
+        "iterations": iterations,
+        "slack": slack,
     }
+
+
+def _graph_slack(st, tid: str) -> tuple[list[dict], int | None]:
+    """The graph's slack table (what it does not explain, per iteration and kind) and its
+    iteration count; empty where the trace has no graph yet."""
+    from graphstore import db
+    if tid not in set(db.trace_ids(st.root)):
+        return [], None
+    t = db.run_sql(st.root, "SELECT iteration, kind, edges, slack_ns, early_ns FROM slack "
+                   f"WHERE trace_id = '{tid}' ORDER BY iteration, kind")
+    n = db.run_sql(st.root, f"SELECT count(*) FROM iteration WHERE trace_id = '{tid}'")
+    return t.to_pylist(), int(n.column(0)[0].as_py())
 
 
 def sql(query: str, store: str | Path | None = None, *, fmt: str = "table",

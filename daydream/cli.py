@@ -122,6 +122,17 @@ def info(
     for dev in d["devices"] or []:
         typer.echo(f"device   {dev.get('id', '?')}: {dev.get('name', '?')}")
     typer.echo("tables   " + ", ".join(f"{k} {v}" for k, v in d["tables"].items()))
+    if d.get("slack"):
+        # what the graph does not explain, per kind, over all iterations (positive slack
+        # beyond each edge's physical latency; see docs/graph.md)
+        by: dict[str, list[float]] = {}
+        for r in d["slack"]:
+            by.setdefault(r["kind"], [0, 0.0])
+            by[r["kind"]][0] += r["edges"]
+            by[r["kind"]][1] += r["slack_ns"] / 1e6
+        typer.echo(f"slack    over {d['iterations']} iterations (ms, summed over edges): " +
+                   ", ".join(f"{k} {v[1]:.3f} ({v[0]} edges)" for k, v in
+                             sorted(by.items(), key=lambda kv: -kv[1][1])))
     if d["stats"]:
         typer.echo("ingest notes:")
         for s in d["stats"]:
