@@ -418,8 +418,12 @@ def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, sg: SimGraph,
            "covered_ns": int(seg_ns.sum()), "uncovered_ns": int(max(reached - t0, 0)),
            "work_ns": int(seg_ns[work].sum()), "gpu_ns": int(seg_ns[gpu].sum()),
            "delay_ns": int(seg_ns[~work].sum()), "by_kind": by_kind}
+    # phase and layer of each task on the path: its parts summed per task first
+    ids = np.flatnonzero(on_path)
+    per_task = np.zeros(task.num_rows, np.int64)
+    np.add.at(per_task, seg_task, seg_ns)
     for col in ("phase", "layer"):
-        out[f"by_{col}"] = _time_by(task[col], seg_task, seg_ns, top, col)
+        out[f"by_{col}"] = _time_by(task[col], ids, per_task[ids], top, col)
     return out
 
 
@@ -428,7 +432,7 @@ def _part_codes(g: dict[str, pa.Table], sg: SimGraph, seg_task: np.ndarray,
     """A code per critical-path part and the names they stand for: a task's kind for its own
     work, ``delay: <edge kind>`` for a delay (``delay: unit`` where the task waited for its
     unit's previous task with no edge between them, on a unit a transform added)."""
-    kinds = _codes(g["task"]["kind"], KIND_CODE, "task kind")
+    kinds = _task_kinds(g)
     names = list(KIND_CODE)
     code = np.empty(len(seg_task), np.int64)
     work = seg_src < 0
@@ -437,15 +441,20 @@ def _part_codes(g: dict[str, pa.Table], sg: SimGraph, seg_task: np.ndarray,
     if len(d):
         pos = np.empty(len(d), np.int64)
         _report.edge_of(sg.indptr, sg.dst, seg_src[d], seg_task[d], pos)
-        ek = g["edge"]["kind"].combine_chunks()
+        edge = g["edge"]
+        if not _source_ordered(edge):  # CSR positions -> table rows
+            rows = np.argsort(edge["src"].to_numpy(), kind="stable")
+            pos = np.where(pos >= 0, rows[np.maximum(pos, 0)], -1)
+        hit = pos >= 0
+        # only the edges on the path: their kinds, encoded
+        ek = edge["kind"].take(pa.array(pos[hit])).combine_chunks()
         if not pa.types.is_dictionary(ek.type):
             ek = ek.cast(pa.string()).dictionary_encode()
-        ecode = ek.indices.to_numpy(zero_copy_only=False)
-        if not _source_ordered(g["edge"]):
-            ecode = ecode[np.argsort(g["edge"]["src"].to_numpy(), kind="stable")]
         base = len(names)
         names += [f"delay: {v}" for v in ek.dictionary.to_pylist()] + ["delay: unit"]
-        code[d] = np.where(pos >= 0, base + ecode[np.maximum(pos, 0)], len(names) - 1)
+        dc = np.full(len(d), len(names) - 1, np.int64)
+        dc[hit] = base + ek.indices.to_numpy(zero_copy_only=False)
+        code[d] = dc
     return code, names
 
 
@@ -615,6 +624,20 @@ def replay(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Replay:
     return Replay(sched, its, unit_busy(g, sched, scan.busy), cp, steady, sg.dur_ns)
 
 
+def _task_kinds(g: dict[str, pa.Table]) -> np.ndarray:
+    """Each task's kind code (KIND_CODE), decoded once per graph tables."""
+    key = id(g["task"])
+    hit = _KIND_MEMO.get(key)
+    if hit is None or hit[0] is not g["task"]:
+        hit = (g["task"], _codes(g["task"]["kind"], KIND_CODE, "task kind"))
+        _KIND_MEMO.clear()
+        _KIND_MEMO[key] = hit
+    return hit[1]
+
+
+_KIND_MEMO: dict = {}
+
+
 def _labels(g: dict[str, pa.Table]) -> np.ndarray:
     """Each task's iteration, -1 for none."""
     it = g["task"]["iteration"]
@@ -632,7 +655,7 @@ def _gpu_and_orphans(g: dict[str, pa.Table]) -> tuple[np.ndarray, np.ndarray]:
     """Per task: a GPU task; a GPU task without a launch in the trace (launched before the
     window, or by an untraced thread)."""
     task, edge = g["task"], g["edge"]
-    is_gpu = _codes(task["kind"], KIND_CODE, "task kind") >= len(CPU_KINDS)
+    is_gpu = _task_kinds(g) >= len(CPU_KINDS)
     launched = np.zeros(task.num_rows, bool)
     ln = edge.filter(pc.equal(edge["kind"].cast(pa.string()), "launch"))["dst"].to_numpy()
     launched[ln] = True
