@@ -68,10 +68,12 @@ def test_judge_counts_by_hand(tmp_path):
     d = fake_result(1.0)
     m = response.match(b, d)
     assert [r["label"] for r, _ in m] == ["ProfilerStep#1", "ProfilerStep#2"]
-    # GPU x 0.25: upper edge 0.25 * 0.575 + 0.590 + 0.200 = 0.93375 < 1.0: out, both steps
+    # GPU x 0.25: upper edge 0.25 * 0.575 + 0.590 + 0.200 = 0.93375 < 1.0: the headline is
+    # out, and so is each of the two steps timed alone (read for information)
     p = response.judge(b, m, d, "gpu", 0.25)
     assert p["hi_ms"] == pytest.approx(0.93375) and p["lo_ms"] == pytest.approx(0.370)
-    assert (p["ok"], p["steps_out"], p["steps"], p["by"]) == (False, 2, 2, "steps")
+    assert (p["ok"], p["steps_out"], p["by"]) == (False, 1, "headline")
+    assert (p["single_steps"], p["single_steps_out"]) == (2, 2)
     # GPU x 0.5: upper 1.0775 >= 1.0: in
     assert response.judge(b, m, d, "gpu", 0.5)["ok"]
     # CPU x 0.25: upper 0.575 + 0.1475 + 0.200 = 0.9225: out
@@ -90,16 +92,24 @@ def test_judge_loose_on_a_gpu_bound_trace():
            "C_max_ms": 20.0, "C_sum_ms": 30.0, "W_ms": 1.0}
     b = {"rule": "whole trace", "steps": [dict(row, label="whole trace", steady=True)],
          "median": row, "gpu_bound": True, "cpu_bound": False}
-    d = {"iterations": [{"index": 0, "measured_ms": 100.0, "predicted_ms": 60.0}]}
+    b["mean"] = row
+    d = {"iterations": [{"index": 0, "measured_ms": 100.0, "predicted_ms": 60.0}],
+         "predicted_ms": 60.0}
     m = response.match(b, d)
     # GPU x 0.5: [max(47.5, 20), 47.5 + 30 + 1] = [47.5, 78.5]; 60 > 1.1 * 47.5 = 52.25
     p = response.judge(b, m, d, "gpu", 0.5)
     assert p["ok"] and not p["tight"] and p["steps_loose"] == 1
-    d["iterations"][0]["predicted_ms"] = 50.0
+    d["predicted_ms"] = 50.0
     assert response.judge(b, m, d, "gpu", 0.5)["tight"]
     # GPU x 0.2: 19 < C_max 20: the CPU sets the lower edge, the 10% rule does not apply
-    d["iterations"][0]["predicted_ms"] = 45.0
+    d["predicted_ms"] = 45.0
     p = response.judge(b, m, d, "gpu", 0.2)
+    assert p["ok"] and p["tight"]
+    # the CPU's serial work C_union decides instead of C_max where the bounds have it:
+    # f G = 47.5 < C_union 50: the GPU no longer sets the step alone
+    b["mean"] = dict(row, C_union_ms=50.0)
+    d["predicted_ms"] = 60.0
+    p = response.judge(b, m, d, "gpu", 0.5)
     assert p["ok"] and p["tight"]
 
 
@@ -110,9 +120,9 @@ def test_match_needs_equal_lengths_and_falls_back_to_the_headline(tmp_path):
     for i in d["iterations"]:
         i["measured_ms"] = 1.05  # 5% off: not the same windows
     assert response.match(b, d) == []
-    d = {"predicted_ms": 1.0}  # no iterations: the headline against the median step
+    d = {"predicted_ms": 1.0}  # no iterations: the headline alone, against the mean step
     p = response.judge(b, [], d, "gpu", 0.25)
-    assert p["by"] == "headline" and not p["ok"]
+    assert p["by"] == "headline" and not p["ok"] and p["single_steps"] == 0
     d = {"predicted_ms": 2.0, "predicted_steady_ms": 1.0}
     assert response.headline(d) == 1.0
 
@@ -179,7 +189,7 @@ def test_judge_without_steps_reads_the_key_asked_for():
     """A job's bounds have no steps: its baseline point reads ``baseline_ms`` itself."""
     row = {"T_ms": 10.0, "G_ms": 5.0, "G_all_ms": 5.0, "G_stream_ms": 5.0, "C_max_ms": 4.0,
            "C_sum_ms": 6.0, "W_ms": 1.0}
-    b = {"rule": "job", "steps": [], "median": row, "gpu_bound": False, "cpu_bound": False}
+    b = {"rule": "job", "steps": [], "median": row, "mean": row, "gpu_bound": False, "cpu_bound": False}
     p = response.judge(b, [], {"baseline_ms": 10.0}, "gpu", 1.0, key="baseline_ms")
     # [max(5, 4), 5 + 6 + 1] = [5, 12]
     assert (p["predicted_ms"], p["lo_ms"], p["hi_ms"], p["ok"]) == (10.0, 5.0, 12.0, True)
