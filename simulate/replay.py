@@ -219,6 +219,12 @@ class Replay:
     # each task's work in the simulation (its simulated duration: own cost, plus task slack
     # where kept), ns
     work_ns: np.ndarray | None = None
+    sim: SimGraph | None = None          # the graph as simulated
+    anchors: np.ndarray | None = None    # each iteration row's first CPU task
+
+    def critical_path_of(self, g: dict[str, pa.Table], iteration: int) -> dict:
+        """``critical_path_summary`` of any iteration of this replay of ``g``."""
+        return critical_path_summary(g, self.schedule, self.sim, iteration, self.anchors)
 
     def headline(self, attr: str) -> float:
         """The steady-state step (``steady``), else the median of the used iterations."""
@@ -367,23 +373,24 @@ def _mark_warmup(its: list[Iteration]) -> None:
 
 
 def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, sg: SimGraph,
-                          iteration: int, scan: _Scan, top: int = 8) -> dict:
+                          iteration: int, anchors: np.ndarray, top: int = 8) -> dict:
     """The chain of tasks and delays that decided how long an iteration took, from its start
     (its first CPU task's simulated start) to its end (the next iteration's first CPU task, or
     the iteration's last-ending task), across threads and streams: each part is a task's own
     work or the delay of the edge that made a task wait (by the edge's kind: launch, stream,
     sync, wake, ...), and the parts add up to the span. ``sg``: the graph as simulated (its
-    durations, and its CSR, in the order of ``g``'s edges). Summarized by kind of work or
-    delay, phase and layer (ns on the path)."""
+    durations, and its CSR, in the order of ``g``'s edges); ``anchors``: each iteration row's
+    first CPU task (``Replay.anchors``). Summarized by kind of work or delay, phase and layer
+    (ns on the path)."""
     task = g["task"]
     idx = g["iteration"]["iteration"].to_numpy()
     rows = np.flatnonzero(idx == iteration)
     if not len(rows):
         return {}
     k = int(rows[0])
-    t0 = int(sched.start_ns[scan.anchors[k]])
+    t0 = int(sched.start_ns[anchors[k]])
     if k + 1 < len(idx):
-        x, at_end = int(scan.anchors[k + 1]), False
+        x, at_end = int(anchors[k + 1]), False
         t1 = int(sched.start_ns[x])
     else:
         x = -1
@@ -614,14 +621,15 @@ def replay(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Replay:
     cp, steady = {}, {}
     if used:
         med = sorted(used, key=lambda i: i.measured_ns)[len(used) // 2]
-        cp = critical_path_summary(gs, sched, sg, med.index, scan)
+        cp = critical_path_summary(gs, sched, sg, med.index, scan.anchors)
         is_gpu, orphan = _gpu_and_orphans(g)
         obs_end = sg.order_key + g["task"]["obs_dur_ns"].to_numpy()
         steady = {"measured_ns": steady_step(g, its, scan.anchors, sg.order_key, obs_end,
                                              is_gpu, orphan, "measured_ns"),
                   "simulated_ns": steady_step(g, its, scan.anchors, sched.start_ns,
                                               sched.end_ns, is_gpu, orphan, "simulated_ns")}
-    return Replay(sched, its, unit_busy(g, sched, scan.busy), cp, steady, sg.dur_ns)
+    return Replay(sched, its, unit_busy(g, sched, scan.busy), cp, steady, sg.dur_ns, sg,
+                  scan.anchors)
 
 
 def _task_kinds(g: dict[str, pa.Table]) -> np.ndarray:

@@ -189,7 +189,8 @@ def test_judge_without_steps_reads_the_key_asked_for():
     """A job's bounds have no steps: its baseline point reads ``baseline_ms`` itself."""
     row = {"T_ms": 10.0, "G_ms": 5.0, "G_all_ms": 5.0, "G_stream_ms": 5.0, "C_max_ms": 4.0,
            "C_sum_ms": 6.0, "W_ms": 1.0}
-    b = {"rule": "job", "steps": [], "median": row, "mean": row, "gpu_bound": False, "cpu_bound": False}
+    b = {"rule": "job", "steps": [], "median": row, "mean": row, "gpu_bound": False,
+         "cpu_bound": False}
     p = response.judge(b, [], {"baseline_ms": 10.0}, "gpu", 1.0, key="baseline_ms")
     # [max(5, 4), 5 + 6 + 1] = [5, 12]
     assert (p["predicted_ms"], p["lo_ms"], p["hi_ms"], p["ok"]) == (10.0, 5.0, 12.0, True)

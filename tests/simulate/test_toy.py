@@ -235,3 +235,44 @@ def test_duplicate_edges_and_lags():
     assert s.start_ns.tolist() == [0, 6]
     assert s.bound_by.tolist() == [-1, 0]
     assert s.start_ns.dtype == np.int64 and s.bound_by.dtype == np.int64
+
+
+def test_critical_path_parts_across_threads_streams_and_an_iteration_boundary():
+    # Hand-drawn: the main thread (unit 0) launches K (launch latency 1 ns) and then waits in
+    # w for the other thread (unit 1), whose task x ends at 9 (END edge, 2 ns wake-up; w's own
+    # work after it: 1 ns). Thread 1's x waits for K (a sync: END edge, 0 ns; x's own work 2 ns).
+    # n is the next iteration's first task on the main thread.
+    #
+    #      0123456789012
+    # t0   |aawwwwwwwwwwn        a 0-2, w waits 2-11 then runs 11-12, n 12-13
+    # t1   |hhhhxxxxxxx          h 0-4, x waits for K until 7, runs 7-9
+    # str  |...KKKK              K 3-7
+    #
+    # Walking back from n's start (12) to the iteration's start (0): w's own work (11-12), the
+    # wake delay x -> w (9-11), x's own work (7-9), the sync delay K -> x (7-7, 0 ns), K (3-7),
+    # the launch delay a -> K (2-3), a (0-2): 1 + 2 + 2 + 0 + 4 + 1 + 2 = 12 ns = the span.
+    from simulate import _report
+
+    g, names = build(
+        tasks=[("a", 0, 2), ("w", 0, 1), ("n", 0, 1), ("h", 1, 4), ("x", 1, 2), ("K", 2, 4)],
+        edges=[("a", "K", 1, "start"), ("x", "w", 2, "end"), ("K", "x", 0, "end")],
+        policies=[FIXED, FIXED, FIXED])
+    s = simulate(g)
+    i = names.index
+    assert s.start_ns[i("n")] == 12 and s.end_ns[i("x")] == 9
+    seg_t = np.empty(16, np.int64)
+    seg_s = np.empty(16, np.int64)
+    seg_ns = np.empty(16, np.int64)
+    n, reached = _report.path_parts(s.bound_by, s.bound_via_start, s.end_bound_by, s.start_ns,
+                                    s.end_ns, g.dur_ns, i("n"), False, 0, seg_t, seg_s, seg_ns)
+    parts = [(names[t], names[b] if b >= 0 else "", int(v))
+             for t, b, v in zip(seg_t[:n], seg_s[:n], seg_ns[:n], strict=True)]
+    assert parts == [("n", "w", 0), ("w", "", 1), ("w", "x", 2), ("x", "", 2), ("x", "K", 0),
+                     ("K", "", 4), ("K", "a", 1), ("a", "", 2)]
+    assert sum(v for _, _, v in parts) == 12 and reached == 0
+    # cut at an iteration boundary at 5 ns: the path stops there, its last part clipped
+    n, reached = _report.path_parts(s.bound_by, s.bound_via_start, s.end_bound_by, s.start_ns,
+                                    s.end_ns, g.dur_ns, i("n"), False, 5, seg_t, seg_s, seg_ns)
+    assert [(names[t], int(v)) for t, v in zip(seg_t[:n], seg_ns[:n], strict=True)] == \
+        [("n", 0), ("w", 1), ("w", 2), ("x", 2), ("x", 0), ("K", 2)]
+    assert sum(seg_ns[:n]) == 12 - 5
