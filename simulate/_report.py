@@ -376,3 +376,18 @@ def path_parts(bound, via, end_bound, start, end, dur, x, at_end, t_stop, seg_ta
             at_end = via[x] == 0
             x = b
     return k, t
+
+
+@nb.njit(cache=True)
+def edge_of(indptr, dst, src_q, dst_q, out):
+    """For each (src_q[i], dst_q[i]), the position in CSR order of the first edge from the one
+    to the other, or -1 (out-edges of a task are few: a scan of them)."""
+    for i in range(src_q.shape[0]):
+        s, d = src_q[i], dst_q[i]
+        out[i] = -1
+        if s < 0:
+            continue
+        for k in range(indptr[s], indptr[s + 1]):
+            if dst[k] == d:
+                out[i] = k
+                break

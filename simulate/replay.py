@@ -167,8 +167,8 @@ def to_simgraph(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Si
         # as if the edges had never been inferred: a task they made wait keeps the waiting
         # in its duration, as the trace shows it
         restore = edge.filter(pc.and_(edge["inferred"], edge["binding"]))["dst"]
-        edge = edge.filter(pc.invert(edge["inferred"]))
-        g = {**g, "edge": edge}
+        g = _without_inferred(g)
+        edge = g["edge"]
     policy = _codes(unit["policy"], POLICY, "unit policy").astype(np.int8)
     kind = _codes8(edge["anchor"], ANCHOR_KIND, "edge anchor")
     n = task.num_rows
@@ -214,6 +214,8 @@ class Replay:
     iterations: list[Iteration]
     unit_busy: list[dict] = field(default_factory=list)
     critical_path: dict = field(default_factory=dict)
+    # the steady-state step over the used iterations (``steady_step``): measured, simulated
+    steady: dict = field(default_factory=dict)
 
     def mean(self, attr: str) -> float:
         used = [getattr(i, attr) for i in self.iterations if i.used]
@@ -356,14 +358,15 @@ def _mark_warmup(its: list[Iteration]) -> None:
                        "for the steady iterations; left out of the headline")
 
 
-def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, dur: np.ndarray,
+def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, sg: SimGraph,
                           iteration: int, scan: _Scan, top: int = 8) -> dict:
     """The chain of tasks and delays that decided how long an iteration took, from its start
     (its first CPU task's simulated start) to its end (the next iteration's first CPU task, or
     the iteration's last-ending task), across threads and streams: each part is a task's own
     work or the delay of the edge that made a task wait (by the edge's kind: launch, stream,
-    sync, wake, ...), and the parts add up to the span. ``dur``: the simulated durations.
-    Summarized by kind of work or delay, phase and layer (ns on the path)."""
+    sync, wake, ...), and the parts add up to the span. ``sg``: the graph as simulated (its
+    durations, and its CSR, in the order of ``g``'s edges). Summarized by kind of work or
+    delay, phase and layer (ns on the path)."""
     task = g["task"]
     idx = g["iteration"]["iteration"].to_numpy()
     rows = np.flatnonzero(idx == iteration)
@@ -388,20 +391,21 @@ def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, dur: np.ndarr
         seg_ns = np.empty(size, np.int64)
         n, reached = _report.path_parts(sched.bound_by, sched.bound_via_start,
                                         sched.end_bound_by, sched.start_ns, sched.end_ns,
-                                        dur, x, at_end, t0, seg_task, seg_src, seg_ns)
+                                        sg.dur_ns, x, at_end, t0, seg_task, seg_src, seg_ns)
         if n < size:
             break
         size *= 4
     seg_task, seg_src, seg_ns = seg_task[:n], seg_src[:n], seg_ns[:n]
-    work = seg_src < 0
-    kinds = _part_kinds(g, task["kind"], seg_task, seg_src, work)
-    names = sorted(set(kinds))
-    code = np.array([names.index(v) for v in kinds], np.int64)
+    code, names = _part_codes(g, sg, seg_task, seg_src)
     sums, seen = _report.group_sums(code, seg_ns, len(names))
-    by_kind = [{"kind": names[i], "ns": int(round(sums[i]))}
+    by_kind = [{"kind": names[i], "ns": int(sums[i])}
                for i in np.argsort(-sums, kind="stable") if seen[i]][:top]
-    gpu = np.isin(np.asarray(kinds, object), list(GPU_KINDS)) & work
-    out = {"iteration": int(iteration), "tasks": int(len(np.unique(seg_task))),
+    work = seg_src < 0
+    gpu_code = np.array([nm in GPU_KINDS for nm in names] or [False], bool)
+    gpu = gpu_code[code] & work
+    on_path = np.zeros(task.num_rows, bool)
+    on_path[seg_task] = True
+    out = {"iteration": int(iteration), "tasks": int(on_path.sum()),
            "start_ns": t0, "end_ns": t1, "span_ns": t1 - t0,
            "covered_ns": int(seg_ns.sum()), "uncovered_ns": int(max(reached - t0, 0)),
            "work_ns": int(seg_ns[work].sum()), "gpu_ns": int(seg_ns[gpu].sum()),
@@ -411,31 +415,35 @@ def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, dur: np.ndarr
     return out
 
 
-def _part_kinds(g: dict[str, pa.Table], kind_col: pa.ChunkedArray, seg_task: np.ndarray,
-                seg_src: np.ndarray, work: np.ndarray) -> list[str]:
-    """The name of each critical-path part: a task's kind for its own work, ``delay: <edge
-    kind>`` for a delay (``delay: unit`` where the task waited for its unit's previous task
-    with no edge between them, on a unit a transform added)."""
-    out = np.empty(len(seg_task), object)
-    if work.any():
-        w = seg_task[work]
-        out[work] = np.asarray(kind_col.take(pa.array(w)).cast(pa.string()).to_pylist(), object)
+def _part_codes(g: dict[str, pa.Table], sg: SimGraph, seg_task: np.ndarray,
+                seg_src: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """A code per critical-path part and the names they stand for: a task's kind for its own
+    work, ``delay: <edge kind>`` for a delay (``delay: unit`` where the task waited for its
+    unit's previous task with no edge between them, on a unit a transform added)."""
+    kinds = _codes(g["task"]["kind"], KIND_CODE, "task kind")
+    names = list(KIND_CODE)
+    code = np.empty(len(seg_task), np.int64)
+    work = seg_src < 0
+    code[work] = kinds[seg_task[work]]
     d = np.flatnonzero(~work)
     if len(d):
-        edge = g["edge"]
-        dst = edge["dst"]
-        near = edge.filter(pc.is_in(dst, pa.array(np.unique(seg_task[d]))))
-        n = len(kind_col)
-        key = near["src"].to_numpy() * n + near["dst"].to_numpy()
-        o = np.argsort(key, kind="stable")
-        key = key[o]
-        ekind = np.asarray(near["kind"].cast(pa.string()).to_pylist(), object)[o]
-        q = seg_src[d] * n + seg_task[d]
-        pos = np.minimum(np.searchsorted(key, q), max(len(key) - 1, 0))
-        hit = (key[pos] == q) if len(key) else np.zeros(len(q), bool)
-        out[d] = [f"delay: {ekind[p]}" if h else "delay: unit"
-                  for p, h in zip(pos.tolist(), hit.tolist(), strict=True)]
-    return out.tolist()
+        pos = np.empty(len(d), np.int64)
+        _report.edge_of(sg.indptr, sg.dst, seg_src[d], seg_task[d], pos)
+        ek = g["edge"]["kind"].combine_chunks()
+        if not pa.types.is_dictionary(ek.type):
+            ek = ek.cast(pa.string()).dictionary_encode()
+        ecode = ek.indices.to_numpy(zero_copy_only=False)
+        if not _source_ordered(g["edge"]):
+            ecode = ecode[np.argsort(g["edge"]["src"].to_numpy(), kind="stable")]
+        base = len(names)
+        names += [f"delay: {v}" for v in ek.dictionary.to_pylist()] + ["delay: unit"]
+        code[d] = np.where(pos >= 0, base + ecode[np.maximum(pos, 0)], len(names) - 1)
+    return code, names
+
+
+def _source_ordered(edge: pa.Table) -> bool:
+    src = edge["src"].to_numpy()
+    return bool((np.diff(src) >= 0).all()) if len(src) > 1 else True
 
 
 def _offsets(col: pa.ChunkedArray) -> list[tuple[int, pa.Array]]:
@@ -529,6 +537,50 @@ def unit_busy(g: dict[str, pa.Table], sched: Schedule,
             if names[u] != "origin"]
 
 
+def steady_step(g: dict[str, pa.Table], its: list[Iteration], anchors: np.ndarray,
+                start: np.ndarray, end: np.ndarray, is_gpu: np.ndarray,
+                orphan: np.ndarray, attr: str) -> float:
+    """The steady-state step of a window, ns: from when the work before its first used
+    iteration F was done to when the work of its last used one L was done, per iteration.
+    "Done" with iteration X: its CPU has reached iteration X+1's first task, and every GPU
+    task of iterations up to X (and every one launched before the window) has ended.
+
+    The steps timed by CPU anchors (``iteration_times``) are what a training loop's own step
+    timer shows, and they equal this in steady state; but a window is short, and when a
+    what-if makes the GPU faster or slower the CPU runs ahead of it (as far as the launch queue
+    lets it) or falls behind for a few iterations before a new steady state: such steps show
+    the CPU's pace and push the GPU's work into the window's drain. Completion to completion,
+    each iteration's work is counted once, wherever the window cut it. A trace without
+    iteration markers (one iteration, the whole window) keeps its step (``attr`` of it)."""
+    used = [i.index for i in its if i.used]
+    if not used:
+        return float("nan")
+    src = g["iteration"]["source"].to_pylist() if "source" in g["iteration"].column_names \
+        else []
+    if src and src[0] == "whole_trace":  # no iteration markers: the window is the step
+        return float(np.mean([getattr(i, attr) for i in its if i.used]))
+    idx = g["iteration"]["iteration"].to_numpy()
+    row = {int(v): k for k, v in enumerate(idx)}
+    lab = _labels(g)
+    f, last = used[0], used[-1]
+
+    def done(x: int) -> int:
+        k = row.get(x + 1)
+        if k is not None:
+            t = int(start[anchors[k]])
+        else:  # the window's last iteration: its own tasks' ends
+            t = int(end[lab == x].max(initial=0))
+        gpu = is_gpu & (orphan | ((lab >= 0) & (lab <= x)))
+        return max(t, int(end[gpu].max(initial=0)))
+
+    k0 = row.get(f)
+    before = int(start[anchors[k0]]) if f - 1 not in row else done(f - 1)
+    if f - 1 not in row:  # nothing before F in the window but what was launched before it
+        gpu = is_gpu & orphan
+        before = max(before, int(end[gpu].max(initial=0)))
+    return (done(last) - before) / len(used)
+
+
 def replay(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Replay:
     """Simulate a graph and measure it like the trace was measured. ``slack`` False: the
     explained replay, every edge at its physical latency and every task at its own cost
@@ -536,13 +588,44 @@ def replay(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Replay:
     without the edges inferred from coincidences."""
     sg = to_simgraph(g, slack, inferred)
     sched = simulate(sg, check=False)  # to_simgraph checked it
+    gs = g if inferred else _without_inferred(g)
     # sg.order_key is the observed start of each task
     scan = _scan(g, sg.order_key, sched.start_ns, sched.end_ns, sg.unit, sg.n_units,
                  sg.dur_ns)
     its = iteration_times(g, sched.start_ns, sched.end_ns, scan)
     used = [i for i in its if i.used]
-    cp = {}
+    cp, steady = {}, {}
     if used:
         med = sorted(used, key=lambda i: i.measured_ns)[len(used) // 2]
-        cp = critical_path_summary(g, sched, sg.dur_ns, med.index, scan)
-    return Replay(sched, its, unit_busy(g, sched, scan.busy), cp)
+        cp = critical_path_summary(gs, sched, sg, med.index, scan)
+        is_gpu, orphan = _gpu_and_orphans(g)
+        obs_end = sg.order_key + g["task"]["obs_dur_ns"].to_numpy()
+        steady = {"measured_ns": steady_step(g, its, scan.anchors, sg.order_key, obs_end,
+                                             is_gpu, orphan, "measured_ns"),
+                  "simulated_ns": steady_step(g, its, scan.anchors, sched.start_ns,
+                                              sched.end_ns, is_gpu, orphan, "simulated_ns")}
+    return Replay(sched, its, unit_busy(g, sched, scan.busy), cp, steady)
+
+
+def _labels(g: dict[str, pa.Table]) -> np.ndarray:
+    """Each task's iteration, -1 for none."""
+    it = g["task"]["iteration"]
+    return it.fill_null(-1).to_numpy() if it.null_count else it.to_numpy()
+
+
+def _without_inferred(g: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    edge = g["edge"]
+    if "inferred" not in edge.column_names:
+        return g
+    return {**g, "edge": edge.filter(pc.invert(edge["inferred"]))}
+
+
+def _gpu_and_orphans(g: dict[str, pa.Table]) -> tuple[np.ndarray, np.ndarray]:
+    """Per task: a GPU task; a GPU task without a launch in the trace (launched before the
+    window, or by an untraced thread)."""
+    task, edge = g["task"], g["edge"]
+    is_gpu = _codes(task["kind"], KIND_CODE, "task kind") >= len(CPU_KINDS)
+    launched = np.zeros(task.num_rows, bool)
+    ln = edge.filter(pc.equal(edge["kind"].cast(pa.string()), "launch"))["dst"].to_numpy()
+    launched[ln] = True
+    return is_gpu, is_gpu & ~launched

@@ -38,10 +38,13 @@ def step_edges(row: dict, which: str, f: float) -> tuple[float, float]:
 
 
 def tight_applies(row: dict, which: str, f: float, b: dict) -> bool:
-    """The 10% rule: on a trace bound by the scaled side, while that side still sets the
-    lower edge (f G >= C_max for the GPU, f C_max >= G for the CPU)."""
+    """The 10% rule: on a trace bound by the scaled side, while that side is still the
+    bottleneck: f G at least the CPU's serial work C_union (the time some thread works: the
+    main and autograd threads hand the step to each other, so the busiest thread alone, C_max,
+    understates it), or f C_max at least G for the CPU."""
     if which == "gpu":
-        return bool(b["gpu_bound"]) and f * row["G_ms"] >= row["C_max_ms"]
+        c = row.get("C_union_ms", row["C_max_ms"])
+        return bool(b["gpu_bound"]) and f * row["G_ms"] >= c
     return bool(b["cpu_bound"]) and f * row["C_max_ms"] >= row["G_ms"]
 
 

@@ -11,13 +11,11 @@ import pytest
 from graphstore.read import read_graph
 from graphstore.schema import CPU_KINDS
 from ingest.errors import DaydreamError
-from simulate.engine import simulate
 from simulate.graph import SimGraph
 from simulate.replay import (
     ANCHOR_KIND,
     _codes,
     _time_by,
-    critical_path_summary,
     replay,
     to_simgraph,
 )
@@ -96,9 +94,13 @@ def test_replay_does_not_depend_on_chunks(graph):
 
 
 def test_unit_busy_matches_bincount(graph):
+    """A unit's load is its tasks' work in the simulation (own cost plus task slack), not the
+    time they held it while they waited."""
     r = replay(rechunk(graph, 7001))
     s = r.schedule
-    ref = np.bincount(s.unit, weights=s.end_ns - s.start_ns).round().astype(np.int64)
+    work = graph["task"]["dur_ns"].to_numpy() + graph["task"]["slack_ns"].to_numpy()
+    ref = np.bincount(s.unit, weights=work).round().astype(np.int64)
+    assert (ref <= np.bincount(s.unit, weights=s.end_ns - s.start_ns).round()).all()
     names = graph["unit"]["name"].to_pylist()
     got = {u["unit"]: u["busy_ns"] for u in r.unit_busy}
     assert got == {names[u]: int(ref[u]) for u in range(len(names)) if names[u] != "origin"}
@@ -138,14 +140,23 @@ def test_time_by_matches_pyarrow(graph, col):
     assert [r["ns"] for r in got] == sorted(sums.values(), reverse=True)
 
 
-def test_critical_path_without_ender(graph):
-    """Without ``last`` the path ends at the iteration's last-ending task, on any chunking."""
-    g = rechunk(graph, 7001)
-    sched = simulate(to_simgraph(graph))
-    a = critical_path_summary(graph, sched, 1)
-    assert a == critical_path_summary(g, sched, 1)
-    it = graph["task"]["iteration"].fill_null(-1).to_numpy()
-    mine = np.flatnonzero(it == 1)
-    last = mine[np.argmax(sched.end_ns[mine])]
-    assert a["span_ns"] <= sched.end_ns[last]
-    assert critical_path_summary(graph, sched, 10**6) == {}
+def test_critical_path_parts_add_up_to_its_span(graph):
+    """The critical path of the median iteration runs from its first CPU task's simulated
+    start to the next iteration's (a numpy reference for both anchors), its parts (work and
+    edge delays) add up to that span, and it is the same on any chunking."""
+    r = replay(graph)
+    cp = r.critical_path
+    assert cp == replay(rechunk(graph, 7001)).critical_path
+    task = graph["task"]
+    start = task["start_ns"].to_numpy()
+    cpu = np.isin(np.array(task["kind"].to_pylist()), CPU_KINDS)
+    cpu[0] = False
+    marks = graph["iteration"]["start_ns"].to_numpy()
+    k = int(np.flatnonzero(graph["iteration"]["iteration"].to_numpy() == cp["iteration"])[0])
+    a, b = (int(np.flatnonzero(cpu & (start >= t))[np.argmin(start[cpu & (start >= t)])])
+            for t in marks[k:k + 2])
+    s = r.schedule.start_ns
+    assert (cp["start_ns"], cp["end_ns"]) == (s[a], s[b])
+    assert cp["covered_ns"] == cp["span_ns"] == s[b] - s[a] and cp["uncovered_ns"] == 0
+    assert cp["work_ns"] + cp["delay_ns"] == cp["span_ns"]
+    assert sum(p["ns"] for p in cp["by_phase"]) <= cp["span_ns"]
