@@ -23,7 +23,8 @@ Then each kernel splits its own duration ``t_b`` (``split``): a kernel whose wor
 class's typical rate would take ``w = R_b / f_class`` keeps ``t0`` as fixed cost and the rest
 as work when ``w >= t0`` (its rate is its own: ``f_k = R_b / (t_b - t0)``), and takes the
 part of ``t_b - t0`` that the class rate does not explain as fixed cost when ``w`` is small
-(a latency-bound kernel), linearly in between. The split uses only the trace at batch b.
+(a latency-bound kernel), linearly in between; the work part is never less than the
+roofline time. The split uses only the trace at batch b.
 
 The L2 bandwidths are not in NVIDIA's datasheets (``transforms.hardware`` has them None):
 ``L2_GBPS`` gives the published per-clock figures times the boost clock, with their source;
@@ -118,9 +119,12 @@ def class_fraction(t_b: np.ndarray, r_b: np.ndarray, t0: float, math: list[str]
 
 @dataclass(frozen=True)
 class Split:
-    """Each kernel's fixed cost (ns) and achieved fraction of its roofline."""
+    """Each kernel's fixed cost and work part (ns), its roofline time (ns) and the fraction
+    of it the kernel achieved."""
 
     fixed_ns: np.ndarray
+    work_ns: np.ndarray
+    roofline_ns: np.ndarray
     fraction: np.ndarray
 
 
@@ -135,19 +139,30 @@ def split(t_b: np.ndarray, r_b: np.ndarray, t0: float, f_class: np.ndarray) -> S
     w = np.where(f_c > 0, r_b / f_c, 0.0)           # its work at the class's typical rate
     lam = np.clip(1.0 - w / t0, 0.0, 1.0) if t0 > 0 else np.zeros_like(w)
     fixed = base + lam * np.maximum(excess - w, 0.0)
-    work = t_b - fixed
+    # the work part is at least the roofline time (no kernel beats its roofline)
+    work = np.maximum(t_b - fixed, np.minimum(r_b, t_b))
+    fixed = t_b - work
     frac = np.where(work > 0, np.minimum(r_b / np.where(work > 0, work, 1.0), 1.0), f_c)
     frac = np.where(frac > 0, frac, np.where(f_c > 0, f_c, 1.0))
-    return Split(fixed, frac)
+    return Split(fixed, work, r_b, frac)
 
 
 def kernel_ns(s: Split, r_same_n: np.ndarray, r_n: np.ndarray,
               wave: np.ndarray | float = 1.0) -> np.ndarray:
-    """Predicted kernel times: ``fixed + max(wave * R_same / f, R)`` (WAVE: ``wave_factor``
-    for tiled kernels, 1 for the others)."""
-    return s.fixed_ns + np.maximum(np.asarray(wave, np.float64) *
-                                   np.asarray(r_same_n, np.float64) / s.fraction,
-                                   np.asarray(r_n, np.float64))
+    """Predicted kernel times: ``fixed + max(work * R_same / R_b * wave, R)``, i.e. the work
+    at the kernel's own fraction of its roofline in its traced regime (``R_same / f``), the
+    WAVE factor for tiled kernels (``wave_factor``, 1 for the others), never faster than the
+    roofline R at the new size; a kernel whose traced work part was nothing stays so."""
+    r_same = np.asarray(r_same_n, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        growth = np.where(s.roofline_ns > 0, r_same / s.roofline_ns, 1.0)
+    w = s.work_ns * growth * np.asarray(wave, np.float64)
+    # a kernel that beat its estimated roofline in the trace (data the L2 already held, a
+    # byte count that over-counts) keeps that margin at the new size
+    with np.errstate(divide="ignore", invalid="ignore"):
+        margin = np.where(s.roofline_ns > 0, np.minimum(s.work_ns / s.roofline_ns, 1.0), 1.0)
+    floor = np.asarray(r_n, np.float64) * margin
+    return s.fixed_ns + np.where(s.work_ns > 0, np.maximum(w, floor), 0.0)
 
 
 # --- waves: a GEMM or convolution whose tiles do not fill the GPU ---------------------------
