@@ -107,11 +107,14 @@ def _device(ctx: Context) -> Device | None:
 
 
 def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
-            work_n: dict[int, tuple[float, float]] | None = None) -> BatchModel:
+            work_n: dict[int, tuple[float, float]] | None = None,
+            carry_fraction: bool = False) -> BatchModel:
     """The per-task durations of the job at batch SIZE (see ``batch``). ``work_n``: (FLOPs,
     bytes) at the new batch of some ops (range ids), instead of the batch scaling's; the
     accuracy harness gives the ops' real work in a trace at that batch, to judge the
-    roofline apart from the shapes."""
+    roofline apart from the shapes. ``carry_fraction``: the rule the model does not use, for
+    the harness to compare: each kernel's fraction of its roofline carried into the regime
+    of its new working set (a spill out of the L2 slows it by the L2/DRAM ratio)."""
     if size < 1:
         raise DaydreamError(f"batch: size must be >= 1, got {size}")
     if traced < 0:
@@ -191,6 +194,8 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
         mm = np.asarray([m not in ("memory", "comm") for m in m_idx])
         r_b = np.where(mm, fl_b, by_b)
         r_same = r_n = np.where(mm, fl_n, by_n)
+    if carry_fraction:
+        r_same = r_n
     frac = rf.class_fraction(dur[idx], r_b, t0, m_idx)
     f_c = np.asarray([frac.get(m, 1.0) for m in m_idx])
     sp = rf.split(dur[idx], r_b, t0, f_c)
