@@ -356,3 +356,33 @@ def test_memory_note_says_when_it_does_not_fit(particle):
     rewrite(tables, "batch(size=100000)", ctx(notes))
     note = next(n for n in notes if "peak device memory" in n)
     assert "of 39.4 GiB: would likely NOT fit the device's memory" in note
+
+
+def _peak(notes: list[str], what: str) -> tuple[float, float]:
+    """(predicted, traced) GiB of WHAT's memory note."""
+    import re
+    n = next(x for x in notes if x.startswith(f"{what}: predicted peak device memory"))
+    m = re.search(r"memory ([\d.]+) GiB .*traced step ([\d.]+) GiB", n)
+    return float(m.group(1)), float(m.group(2))
+
+
+def test_memory_notes_of_a_chain(graphs, activity):
+    g = graphs["v100"]
+
+    def notes_of(spec):
+        notes: list[str] = []
+        rewrite(g, spec, Context(device=V100, notes=notes, activity=activity["v100"]))
+        return notes
+    for spec, what in (("amp", "amp"), ("offload", "offload")):
+        p, base = _peak(notes_of(spec), what)
+        assert p < base, spec
+    # this trace's layers are single ops (conv2d#k): a checkpointed convolution keeps its
+    # input, which is all it kept anyway, and its recomputation holds one layer's
+    # activations again: checkpointing saves nothing here and the peak grows a little
+    p, base = _peak(notes_of("checkpointing(layers=conv, every=2)"), "checkpointing")
+    assert base <= p < 1.1 * base
+    # a chain composes: the batch doubles the activations, offload then saves from that
+    n = notes_of("batch(size=64)+offload")
+    p_batch, base = _peak(n, "batch")
+    p_off, _ = _peak(n, "offload")
+    assert p_batch > base and p_off < p_batch
