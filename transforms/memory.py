@@ -206,7 +206,7 @@ def notes(g, ctx, what: str, *, ranges: pa.Table | None = None, batch_scale: flo
     state["amp"] = state.get("amp", False) or amp
     m = step_memory(g, ranges)
     if m is None:
-        return [f"{what}: memory not predicted (the trace records no input shapes)"]
+        return [f"memory after {what}: not predicted (the trace records no input shapes)"]
     peak = predicted(m, batch_scale=state["batch_scale"],
                      checkpointed=state["checkpointed"],
                      offloaded_bytes=int(state["offloaded_bytes"] * state["batch_scale"]),
@@ -216,7 +216,7 @@ def notes(g, ctx, what: str, *, ranges: pa.Table | None = None, batch_scale: flo
     fit = "" if cap is None else (
         f" of {cap / GIB:.1f} GiB" + ("" if peak <= cap else
                                        ": would likely NOT fit the device's memory"))
-    return [f"{what}: predicted peak device memory {peak / GIB:.2f} GiB{fit} (traced step "
+    return [f"memory after {what}: predicted peak {peak / GIB:.2f} GiB{fit} (traced step "
             f"{base / GIB:.2f} GiB: parameters {m.params_bytes / GIB:.2f}, gradients "
             f"{m.grads_bytes / GIB:.2f}, optimizer state {m.optimizer_bytes / GIB:.2f}, "
             f"activations {m.activations_bytes / GIB:.2f}; {m.how})"]

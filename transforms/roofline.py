@@ -27,7 +27,8 @@ part of ``t_b - t0`` that the class rate does not explain as fixed cost when ``w
 roofline time. The split uses only the trace at batch b.
 
 The L2 bandwidths are not in NVIDIA's datasheets (``transforms.hardware`` has them None):
-``L2_GBPS`` gives the published per-clock figures times the boost clock, with their source;
+``L2_GBPS`` gives published peak figures (bytes per clock times the boost clock), with their
+source;
 a device without one has no L2 regime (device memory bandwidth throughout, said in a note).
 """
 
@@ -42,9 +43,9 @@ from transforms.kernels import peak
 
 _L2_SRC = ("peak L2 bandwidth as tabulated in Ultrasonics Sonochemistry 99 (2023) 106546 "
            "(doi:10.1016/j.ultsonch.2023.106546), Table 3 'Hardware features of different "
-           "Nvidia GPU architectures' ({v} GB/s): the whitepapers' L2 bytes per clock times "
-           "the boost clock ({clk}); the V100/A100 ratio 7219/3133 = 2.3 is the A100 "
-           "whitepaper's '2.3x the L2 cache read bandwidth of V100'")
+           "Nvidia GPU architectures': {v} GB/s, i.e. {clk}; the V100/A100 ratio "
+           "7219/3133 = 2.30 agrees with the A100 whitepaper's '2.3x the L2 cache read "
+           "bandwidth of V100'")
 # device architecture/family key prefix -> (GB/s, source)
 L2_GBPS: dict[str, tuple[float, str]] = {
     "v100": (3133.0, _L2_SRC.format(v=3133, clk="2048 B/clk x 1530 MHz")),

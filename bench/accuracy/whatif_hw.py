@@ -231,16 +231,16 @@ def _batch_rows(ctx: Context) -> tuple[list[dict], dict, dict]:
                  "measured_ms": measured[n], "no_change_ms": measured[b]}
             try:
                 m = B.predict(g[b], c[b], n)
-                r["predicted_ms"] = gpu_ms(g[b], m.new_dur)
+                r["predicted_ms"] = gpu_ms(g[b], m.new_dur_ns)
                 r["carried_ms"] = gpu_ms(g[b], B.predict(g[b], c[b], n,
-                                                         carry_fraction=True).new_dur)
+                                                         carry_fraction=True).new_dur_ns)
                 r["fixed_us"] = m.fixed_ns / 1e3
                 r["fraction"] = m.fraction
                 wn = matched_work(g[b], c[b], g[n], c[n])
                 ms = B.predict(g[b], c[b], n, work_n=wn)
-                r["shapes_given_ms"] = gpu_ms(g[b], ms.new_dur)
+                r["shapes_given_ms"] = gpu_ms(g[b], ms.new_dur_ns)
                 r["carried_shapes_given_ms"] = gpu_ms(g[b], B.predict(
-                    g[b], c[b], n, work_n=wn, carry_fraction=True).new_dur)
+                    g[b], c[b], n, work_n=wn, carry_fraction=True).new_dur_ns)
                 r["matched_ops"] = len(wn)
                 if step is not None:
                     r["peak_pred_bytes"] = mem.predicted(step, batch_scale=n / b)
@@ -248,8 +248,8 @@ def _batch_rows(ctx: Context) -> tuple[list[dict], dict, dict]:
                     cb, cn = classes(g[b]), classes(g[n])
                     breakdown[f"{b}->{n}"] = {
                         "base": per_class_ms(g[b], cb), "predicted": per_class_ms(
-                            g[b], cb, m.new_dur), "shapes_given": per_class_ms(
-                            g[b], cb, ms.new_dur), "measured": per_class_ms(g[n], cn)}
+                            g[b], cb, m.new_dur_ns), "shapes_given": per_class_ms(
+                            g[b], cb, ms.new_dur_ns), "measured": per_class_ms(g[n], cn)}
             except Exception as e:
                 r["note"] = reason(e)
             for k in ("predicted", "no_change", "shapes_given", "carried",
@@ -285,12 +285,12 @@ def _gpu_rows(ctx: Context) -> list[dict]:
             ks = classes(gs, ops_s.name, by="op")
             km = classes(gm, ops_m.name, by="op")
             base = per_class_ms(gs, ks)
-            pred = per_class_ms(gs, ks, m.new_dur)
+            pred = per_class_ms(gs, ks, m.new_dur_ns)
             real = per_class_ms(gm, km)
             r["classes"] = {k: {"source_ms": base.get(k), "predicted_ms": pred.get(k),
                                 "measured_ms": real.get(k)}
                             for k in sorted(set(base) | set(real))}
-            r["source_gpu_ms"], r["predicted_gpu_ms"] = gpu_ms(gs), gpu_ms(gs, m.new_dur)
+            r["source_gpu_ms"], r["predicted_gpu_ms"] = gpu_ms(gs), gpu_ms(gs, m.new_dur_ns)
             r["measured_gpu_ms"] = gpu_ms(gm)
             r["changed"] = [n for n in m.notes if "change class" in n]
             r["source_batch"] = _batch(gs, cs)

@@ -79,7 +79,7 @@ def test_batch_kernels_by_hand(particle):
     # A bias cast, copy_ [128] -> half: a parameter (the shape of a layer norm weight), so
     # its work does not grow: the kernel keeps its time.
     bias = _kernels(tables, ctx, "aten::copy_", "[[128], [128], []]")["task_id"].to_list()
-    assert len(bias) > 10 and all(m.new_dur[i] == dur[i] for i in bias)
+    assert len(bias) > 10 and all(m.new_dur_ns[i] == dur[i] for i in bias)
     # The broadcast bias add_ of a pair embedding: [16, 64, 1, 2211] half += [1, 64, 1, 1].
     # Bytes at 16: read 16*64*2211*2 = 4,528,128 and 128 (the bias), write 4,528,128:
     # 9,056,384, an L2-resident working set (40 MiB on the A100); at 64 the activation
@@ -91,8 +91,8 @@ def test_batch_kernels_by_hand(particle):
     a, b = adds["task_id"].to_list()[1:3]
     assert (dur[a], dur[b]) == (23423, 23839)
     ratio = 36_225_152 / 9_056_384
-    assert m.new_dur[b] - m.new_dur[a] == pytest.approx((23839 - 23423) * ratio, abs=1)
-    assert m.new_dur[b] == pytest.approx(m.fixed_ns + (23839 - m.fixed_ns) * ratio, abs=1)
+    assert m.new_dur_ns[b] - m.new_dur_ns[a] == pytest.approx((23839 - 23423) * ratio, abs=1)
+    assert m.new_dur_ns[b] == pytest.approx(m.fixed_ns + (23839 - m.fixed_ns) * ratio, abs=1)
     # A tiled GEMM in one wave at both batches: addmm [1056, 128] x [128, 128] half on a
     # WMMA kernel of 132 blocks of 128 threads, 96 registers per thread, 17,408 B of shared
     # memory. One SM holds min(2048 / 128 = 16, 65536 / (96 * 128) = 5, 167936 / 17408 = 9,
@@ -101,7 +101,7 @@ def test_batch_kernels_by_hand(particle):
     # 312 TFLOPS = 0.44 us, far below it).
     gemm = _kernels(tables, ctx, "aten::addmm", "[[128], [1056, 128], [128, 128], [], []]")
     ids = gemm["task_id"].to_list()
-    assert ids and all(m.new_dur[i] == dur[i] for i in ids)
+    assert ids and all(m.new_dur_ns[i] == dur[i] for i in ids)
 
 
 def test_batch_graph(particle):
@@ -123,7 +123,7 @@ def test_batch_graph(particle):
     assert t1.filter(dtoh).select("dur_ns", "bytes").equals(
         t0.filter(dtoh).select("dur_ns", "bytes"))
     assert any(n.startswith("batch: traced at 16") for n in notes)
-    assert any(n.startswith("batch: predicted peak device memory") for n in notes)
+    assert any(n.startswith("memory after batch: predicted peak") for n in notes)
 
 
 def test_batch_errors(particle):
@@ -163,7 +163,7 @@ def test_batch_resnet_training(graphs, activity):
     # the weight update's kernels work on parameters: their time stays
     wu = (pl.col("phase") == "weight_update") & (pl.col("kind") == "kernel")
     assert t1.filter(wu)["dur_ns"].equals(t0.filter(wu)["dur_ns"])
-    assert any("predicted peak device memory" in n for n in notes)
+    assert any(n.startswith("memory after batch: predicted peak") for n in notes)
 
 
 # --- gpu ------------------------------------------------------------------------------------
@@ -185,7 +185,7 @@ def test_gpu_v100_to_a100(graphs, activity):
     def check(src_class, ratio):
         sel = np.flatnonzero(cls == src_class)
         assert len(sel)
-        assert np.allclose(m.new_dur[sel], np.minimum(dur[sel], k) + work[sel] * ratio,
+        assert np.allclose(m.new_dur_ns[sel], np.minimum(dur[sel], k) + work[sel] * ratio,
                            atol=0.5)
     # FP32 convolutions on a V100 take TF32 tensor cores on an A100 (PyTorch's cuDNN
     # default): 15.7 TFLOPS FP32 (V100 SXM2) against 156 TFLOPS TF32 (A100), datasheets
@@ -200,7 +200,7 @@ def test_gpu_v100_to_a100(graphs, activity):
     check("memcpy/htod", 32 / 64)
     # the CPU side is unchanged
     cpu = np.isin(t["kind"].to_numpy(), ["api", "host"])
-    assert np.array_equal(m.new_dur[cpu], dur[cpu])
+    assert np.array_equal(m.new_dur_ns[cpu], dur[cpu])
     # with matmul TF32 allowed the addmm takes TF32 too
     m2 = G.predict(Graph.from_tables(g), ctx, "a100-sxm4-40gb", matmul_tf32=True)
     assert set(np.asarray(m2.dst_class)[cls == "gemm/fp32"]) == {"gemm/tf32"}
@@ -354,15 +354,15 @@ def test_memory_note_says_when_it_does_not_fit(particle):
     tables, ctx = particle
     notes: list[str] = []
     rewrite(tables, "batch(size=100000)", ctx(notes))
-    note = next(n for n in notes if "peak device memory" in n)
+    note = next(n for n in notes if n.startswith("memory after batch"))
     assert "of 39.4 GiB: would likely NOT fit the device's memory" in note
 
 
 def _peak(notes: list[str], what: str) -> tuple[float, float]:
     """(predicted, traced) GiB of WHAT's memory note."""
     import re
-    n = next(x for x in notes if x.startswith(f"{what}: predicted peak device memory"))
-    m = re.search(r"memory ([\d.]+) GiB .*traced step ([\d.]+) GiB", n)
+    n = next(x for x in notes if x.startswith(f"memory after {what}: predicted peak"))
+    m = re.search(r"peak ([\d.]+) GiB .*traced step ([\d.]+) GiB", n)
     return float(m.group(1)), float(m.group(2))
 
 

@@ -55,13 +55,13 @@ def traced_batch(g: Graph, ranges: pa.Table | None) -> tuple[int | None, str]:
 
 @dataclass
 class BatchModel:
-    """What ``predict`` found: per task the new duration (``new_dur``; CPU tasks keep
+    """What ``predict`` found: per task the new duration (``new_dur_ns``; CPU tasks keep
     theirs unless they load data), and what a report needs."""
 
     traced: int
     size: int
     how: str
-    new_dur: np.ndarray
+    new_dur_ns: np.ndarray
     new_bytes: np.ndarray
     gpu: np.ndarray                  # mask of the GPU tasks the model changed
     math: list[str]                  # per task, the kernel class (GPU tasks)
@@ -69,8 +69,8 @@ class BatchModel:
     fixed_ns: float
     fixed_how: str
     fraction: dict[str, float]
-    roofline_b: np.ndarray           # per task: roofline time at b, ns (NaN: no shapes)
-    roofline_n: np.ndarray           # per task: roofline time at N, ns
+    roofline_b_ns: np.ndarray           # per task: roofline time at b, ns (NaN: no shapes)
+    roofline_n_ns: np.ndarray           # per task: roofline time at N, ns
     notes: list[str] = field(default_factory=list)
 
 
@@ -252,16 +252,16 @@ def batch(g: Graph, ctx: Context, *, size: int, traced: int = 0) -> Graph:
     each stay; data-loading CPU time scales with the batch. A note gives the predicted peak
     device memory and says when it would not fit the GPU."""
     m = predict(g, ctx, size, traced)
-    g2 = g.set_duration(m.gpu, m.new_dur)
+    g2 = g.set_duration(m.gpu, m.new_dur_ns)
     dl = np.isin(g.task["kind"].to_numpy(), ["api", "host"]) & (
         g.task["phase"].fill_null("other").to_numpy() == "data_loading")
     if dl.any():
-        g2 = g2.set_duration(dl, m.new_dur)
+        g2 = g2.set_duration(dl, m.new_dur_ns)
     copies = m.gpu & (g.task["kind"].to_numpy() != "kernel")
     if copies.any():
         g2 = g2.set_bytes(copies, m.new_bytes)
     old = float(g.task["dur_ns"].to_numpy()[m.gpu].sum())
-    newt = float(m.new_dur[m.gpu].sum())
+    newt = float(m.new_dur_ns[m.gpu].sum())
     fr = ", ".join(f"{c} {v:.2f}" for c, v in sorted(m.fraction.items()))
     ctx.notes.append(
         f"batch: traced at {m.traced} ({m.how}), predicted at {m.size} ({m.size / m.traced:g}x); "

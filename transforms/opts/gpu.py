@@ -59,7 +59,7 @@ class GpuModel:
 
     source: hw.Device
     target: hw.Device
-    new_dur: np.ndarray
+    new_dur_ns: np.ndarray
     gpu: np.ndarray
     src_class: list[str]
     dst_class: list[str]
@@ -168,9 +168,9 @@ def gpu(g: Graph, ctx: Context, *, name: str, conv_tf32: bool = True,
     (deviceProperties); later optimizations of the chain see the new one. Put it before amp
     (gpu(H100)+amp); it composes with batch either way."""
     m = predict(g, ctx, name, conv_tf32, matmul_tf32)
-    g2 = g.set_duration(m.gpu, m.new_dur)
+    g2 = g.set_duration(m.gpu, m.new_dur_ns)
     old = float(g.task["dur_ns"].to_numpy()[m.gpu].sum())
-    new = float(m.new_dur[m.gpu].sum())
+    new = float(m.new_dur_ns[m.gpu].sum())
     ctx.notes.append(f"gpu: {m.source.name} -> {m.target.name}; fixed cost "
                      f"{m.fixed_ns / 1e3:.2f} us ({m.fixed_how}); GPU work {old / 1e6:.2f} -> "
                      f"{new / 1e6:.2f} ms over the trace")
