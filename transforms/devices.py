@@ -5,19 +5,35 @@ A trace names its GPU in the ``devices`` JSON of the trace table (Kineto ``devic
 Nsight's GPU table): ``{"name": "Tesla V100-DGXS-32GB", "computeMajor": 7, ...}``. Constants
 are measured per family, not per product: the GPUs of one family share the architecture that
 decides them (tensor cores, HBM generation, NVLink generation).
+
+The device itself is looked up in one place, the GPU table (``transforms.hardware``); a family
+is its architecture. Only an entry the table does not know (a part it lacks, or properties
+without a usable name) falls back to the compute capability.
 """
 
 from __future__ import annotations
 
+from transforms.hardware import device_from_properties
+
 # Every family a constant table may be keyed by; "default" where the device is unknown.
 FAMILIES = ("v100", "a100", "h100", "turing", "mi300x", "default")
 
+# The family of each architecture of the GPU table. Ada shares Ampere's third-generation
+# tensor cores and TF32/BF16 support; CDNA2 is keyed with CDNA3 (one AMD family). Blackwell
+# has no measured constants yet: "default".
+ARCHITECTURE_FAMILY = {"volta": "v100", "turing": "turing", "ampere": "a100", "ada": "a100",
+                       "hopper": "h100", "blackwell": "default", "cdna2": "mi300x",
+                       "cdna3": "mi300x"}
+
 
 def family(device: dict | None) -> str:
-    """The GPU family of a trace's device entry (one of FAMILIES): by product name, else by
-    compute capability."""
+    """The GPU family of a trace's device entry (one of FAMILIES): the architecture of its
+    device in the GPU table, else by product name and compute capability."""
     if not device:
         return "default"
+    d = device_from_properties(device)
+    if d is not None:
+        return ARCHITECTURE_FAMILY[d.architecture]
     name = str(device.get("name", "")).lower()
     major, minor = device.get("computeMajor"), device.get("computeMinor")
     if "v100" in name or (major == 7 and minor == 0):

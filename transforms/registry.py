@@ -34,13 +34,21 @@ class Context:
       that read one fall back to their parameters);
     - ``world_size``: ranks of the traced job (a trace's distributedInfo; a job graph's own
       ranks count instead);
-    - ``param_bytes``: the model's parameter bytes, when the user gives them."""
+    - ``param_bytes``: the model's parameter bytes, when the user gives them;
+    - ``applied``: the optimizations of the chain applied so far, in order (``rewrite`` fills
+      it): a model that cannot follow another (``gpu`` reads kernel classes from names that
+      ``amp`` does not rewrite) says so;
+    - ``memory``: what the chain did so far to a step's memory (``transforms.memory``: batch
+      scale, checkpointed layers, offloaded bytes, AMP), so that each memory note is of the
+      whole chain."""
 
     device: dict | None = None
     notes: list[str] = field(default_factory=list)
     activity: Callable[[str], pa.Table] | None = None
     world_size: int | None = None
     param_bytes: int | None = None
+    applied: list[str] = field(default_factory=list)
+    memory: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -173,4 +181,5 @@ def rewrite(tables: dict[str, pa.Table], spec: str, ctx: Context | None = None
     g = Graph.from_tables(tables)
     for opt, kw in steps:
         g = opt.fn(g, ctx, **kw)
+        ctx.applied.append(opt.name)
     return g.tables()

@@ -8,10 +8,12 @@ import numpy as np
 import polars as pl
 
 from graphstore.schema import GPU_KINDS
+from transforms import memory
 from transforms.constants import AMP, AMP_SPEEDUP
 from transforms.devices import family
 from transforms.primitives import Graph
 from transforms.registry import Context, register
+from transforms.work import ranges_of
 
 # Kernel classes by name, first match wins (lower-cased names).
 CLASSES = (
@@ -82,6 +84,7 @@ def amp(g: Graph, ctx: Context, *, casts: bool = True, loss_scaling: bool = True
         g = _insert_casts(g, cls)
     if loss_scaling:
         g = _insert_loss_scaling(g)
+    ctx.notes.extend(memory.notes(g, ctx, "amp", ranges=ranges_of(ctx), amp=True))
     return g
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import polars as pl
 
 from transforms import layers as L
+from transforms import memory
 from transforms.primitives import Graph
 from transforms.registry import Context, register
+from transforms.work import ranges_of
 
 # Constants of the model, each with where it comes from ("estimate" = a modelling choice).
 CHECKPOINTING = {
@@ -43,7 +45,8 @@ def checkpointing(g: Graph, ctx: Context, *, layers: str = "", every: int = 1) -
     its backward, before the layer's first backward CPU task there, after one set-up task per
     segment (CHECKPOINTING segment_cpu_ns: RNG state and input detaching); each copied kernel
     is launched by the copy of its launch call with the original launch lag. Forward and
-    everything else keep their time (the memory saved is not modelled; time only)."""
+    everything else keep their time. A note gives the predicted peak device memory (only each
+    checkpointed layer's input kept, one layer's activations recomputed at a time)."""
     chosen = L.pick(g, layers, every, "checkpointing")
     st = L.sites(g, chosen)
     if not st:
@@ -85,6 +88,8 @@ def checkpointing(g: Graph, ctx: Context, *, layers: str = "", every: int = 1) -
     ed = pl.DataFrame(edges, schema=["src", "dst", "kind", "anchor", "lag_ns"], orient="row")
     g2, _ = g.insert(ins, ed)
     gpu_ns = int(sum(dur[s["fwd_gpu"]].sum() for s in st))
+    ctx.notes.extend(memory.notes(g, ctx, "checkpointing", ranges=ranges_of(ctx),
+                                  checkpointed=sorted({s["layer"] for s in st})))
     ctx.notes.append(f"checkpointing: {len({s['layer'] for s in st})} layers, {len(st)} "
                      f"layer-iterations recomputed ({sum(len(s['fwd_gpu']) for s in st)} GPU "
                      f"tasks, {gpu_ns / 1e6:.2f} ms GPU time added to backward)")

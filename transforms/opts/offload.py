@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from graphstore.params import DTYPE_BYTES
 from ingest.errors import DaydreamError
 from transforms import layers as L
+from transforms import memory
 from transforms.devices import family
 from transforms.primitives import Graph
 from transforms.registry import Context, register
@@ -192,6 +193,10 @@ def offload(g: Graph, ctx: Context, *, layers: str = "conv", every: int = 1,
     ed = pl.DataFrame(edges, schema=["src", "dst", "kind", "anchor", "lag_ns"], orient="row")
     g, _ = g.insert(ins, ed)
     known = sum(x is not None for x in nb)
+    first_it = min(s["iteration"] for s, _ in keep)
+    ctx.notes.extend(memory.notes(g, ctx, "offload", ranges=ranges,
+                                  offloaded_bytes=sum(b for s, b in keep
+                                                      if s["iteration"] == first_it)))
     ctx.notes.append(f"offload: GPU family {fam}, {gbps:g} GB/s; {len(keep)} layer-iterations "
                      f"offloaded ({known} of {len(st)} sized from input shapes), "
                      f"{total / len({s['iteration'] for s, _ in keep}) / 1e6:.1f} MB each way "

@@ -1,0 +1,180 @@
+"""A different GPU: the same job on another device of the GPU table."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from ingest.errors import DaydreamError
+from transforms import hardware as hw
+from transforms import kernels as K
+from transforms import memory
+from transforms import roofline as rf
+from transforms import work as wk
+from transforms.primitives import Graph
+from transforms.registry import Context, register
+
+# copies by direction: the link that bounds them (a copy's name: "Memcpy HtoD (Pageable ->
+# Device)"); the GPU table figure of each
+_COPY_LINK = {"htod": "pcie_bidir_gbps", "dtoh": "pcie_bidir_gbps", "dtod": "memory_gbps",
+              "ptop": "interconnect_bidir_gbps"}
+
+
+def properties(d: hw.Device) -> dict:
+    """A deviceProperties entry for device D, as a trace would record it: what the models
+    that follow ``gpu`` in a chain read (``transforms.devices.family``, ``batch``)."""
+    out: dict = {"name": d.name}
+    if d.compute_capability is not None:
+        out["computeMajor"], out["computeMinor"] = d.compute_capability
+    if d.memory_bytes is not None:
+        out["totalGlobalMem"] = d.memory_bytes
+    if d.sm_count is not None:
+        out["numSms"] = d.sm_count
+    return out
+
+
+def source_device(ctx: Context) -> hw.Device:
+    """The GPU the trace ran on, from its deviceProperties; an error naming what the trace
+    says when the GPU table does not know it."""
+    if not ctx.device:
+        raise DaydreamError("gpu: the trace records no GPU (no deviceProperties): the source "
+                            "device's peaks are unknown")
+    d = hw.device_from_properties(ctx.device)
+    if d is None:
+        said = {k: ctx.device.get(k) for k in ("name", "computeMajor", "computeMinor",
+                                                "numSms", "totalGlobalMem")
+                if ctx.device.get(k) is not None}
+        raise DaydreamError(f"gpu: the trace's GPU is not in the GPU table "
+                            f"(transforms/hardware.py): the trace says {json.dumps(said)}; "
+                            f"known: {', '.join(hw.DEVICES)}")
+    return d
+
+
+@dataclass
+class GpuModel:
+    """Per task: the new duration, its class on the source and on the target device, and
+    the time ratio applied to its work."""
+
+    source: hw.Device
+    target: hw.Device
+    new_dur_ns: np.ndarray
+    gpu: np.ndarray
+    src_class: list[str]
+    dst_class: list[str]
+    ratio: np.ndarray
+    fixed_ns: float
+    fixed_how: str
+    notes: list[str]
+
+
+def _copy_kind(name: str) -> str | None:
+    low = name.lower().replace(" ", "")
+    return next((k for k in _COPY_LINK if k in low), None)
+
+
+def predict(g: Graph, ctx: Context, name: str, conv_tf32: bool = True,
+            matmul_tf32: bool = False) -> GpuModel:
+    """The per-task durations of the job on GPU NAME (see ``gpu``)."""
+    if "amp" in ctx.applied:
+        raise DaydreamError("gpu: put gpu(...) before amp in the chain (gpu(X)+amp): gpu "
+                            "reads each kernel's precision from its name, which amp does not "
+                            "rewrite")
+    src = source_device(ctx)
+    dst = hw.device(name)
+    t = g.task
+    n = g.n_tasks
+    kind = t["kind"].to_numpy()
+    names = t["name"].fill_null("").to_list()
+    dur = t["dur_ns"].to_numpy().astype(np.float64)
+    local = np.isin(kind, ["kernel", "memcpy", "memset"])
+    if n:
+        local[0] = False
+    la = g.launches()
+    ranges = wk.ranges_of(ctx)
+    ops = wk.task_ops(kind, t["range_id"].fill_null(-1).to_numpy(), la["api"].to_numpy(),
+                      la["gpu"].to_numpy(), ranges)
+    src_c = [""] * n
+    dst_c = [""] * n
+    ratio = np.ones(n)
+    missing: dict[str, int] = {}
+    changed: dict[tuple[str, str], int] = {}
+    for i in np.flatnonzero(local):
+        if kind[i] == "kernel":
+            k = K.classify(names[i], ops.name[i], ops.types[i])
+            if k.math == "comm":
+                src_c[i] = dst_c[i] = "comm"
+                continue
+            m_t = K.on_device(k, src, dst, conv_tf32=conv_tf32, matmul_tf32=matmul_tf32)
+            src_c[i], dst_c[i] = f"{k.op}/{k.math}", f"{k.op}/{m_t}"
+            p_s, p_t = K.peak(src, k.math), K.peak(dst, m_t)
+            if p_t is None:  # the target lacks that rate: its FP32 one
+                missing[m_t] = missing.get(m_t, 0) + 1
+                m_t = "fp32" if k.math != "memory" else "memory"
+                dst_c[i] = f"{k.op}/{m_t}"
+                p_t = K.peak(dst, m_t)
+            if p_s is None:
+                p_s = K.peak(src, "fp32")
+            if m_t != k.math:
+                changed[(k.math, m_t)] = changed.get((k.math, m_t), 0) + 1
+            ratio[i] = p_s / p_t
+        else:
+            ck = _copy_kind(names[i]) if kind[i] == "memcpy" else "dtod"
+            fig = _COPY_LINK.get(ck or "", "memory_gbps")
+            a, b = getattr(src, fig), getattr(dst, fig)
+            label = f"{kind[i]}/{ck or 'other'}"
+            src_c[i] = dst_c[i] = label
+            if a and b:
+                ratio[i] = a / b
+            else:
+                missing[fig] = missing.get(fig, 0) + 1
+    kern_mask = local & (kind == "kernel")
+    works = wk.op_works(ranges, ops.op[kern_mask], set())
+    tiny = np.asarray([int(o) in works and works[int(o)].bytes_b < rf.TINY_BYTES
+                       for o in ops.op[kern_mask]], bool) if works else None
+    t0, t0_how = rf.fixed_cost_ns(dur[kern_mask], tiny)
+    fixed = np.minimum(dur, t0)
+    new = dur.copy()
+    sel = local & (ratio != 1.0)
+    new[sel] = fixed[sel] + (dur[sel] - fixed[sel]) * ratio[sel]
+    notes = []
+    for m, c in sorted(missing.items()):
+        notes.append(f"gpu: {dst.name} has no {m} figure in the GPU table; {c} tasks keep "
+                     "their time or take its FP32 rate")
+    if changed:
+        notes.append("gpu: kernels that change class on " + dst.name + ": " + ", ".join(
+            f"{c} {a}->{b}" for (a, b), c in sorted(changed.items())) +
+            f" (conv_tf32={conv_tf32}, matmul_tf32={matmul_tf32}: PyTorch's defaults are "
+            "True and False)")
+    return GpuModel(src, dst, np.rint(new).astype(np.int64), local, src_c, dst_c, ratio,
+                    t0, t0_how, notes)
+
+
+@register("gpu")
+def gpu(g: Graph, ctx: Context, *, name: str, conv_tf32: bool = True,
+        matmul_tf32: bool = False) -> Graph:
+    """The same job on GPU NAME (V100, T4, A10, L4, A100, H100, H200, B200, MI250X, MI300X,
+    RTX3090, RTX4090, or any key of transforms/hardware.py).
+
+    Each GPU task keeps its fixed launch-to-finish cost (the trace's own, as in batch) and
+    scales the rest by the ratio of the two devices' peaks for its class
+    (transforms/kernels.py): FP32, TF32, FP16/BF16/FP8/INT8 tensor rates for GEMMs and
+    convolutions, device memory bandwidth for every other kernel, copies and sets, PCIe for
+    host copies. An FP32 convolution traced on a GPU without TF32 runs on TF32 tensor cores
+    on one that has them (CONV_TF32, torch.backends.cudnn.allow_tf32, default True); an FP32
+    matmul only with MATMUL_TF32 (torch.backends.cuda.matmul.allow_tf32, default False).
+    Collectives and the CPU side keep their time. The source GPU is the trace's
+    (deviceProperties); later optimizations of the chain see the new one. Put it before amp
+    (gpu(H100)+amp); it composes with batch either way."""
+    m = predict(g, ctx, name, conv_tf32, matmul_tf32)
+    g2 = g.set_duration(m.gpu, m.new_dur_ns)
+    old = float(g.task["dur_ns"].to_numpy()[m.gpu].sum())
+    new = float(m.new_dur_ns[m.gpu].sum())
+    ctx.notes.append(f"gpu: {m.source.name} -> {m.target.name}; fixed cost "
+                     f"{m.fixed_ns / 1e3:.2f} us ({m.fixed_how}); GPU work {old / 1e6:.2f} -> "
+                     f"{new / 1e6:.2f} ms over the trace")
+    ctx.notes.extend(m.notes)
+    ctx.device = properties(m.target)
+    ctx.notes.extend(memory.notes(g2, ctx, "gpu", ranges=wk.ranges_of(ctx)))
+    return g2

@@ -1,0 +1,374 @@
+"""The work of the operators a trace recorded shapes for (``record_shapes=True``): FLOPs and
+bytes per op at the traced batch and at another one, and the op each GPU task ran for.
+
+An op is a range of the activity table with ``input_dims`` / ``input_types`` (the profiler's
+"Input Dims" and "Input type"). A GPU task belongs to the innermost op with recorded tensor
+inputs that encloses the call that launched it: the call's own range (``task.range_id``),
+else the nearest ancestor that has shapes (``aten::copy_`` inside ``aten::to``: the copy).
+
+Work of one op (``op_work``), from its inputs and the output its kind implies:
+- matrix products (``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``matmul``, ``linear``): FLOPs
+  ``2*M*N*K`` (times the batch of a batched product), output ``M x N``;
+- convolutions (``convolution``, ``cudnn_convolution``, ``conv2d``, ...): FLOPs
+  ``2 * N * C_out * prod(out spatial) * C_in/groups * prod(kernel)`` with the output size from
+  the recorded stride, padding and dilation (``Concrete Inputs`` are not kept by ingest, so a
+  stride-1 "same" output is assumed: exact for the 1x1 and padded 3x3 convolutions of the
+  shared traces' transformers, an over-count for strided ones); ``convolution_backward``
+  twice that (input and weight gradients), outputs the input's and the weight's sizes;
+- reductions (``sum``, ``mean``, ``max``, ``norm``, ``_local_scalar_dense``, losses, ...):
+  output negligible;
+- in-place ops (``add_``, ``masked_fill_``): the output is input 0, read and written
+  (``copy_``, ``fill_``, ``zero_`` only write it);
+- every other op: an output the size of its largest input, one FLOP per output element.
+Bytes are inputs plus output; an op's working set is its bytes (what a kernel touches).
+
+Batch scaling (``scale``): every tensor that is not a parameter scales with the batch; the
+parameters are the tensors whose shape (size-1 dims dropped, in either order) is the shape
+of a weight or bias input of a parameter-owning op in the trace (``graphstore.params``
+PARAM_INPUTS: convolutions, linear layers, normalizations, embeddings), which also catches
+autocast's weight casts (``copy_`` of a weight) and broadcast biases (``[1, C, 1, 1]``).
+An op's FLOPs scale when any of its inputs does (the batch is an outer or a contracted
+dimension of a product, never both operands' own); its output scales unless it has a
+parameter's shape (a weight gradient ``mm``). A batch size that equals a parameter
+dimension can make a batch-sized activation look like a parameter (``[128, 128]`` at batch
+128); the count of such ambiguous tensors is reported.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphstore.params import DTYPE_BYTES, PARAM_INPUTS
+from ingest.errors import DaydreamError
+
+# bytes per element of the dtype names Kineto records, beyond graphstore.params' float types
+ELEM_BYTES = {**DTYPE_BYTES, "long int": 8, "long": 8, "int": 4, "unsigned int": 4,
+              "short int": 2, "short": 2, "bool": 1, "unsigned char": 1, "signed char": 1,
+              "c10::complex<float>": 8, "c10::complex<double>": 16}
+DEFAULT_ELEM_BYTES = 4  # an unnamed dtype: FP32, as graphstore.params assumes
+
+_MATMUL = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+           "aten::linear", "aten::addbmm", "aten::_addmm_activation"}
+_CONV = re.compile(r"^aten::(_?convolution|cudnn_convolution|miopen_convolution|conv[123]d|"
+                   r"conv_transpose[123]d|mkldnn_convolution|cudnn_convolution_relu|"
+                   r"cudnn_convolution_add_relu)$")
+_CONV_BWD = re.compile(r"^aten::(convolution_backward|cudnn_convolution_backward\w*|"
+                       r"miopen_convolution_backward\w*)$")
+_REDUCTION = re.compile(r"^aten::(sum|mean|max|min|amax|amin|argmax|argmin|norm|"
+                        r"linalg_vector_norm|var|std|var_mean|std_mean|any|all|prod|"
+                        r"_local_scalar_dense|item|nll_loss\w*|cross_entropy\w*|"
+                        r"mse_loss|l1_loss|count_nonzero|nonzero)$")
+_WRITE_ONLY = {"aten::copy_", "aten::fill_", "aten::zero_", "aten::normal_", "aten::uniform_",
+               "aten::bernoulli_", "aten::random_", "aten::index_put_", "aten::_index_put_impl_"}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    dims: tuple[int, ...]
+    elem_bytes: int
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.dims, dtype=np.int64)) if self.dims else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.elem_bytes
+
+    def key(self) -> tuple[int, ...]:
+        """The shape without size-1 dims: what a parameter's views share."""
+        return tuple(d for d in self.dims if d != 1)
+
+
+def tensors(dims_json: str | None, types_json: str | None) -> list[list[Tensor] | None]:
+    """The recorded inputs of an op: per input, its tensors (one, or a TensorList's), or
+    None for a scalar or an input without a shape."""
+    if not dims_json:
+        return []
+    try:
+        dims = orjson.loads(dims_json)
+        types = orjson.loads(types_json) if types_json else []
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(dims, list):
+        return []
+    out: list[list[Tensor] | None] = []
+    for i, d in enumerate(dims):
+        t = types[i] if isinstance(types, list) and i < len(types) else ""
+        size = ELEM_BYTES.get(t, DEFAULT_ELEM_BYTES) if isinstance(t, str) else \
+            DEFAULT_ELEM_BYTES
+        if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
+            out.append([Tensor(tuple(d), size)])
+        elif isinstance(d, list) and d and all(isinstance(x, list) for x in d):
+            # a TensorList: its elements' types are not recorded one by one
+            out.append([Tensor(tuple(x), DEFAULT_ELEM_BYTES if t == "TensorList" else size)
+                        for x in d if x and all(isinstance(v, int) for v in x)] or None)
+        else:
+            out.append(None)
+    return out
+
+
+def has_tensors(dims_json: str | None) -> bool:
+    """Whether an op recorded at least one tensor input with a shape."""
+    return bool(dims_json) and any(ts for ts in tensors(dims_json, None))
+
+
+def param_shapes(ranges: pa.Table) -> set[tuple[int, ...]]:
+    """Shapes (size-1 dims dropped) of the weight and bias inputs of the trace's
+    parameter-owning ops, and their reverses (a transposed weight, ``addmm``'s ``mat2``)."""
+    if ranges is None or "input_dims" not in ranges.column_names:
+        return set()
+    names = ranges["name"].to_pylist()
+    dims = ranges["input_dims"].to_pylist()
+    types = ranges["input_types"].to_pylist() if "input_types" in ranges.column_names \
+        else [None] * len(dims)
+    out: set[tuple[int, ...]] = set()
+    for n, d, t in zip(names, dims, types, strict=True):
+        pos = PARAM_INPUTS.get(n)
+        if pos is None or not d:
+            continue
+        ins = tensors(d, t)
+        for k in pos:
+            if k < len(ins) and ins[k]:
+                for x in ins[k]:
+                    key = x.key()
+                    if key:
+                        out.add(key)
+                        out.add(key[::-1])
+    return out
+
+
+@dataclass(frozen=True)
+class Work:
+    """One op's work at the traced batch (``*_b``) and at the target batch (``*_n``)."""
+
+    flops_b: float
+    bytes_b: float
+    flops_n: float
+    bytes_n: float
+    ambiguous: int = 0  # batch-sized tensors taken for parameters (see the module doc)
+
+
+def _matmul(name: str, ins: list[Tensor | None]) -> tuple[float, list[int] | None]:
+    """(FLOPs, output dims) of a matrix product from its first tensors."""
+    ts = [t for t in ins if t is not None]
+    if name in ("aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation"):
+        ts = [t for t in ins[1:3] if t is not None]
+    if len(ts) < 2:
+        return 0.0, None
+    a, b = ts[0].dims, ts[1].dims
+    if not a or not b:
+        return 0.0, None
+    if name == "aten::linear":  # weight [N, K]
+        n = b[0]
+        return 2.0 * ts[0].numel * n, list(a[:-1]) + [n]
+    k = a[-1]
+    n = b[-1] if len(b) >= 2 else 1
+    lead = list(a[:-1])
+    return 2.0 * int(np.prod(lead, dtype=np.int64)) * k * n, lead + [n]
+
+
+def _conv_flops(x: Tensor, w: Tensor, groups: int = 1) -> tuple[float, list[int]]:
+    """FLOPs and output dims of a stride-1 'same' convolution (see the module doc)."""
+    n, spatial = x.dims[0], x.dims[2:]
+    c_out = w.dims[0]
+    per_out = int(np.prod(w.dims[1:], dtype=np.int64))  # C_in/groups * kernel
+    out = [n, c_out] + list(spatial)
+    return 2.0 * n * c_out * int(np.prod(spatial, dtype=np.int64)) * per_out, out
+
+
+def op_work(name: str, dims_json: str | None, types_json: str | None,
+            params: set[tuple[int, ...]], scale: float, batch: int | None = None
+            ) -> Work | None:
+    """The work of one op at the traced batch (BATCH, where known) and at SCALE times it;
+    None where the op recorded no tensor input."""
+    ins_all = tensors(dims_json, types_json)
+    if not any(ins_all):
+        return None
+    firsts = [ts[0] if ts else None for ts in ins_all]
+    size0 = next((t.elem_bytes for t in firsts if t is not None), DEFAULT_ELEM_BYTES)
+
+    def is_param(t: Tensor) -> bool:
+        return t.key() in params
+
+    in_b = in_n = 0.0
+    any_scaled = False
+    ambiguous = 0
+    for ts in ins_all:
+        for t in ts or ():
+            p = is_param(t)
+            if p and batch is not None and batch > 1 and batch in t.dims:
+                ambiguous += 1
+            in_b += t.nbytes
+            in_n += t.nbytes * (1.0 if p or not t.dims else scale)
+            any_scaled |= (not p) and bool(t.dims)
+    out_b = 0.0
+    out_scales = any_scaled
+    flops = 0.0
+    if name in _MATMUL:
+        flops, out_dims = _matmul(name, firsts)
+        if out_dims:
+            out_b = float(np.prod(out_dims, dtype=np.int64)) * size0
+            out_scales = any_scaled and tuple(d for d in out_dims if d != 1) not in params
+    elif _CONV.match(name) and len(firsts) >= 2 and firsts[0] and firsts[1] and \
+            len(firsts[0].dims) >= 3 and len(firsts[1].dims) >= 3:
+        flops, out_dims = _conv_flops(firsts[0], firsts[1])
+        out_b = float(np.prod(out_dims, dtype=np.int64)) * size0
+    elif _CONV_BWD.match(name) and len(firsts) >= 3 and all(firsts[:3]) and \
+            len(firsts[1].dims) >= 3 and len(firsts[2].dims) >= 3:
+        grad_out, x, w = firsts[:3]
+        flops = 2.0 * _conv_flops(x, w)[0]
+        # the input gradient scales with the batch, the weight gradient does not
+        out_b = x.nbytes
+        w_b = w.nbytes
+        in_b += w_b
+        in_n += w_b
+        out_scales = any_scaled
+    elif _REDUCTION.match(name):
+        out_b, out_scales = 0.0, False
+        flops = max((t.numel for t in firsts if t is not None), default=0)
+    else:
+        big = max((t for t in firsts if t is not None), key=lambda t: t.numel)
+        flops = float(big.numel)
+        if name.endswith("_") and not name.endswith("__"):
+            out_b = 0.0 if name in _WRITE_ONLY else float(firsts[0].nbytes) if firsts[0] \
+                else 0.0
+        else:
+            out_b = float(big.numel) * size0
+            out_scales = any_scaled and not is_param(big)
+    flops_n = flops * (scale if any_scaled else 1.0)
+    bytes_n = in_n + out_b * (scale if out_scales else 1.0)
+    return Work(flops, in_b + out_b, flops_n, bytes_n, ambiguous)
+
+
+def op_of_task(task_range: np.ndarray, ranges: pa.Table) -> np.ndarray:
+    """For each range id of TASK_RANGE (-1: none), the innermost enclosing range with
+    recorded tensor inputs: the range itself or its nearest such ancestor (-1: none)."""
+    ids = ranges["range_id"].to_numpy()
+    parent = pc.fill_null(ranges["parent"], -1).to_numpy()
+    dims = ranges["input_dims"].to_pylist() if "input_dims" in ranges.column_names else \
+        [None] * len(ids)
+    pos = {int(r): i for i, r in enumerate(ids)}
+    memo: dict[int, int] = {}
+
+    def find(r: int) -> int:
+        path = []
+        while r >= 0 and r not in memo:
+            i = pos.get(r)
+            if i is None:
+                break
+            if has_tensors(dims[i]):
+                memo[r] = r
+                break
+            path.append(r)
+            r = int(parent[i])
+        res = memo.get(r, -1) if r >= 0 else -1
+        for p in path:
+            memo[p] = res
+        return res
+
+    return np.asarray([find(int(r)) if r >= 0 else -1 for r in task_range], np.int64)
+
+
+def batch_of(ranges: pa.Table, candidates: Iterable[int]) -> tuple[int | None, str]:
+    """The traced batch: the leading dimension of the first tensor input of the ops
+    CANDIDATES (range ids, in trace order), the most common one; and how it was found."""
+    ids = ranges["range_id"].to_numpy()
+    pos = {int(r): i for i, r in enumerate(ids)}
+    dims = ranges["input_dims"].to_pylist()
+    names = ranges["name"].to_pylist()
+    seen: dict[int, int] = {}
+    first: tuple[int, str] | None = None
+    for r in candidates:
+        i = pos.get(int(r))
+        if i is None:
+            continue
+        ins = tensors(dims[i], None)
+        t = next((ts[0] for ts in ins if ts), None)
+        if t is None or not t.dims:
+            continue
+        lead = t.dims[0]
+        seen[lead] = seen.get(lead, 0) + 1
+        if first is None:
+            first = (lead, f"{names[i]} {list(t.dims)}")
+    if not seen:
+        return None, "no op with a recorded input shape"
+    b = max(seen, key=lambda k: (seen[k], -list(seen).index(k)))
+    return b, f"{seen[b]} of {sum(seen.values())} ops (first: {first[1]})"
+
+
+@dataclass(frozen=True)
+class TaskOps:
+    """For each task of a graph: the op (range id, -1: none) its GPU work ran for, that op's
+    name and recorded input types (None where unknown). Where no enclosing range recorded
+    shapes, ``name`` is still the innermost range of the launching call (what the kernel
+    classes read to tell a convolution from a matmul)."""
+
+    op: np.ndarray
+    name: list[str | None]
+    types: list[str | None]
+
+
+def task_ops(task_kind: np.ndarray, task_range: np.ndarray, launch_api: np.ndarray,
+             launch_gpu: np.ndarray, ranges: pa.Table | None) -> TaskOps:
+    """The op of every GPU task: the one enclosing its launching call (``op_of_task``).
+    ``launch_api``/``launch_gpu``: the task ids joined by launch edges."""
+    n = len(task_kind)
+    op = np.full(n, -1, np.int64)
+    names: list[str | None] = [None] * n
+    types: list[str | None] = [None] * n
+    if ranges is None or not len(launch_gpu):
+        return TaskOps(op, names, types)
+    rid = np.asarray(task_range, np.int64)[np.asarray(launch_api, np.int64)]
+    gpu = np.asarray(launch_gpu, np.int64)
+    ids = ranges["range_id"].to_numpy()
+    pos = {int(r): i for i, r in enumerate(ids)}
+    rn = ranges["name"].to_pylist()
+    for t, r in zip(gpu, rid, strict=True):
+        i = pos.get(int(r))
+        if i is not None:
+            names[t] = rn[i]
+    if "input_dims" not in ranges.column_names:
+        return TaskOps(op, names, types)
+    op[gpu] = op_of_task(rid, ranges)
+    rt = ranges["input_types"].to_pylist() if "input_types" in ranges.column_names else \
+        [None] * len(ids)
+    for t in np.flatnonzero(op >= 0):
+        i = pos[int(op[t])]
+        names[t], types[t] = rn[i], rt[i]
+    return TaskOps(op, names, types)
+
+
+def op_works(ranges: pa.Table, op_ids: Iterable[int], params: set[tuple[int, ...]],
+             scale: float = 1.0, batch: int | None = None) -> dict[int, Work]:
+    """``op_work`` of each op OP_IDS (range ids) that recorded tensor inputs."""
+    want = sorted({int(o) for o in op_ids if o >= 0})
+    if not want or ranges is None or "input_dims" not in ranges.column_names:
+        return {}
+    sub = ranges.filter(pc.is_in(ranges["range_id"], pa.array(want, pa.int64())))
+    types = sub["input_types"].to_pylist() if "input_types" in sub.column_names else \
+        [None] * sub.num_rows
+    out = {}
+    for r, nm, d, ty in zip(sub["range_id"].to_pylist(), sub["name"].to_pylist(),
+                            sub["input_dims"].to_pylist(), types, strict=True):
+        w = op_work(nm, d, ty, params, scale, batch)
+        if w is not None:
+            out[int(r)] = w
+    return out
+
+
+def ranges_of(ctx) -> pa.Table | None:
+    """The trace's range table, where the context can read it (None: no store)."""
+    if ctx.activity is None:
+        return None
+    try:
+        return ctx.activity("range")
+    except DaydreamError:
+        return None
