@@ -26,8 +26,13 @@ def trace_rows(st: Store, ids: list[str] | None = None) -> list[dict]:
 
 
 def find(st: Store) -> dict[str, list[Member]]:
-    """name -> members (``graphstore.job.Member``) of every job in the store."""
-    return named(find_jobs(trace_rows(st)))
+    """name -> members (``graphstore.job.Member``) of every job in the store: groups of two
+    traces or more (one rank's trace alone is predicted as the trace it is)."""
+    return several(named(find_jobs(trace_rows(st))))
+
+
+def several(jobs: dict[str, list[Member]]) -> dict[str, list[Member]]:
+    return {k: v for k, v in jobs.items() if len(v) > 1}
 
 
 # a rank in a file name: rank3, _rank3_of8, -rank12
@@ -69,13 +74,14 @@ def resolve(target: str, st: Store) -> tuple[str, list[Member]] | None:
     form one job (ingested first); else None."""
     p = Path(target)
     if p.is_dir():
-        jobs = named(find_jobs(trace_rows(st, ingest_folder(p, st))))
+        jobs = several(named(find_jobs(trace_rows(st, ingest_folder(p, st)))))
         if len(jobs) == 1:
             return next(iter(jobs.items()))
         if not jobs:
-            raise DaydreamError(f"the traces in {target} do not form a job: they need a rank "
-                                "and world size (distributedInfo) or `daydream ingest --job "
-                                "NAME`", file=target)
+            raise DaydreamError(f"the traces in {target} do not form a job: a job is two "
+                                "traces or more of one run, each with its rank and world size "
+                                "(distributedInfo), or named by `daydream ingest --job NAME`; "
+                                "predict a single trace by its file", file=target)
         raise DaydreamError(f"the traces in {target} form several jobs: {', '.join(jobs)}; "
                             "predict one by name", file=target)
     if p.exists() or any(t.startswith(target) for t in st.trace_ids()):

@@ -119,7 +119,7 @@ def test_notes_are_in_ms(store):
     """Every registered optimization's notes on a real trace: times in ms (or us), never a
     raw count of nanoseconds."""
     from daydream.advise import candidates
-    raw = re.compile(r"\d{4,} ns\b")
+    raw = re.compile(r"\d{4,} ns\b|\(ns\)")
     notes = []
     for spec in candidates()[0]:
         try:
