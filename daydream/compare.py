@@ -13,7 +13,7 @@ renames kernels). ``pair_rows`` flattens the result for the accuracy harness
 from __future__ import annotations
 
 from daydream import breakdown, pipeline
-from daydream.report import emit, ms, pct, print_tables, say
+from daydream.report import emit, ms, pct, print_tables, say, times
 from daydream.table import Column, Table, to_csv
 from daydream.traces import open_store
 
@@ -140,8 +140,8 @@ def tables(c: dict) -> list[Table]:
              f"{'inside' if h['within_interval'] else 'outside'} the interval")
     head.add("no-change error", f"{pct(h['no_change_error_pct'])} (the trace before, taken "
              "as the prediction)")
-    head.add("speedup", f"predicted {ms(h['predicted_speedup'])}x, measured "
-             f"{ms(h['measured_speedup'])}x")
+    head.add("speedup", f"predicted {times(h['predicted_speedup'])}, measured "
+             f"{times(h['measured_speedup'])}")
     its = Table("Iterations (the i-th used one of each trace)",
                 [Column("k", "right"), Column("before"), Column("after"),
                  Column("predicted ms", "right"), Column("measured ms", "right"),
