@@ -122,7 +122,8 @@ def collect(
 ) -> None:
     """Run a training job under CUPTI collection (needs an NVIDIA GPU).
 
-    daydream collect [--out DIR] [--iterations N] -- python train.py ..."""
+    The job's command line follows --, for example `daydream collect --out traces
+    --iterations 20 -- python train.py`."""
     res = api.collect_command(command, out, iterations, warmup)
     for f in res.files:
         typer.echo(str(f))
@@ -384,6 +385,20 @@ def opts(json: JsonOpt = False) -> None:
 def plural(n: int, word: str, many: str | None = None) -> str:
     """'1 trace', '2 traces'."""
     return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def _reflow(doc: str | None) -> str | None:
+    """A docstring as help text: each paragraph one line, which the help then wraps to the
+    terminal (typer keeps a docstring's own line breaks inside a paragraph)."""
+    if not doc:
+        return doc
+    import inspect
+    paras = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paras)
+
+
+for _c in app.registered_commands:
+    _c.help = _reflow(_c.help or _c.callback.__doc__)
 
 
 def main() -> None:

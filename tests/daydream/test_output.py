@@ -202,6 +202,12 @@ def test_help_reads_as_sentences_and_defaults_are_what_they_are():
         line = next(x for x in listing.splitlines() if re.match(rf"\W*{name}\s", x))
         summary = line.split(name, 1)[1].strip(" │")
         assert summary.endswith("."), summary  # a whole sentence on one line
+    for name in names:  # each paragraph of a command's help is whole sentences
+        h = cli(name, "--help", columns=600).stdout.splitlines()
+        top = h[next(k for k, x in enumerate(h) if "Usage:" in x) + 1:
+                next(k for k, x in enumerate(h) if x.startswith("╭"))]
+        paras = [x.strip() for x in top if x.strip()]
+        assert paras and all(p.endswith(".") for p in paras), (name, paras)
     for cmd in ("predict", "ingest"):
         h = " ".join(cli(cmd, "--help", columns=250).stdout.split())
         assert "[default: 0]" not in h
