@@ -2,6 +2,9 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Two installs into one .venv: what a prediction needs (`pip install -e .`, for make predict,
+# ingest and accuracy), and the test extras on top of it (make test, lint, bench).
+CORE := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
 STORE ?= .daydream
 TRACE ?= tests/data/kineto/resnet50_v100_nw0_run1.json.gz
@@ -9,11 +12,15 @@ OPT ?= amp
 
 .PHONY: venv test lint bench accuracy ingest predict clean
 
-$(STAMP): pyproject.toml
+$(CORE): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e .
 	$(PY) -m daydream.warmup
+	touch $(CORE)
+
+$(STAMP): $(CORE)
+	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -26,12 +33,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # Ingest a trace (or folder, or glob) into the store: make ingest TRACE=path STORE=dir
-ingest: $(STAMP)
+ingest: $(CORE)
 	$(VENV)/bin/daydream ingest $(TRACE) --store $(STORE)
 
 # What-if prediction on a trace: make predict TRACE=path OPT=spec (defaults: a small real
 # trace shipped in the repo, and mixed precision)
-predict: $(STAMP)
+predict: $(CORE)
 	$(VENV)/bin/daydream predict $(TRACE) --store $(STORE) --opt '$(OPT)'
 
 # The accuracy harness (bench/accuracy/: one module per measure of ACCURACY.md), written to

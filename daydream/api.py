@@ -7,6 +7,7 @@ adds what only a caller on this machine wants: timelines, plots, the job's colle
 from __future__ import annotations
 
 from pathlib import Path
+from typing import IO
 
 import orjson
 
@@ -21,51 +22,89 @@ from ingest.errors import DaydreamError
 from ingest.store import DEFAULT_STORE
 
 __all__ = ["DaydreamError", "collect", "collect_command", "collect_steps", "expand", "ingest",
-           "build_graphs", "info", "jobs", "predict", "resolve_trace", "open_store", "sql",
-           "DEFAULT_STORE"]
+           "build_graphs", "info", "jobs", "predict", "predictions", "run", "resolve_trace",
+           "open_store", "sql", "DEFAULT_STORE"]
 
 
-def info(trace: str, store: str | Path | None = None) -> dict:
-    """What the store knows of one trace: source, devices, table sizes and ingest counters."""
+def info(target: str, store: str | Path | None = None) -> dict:
+    """What the store knows of one trace (source, span, iterations, the devices its streams
+    ran on, table sizes, ingest counters, the graph's slack), or of one job (its ranks, the
+    ranks it lacks, and each rank's trace as above)."""
     st = open_store(store)
-    tid = resolve_trace(trace, st)
+    job = _jobs.resolve(target, st)
+    if job is not None:
+        return _job_info(st, *job)
+    return _trace_info(st, resolve_trace(target, st))
+
+
+def _trace_info(st, tid: str) -> dict:
     row = st.trace_row(tid)
     counts = {}
     for name in schema.COMMIT_ORDER:
         if name == "trace":
             continue
         counts[name] = st.read(name, tid).num_rows
-    devices = orjson.loads(row["devices"]) if row["devices"] else None
-    slack, iterations = _graph_slack(st, tid)
+    listed = orjson.loads(row["devices"]) if row["devices"] else []
+    g = _graph_facts(st, tid)
+    used = g.get("devices_used")
+    if used is None:  # no graph yet: what the trace lists
+        devices = listed or None
+    else:
+        by_id = {d.get("id"): d for d in listed}
+        devices = [by_id.get(i, {"id": i, "name": None}) for i in used]
+    start, end = row["start_ns"], row["end_ns"]
+    if start is None and g.get("start_ns") is not None:  # readers that record no window
+        start, end = g["start_ns"], g["end_ns"]
     return {
         "trace_id": tid,
         "file": row["file"],
         "source_format": row["source_format"],
         "source_version": row["source_version"],
         "events": row["events"],
-        "start_ns": row["start_ns"],
-        "end_ns": row["end_ns"],
+        "start_ns": start,
+        "end_ns": end,
+        "span_ms": (end - start) / 1e6 if start is not None and end is not None else None,
         "rank": row["rank"],
         "world_size": row["world_size"],
         "job": row["job"],
         "devices": devices,
+        "devices_listed": len(listed),
         "tables": counts,
         "stats": row["stats"],
-        "iterations": iterations,
-        "slack": slack,
+        "iterations": g.get("iterations"),
+        "iterations_from": g.get("iterations_from"),
+        "slack": g.get("slack", []),
     }
 
 
-def _graph_slack(st, tid: str) -> tuple[list[dict], int | None]:
-    """The graph's slack table (what it does not explain, per iteration and kind) and its
-    iteration count; empty where the trace has no graph yet."""
+def _job_info(st, name: str, members: list) -> dict:
+    ranks = [{"rank": m.rank, **_trace_info(st, m.trace_id)} for m in members]
+    world = max((r["world_size"] or 0 for r in ranks), default=0) or len(ranks)
+    have = {m.rank for m in members}
+    return {"job": name, "world_size": world, "ranks_present": len(members),
+            "missing_ranks": [r for r in range(world) if r not in have],
+            "ranks": ranks}
+
+
+def _graph_facts(st, tid: str) -> dict:
+    """From the trace's graph: its slack table (what it does not explain, per iteration and
+    kind), iteration count and how they were found, the devices its streams ran on, and its
+    span; empty where the trace has no graph yet."""
     from graphstore import db
     if tid not in set(db.trace_ids(st.root)):
-        return [], None
-    t = db.run_sql(st.root, "SELECT iteration, kind, edges, slack_ns, early_ns FROM slack "
-                   f"WHERE trace_id = '{tid}' ORDER BY iteration, kind")
-    n = db.run_sql(st.root, f"SELECT count(*) FROM iteration WHERE trace_id = '{tid}'")
-    return t.to_pylist(), int(n.column(0)[0].as_py())
+        return {}
+    q = lambda sql: db.run_sql(st.root, sql).to_pylist()  # noqa: E731
+    slack = q("SELECT iteration, kind, edges, slack_ns, early_ns FROM slack "
+              f"WHERE trace_id = '{tid}' ORDER BY iteration, kind")
+    its = q("SELECT count(*) AS n, min(source) AS source FROM iteration "
+            f"WHERE trace_id = '{tid}'")[0]
+    devs = q("SELECT DISTINCT device FROM unit WHERE trace_id = "
+             f"'{tid}' AND kind = 'stream' AND device IS NOT NULL ORDER BY device")
+    span = q("SELECT min(start_ns) AS a, max(start_ns + obs_dur_ns) AS b FROM task "
+             f"WHERE trace_id = '{tid}' AND task_id > 0")[0]
+    return {"slack": slack, "iterations": int(its["n"]), "iterations_from": its["source"],
+            "devices_used": [int(d["device"]) for d in devs],
+            "start_ns": span["a"], "end_ns": span["b"]}
 
 
 def sql(query: str, store: str | Path | None = None, *, fmt: str = "table",
@@ -75,71 +114,127 @@ def sql(query: str, store: str | Path | None = None, *, fmt: str = "table",
     return db.query(open_store(store).root, query, fmt, None if out is None else Path(out))
 
 
-def predict(trace: str, store: str | Path | None = None, *, opts: list[str] | None = None,
-            timeline: str | Path | None = None, plot: str | Path | None = None,
-            param_bytes: int | None = None) -> dict:
-    """Baseline replay (and, with ``opts``, a what-if prediction) of one trace or job.
+def predict(trace: str, store: str | Path | None = None, *,
+            opts: str | list[str] | None = None, timeline: str | Path | None = None,
+            plot: str | Path | None = None, param_bytes: int | None = None) -> dict:
+    """The replay of one trace or job, and with ``opts`` one what-if prediction of it.
 
     TRACE is a trace file (ingested on the fly if the store lacks it), a stored trace id, a
-    job name or a folder of rank traces (``daydream.pipeline.resolve``). ``opts`` are chained
-    with ``+``. ``timeline``: a Chrome trace (Perfetto) of the measured and simulated
-    schedules; ``plot``: a PNG of the phase breakdown and one iteration's timeline, before and
-    after (``daydream.plot``); both for a trace, not a job."""
+    job name or a folder of rank traces (``daydream.pipeline.resolve``). ``opts``: one spec,
+    optimizations chained with ``+`` (``"amp+fused_adam"``), or a list holding one; several
+    separate predictions are ``predictions``, as several ``--opt`` flags are. ``timeline``:
+    one Chrome trace (Perfetto) of the measured, replayed and predicted schedules;
+    ``plot``: a PNG of the phase breakdown and one iteration's timeline, before and after
+    (``daydream.plot``)."""
+    specs = _specs(opts)
+    if len(specs) > 1:
+        raise DaydreamError(f"predict makes one prediction, got {len(specs)} specs: chain "
+                            "optimizations with '+' (" + "+".join(specs) + "), or call "
+                            "daydream.api.predictions for separate ones")
+    return predictions(trace, store, specs, timeline=timeline, plot=plot,
+                       param_bytes=param_bytes)[0]
+
+
+def predictions(trace: str, store: str | Path | None = None,
+                specs: str | list[str] | None = None, *, timeline: str | Path | None = None,
+                plot: str | Path | None = None, param_bytes: int | None = None) -> list[dict]:
+    """One prediction per spec of SPECS (each a chain of ``+``), all of one trace or job, its
+    baseline replayed once; the replay alone when SPECS is empty. ``timeline`` and ``plot``
+    hold every one of them (see ``predict``)."""
+    return [p.result for p in run(trace, store, specs, timeline=timeline, plot=plot,
+                                  param_bytes=param_bytes)]
+
+
+def run(trace: str, store: str | Path | None = None, specs: str | list[str] | None = None, *,
+        timeline: str | Path | None = None, plot: str | Path | None = None,
+        param_bytes: int | None = None) -> list[pipeline.Prediction]:
+    """``predictions`` with the pipeline's ``Prediction`` objects (the graphs and schedules
+    behind each result, which the HTML report draws)."""
+    from transforms.registry import check
+    specs = _specs(specs)
+    for spec in specs:
+        check(spec)  # every spec error before any work
     st = open_store(store)
     s = pipeline.resolve(trace, st)
-    if s.job is not None and (timeline is not None or plot is not None):
-        raise DaydreamError(f"{trace} is a job: --timeline and --plot draw one trace; give "
-                            "one of its traces")
-    p = pipeline.predict(s, "+".join(opts) if opts else None, param_bytes=param_bytes)
-    for jg in p.job_graphs:
-        _jobs.store_collectives(st, jg)
-    out = p.result
+    ps = [pipeline.predict(s, spec, param_bytes=param_bytes) for spec in specs or [None]]
+    seen: set[int] = set()
+    for p in ps:
+        for jg in p.job_graphs:
+            if id(jg) not in seen:
+                seen.add(id(jg))
+                _jobs.store_collectives(st, jg)
     if timeline is not None:
-        _timeline(timeline, p)
+        _timeline(timeline, ps)
     if plot is not None:
-        _plot(plot, p)
-    return out
+        draw_plot(plot, ps)
+    return ps
 
 
-def _timeline(path: str | Path, p: pipeline.Prediction) -> None:
+def _specs(opts: str | list[str] | None) -> list[str]:
+    if opts is None:
+        return []
+    opts = [opts] if isinstance(opts, str) else list(opts)
+    return [o.strip() for o in opts if o and o.strip()]
+
+
+def _timeline(path: str | Path, ps: list[pipeline.Prediction]) -> None:
+    """One Chrome trace: the measured schedule, its replay and every prediction, each a
+    process of its own (a rewritten graph has its own tasks, so it carries its graph)."""
     from simulate.timeline import write_timeline
 
-    g, out = p.subject.tables, p.result
+    p0 = ps[0]
+    g = p0.subject.tables
     t0 = int(g["task"]["start_ns"][0].as_py())
     obs_s = g["task"]["start_ns"].to_numpy() - t0
     obs_e = obs_s + g["task"]["obs_dur_ns"].to_numpy()
-    write_timeline(path, g, [("measured", obs_s, obs_e),
-                             ("simulated (baseline)", p.base.schedule.start_ns,
-                              p.base.schedule.end_ns)])
-    if p.pred is not None:
-        # the rewritten graph has its own task ids: a timeline file of its own beside it
-        p2 = Path(path).with_name(Path(path).stem + ".predicted.json")
-        write_timeline(p2, p.rewritten, [(f"predicted ({out['opts']})",
-                                          p.pred.schedule.start_ns, p.pred.schedule.end_ns)])
-        out["predicted_timeline"] = str(p2)
-    out["timeline"] = str(path)
+    scheds = [("measured", obs_s, obs_e, g),
+              ("replayed (baseline)", p0.base.schedule.start_ns, p0.base.schedule.end_ns, g)]
+    scheds += [(f"predicted: {p.result['opts']}", p.pred.schedule.start_ns,
+                p.pred.schedule.end_ns, p.rewritten) for p in ps if p.pred is not None]
+    write_timeline(path, g, scheds)
+    for p in ps:
+        p.result["timeline"] = str(path)
 
 
-def _plot(path: str | Path, p: pipeline.Prediction) -> None:
+def draw_plot(path: str | Path | IO[bytes], ps: list[pipeline.Prediction]) -> int | None:
+    """The --plot picture of PS (a replay, or predictions of one subject) into PATH (a file
+    name or a binary file); returns the iteration drawn."""
     from daydream import plot as _pl
-    out, g, base, pred = p.result, p.subject.tables, p.base, p.pred
-    phases = out.get("phases") or {"baseline": pipeline.phase_ms(g, base)}
+    p0 = ps[0]
+    out, g, base = p0.result, p0.subject.tables, p0.base
     used_b = [i.index for i in base.iterations if i.used]
-    used_p = [i.index for i in pred.iterations if i.used] if pred is not None else used_b
+    used_p = used_b
+    for p in ps:
+        if p.pred is not None:
+            used_p = [i for i in used_p if i in {x.index for x in p.pred.iterations if x.used}]
     it = _pl.plot_iteration(used_b, used_p)
-    after = None
-    title = f"{Path(out['file']).name}: baseline {out['baseline_ms']:.2f} ms"
-    if pred is not None:
-        after = (p.rewritten, pred.schedule.start_ns, pred.schedule.end_ns,
-                 f"predicted ({out['opts']})")
-        title += f", predicted {out['predicted_ms']:.2f} ms with {out['opts']}"
-    _pl.write_plot(path, phases, (g, base.schedule.start_ns, base.schedule.end_ns,
-                                  "baseline (replay)"), after, it, title=title)
-    out["plot"] = str(path)
-    out["plot_iteration"] = it
+    name = Path(out["file"]).name if out.get("file") else out["trace_id"]
+    title = f"{name}: baseline {out['baseline_ms']:.2f} ms"
+    after, bars = [], []
+    for p in ps:
+        if p.pred is None:
+            continue
+        after.append((p.rewritten, p.pred.schedule.start_ns, p.pred.schedule.end_ns,
+                      f"predicted: {p.result['opts']}"))
+        bars.append((p.result["opts"], p.result["phases"]["predicted"]))
+        title += f"; {p.result['opts']} {p.result['predicted_ms']:.2f} ms"
+    baseline_phases = (p0.result.get("phases") or {}).get("baseline") or \
+        pipeline.phase_ms(g, base, len(p0.subject.job.members) if p0.subject.job else 1)
+    _pl.write_plot(path, {"baseline": baseline_phases, "predicted": bars},
+                   (g, base.schedule.start_ns, base.schedule.end_ns, "baseline (replay)"),
+                   after, it, title=title)
+    if not isinstance(path, str | Path):
+        return it
+    for p in ps:
+        p.result["plot"] = str(path)
+        p.result["plot_iteration"] = it
+    return it
 
 
 def jobs(store: str | Path | None = None) -> dict[str, list[dict]]:
-    """The store's jobs (the traces of all ranks of one run): name -> rank, trace_id, file."""
-    return {k: [{"rank": m.rank, "trace_id": m.trace_id, "file": m.file} for m in v]
-            for k, v in _jobs.find(open_store(store)).items()}
+    """The store's jobs (the traces of the ranks of one run): name -> its ranks (rank,
+    trace_id, file, and the world size the trace records)."""
+    st = open_store(store)
+    return {k: [{"rank": m.rank, "trace_id": m.trace_id, "file": m.file,
+                 "world_size": st.trace_row(m.trace_id)["world_size"]} for m in v]
+            for k, v in _jobs.find(st).items()}

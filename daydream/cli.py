@@ -21,14 +21,32 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Predict how much faster a training iteration would be with an "
                        "optimization, from one profile of the unmodified job.")
 
-StoreOpt = Annotated[Path, typer.Option("--store", help="Store folder.", show_default=True)]
+StoreOpt = Annotated[Path, typer.Option("--store", help="The store folder.",
+                                         show_default=True)]
 RayOpt = Annotated[str | None, typer.Option("--ray", help="Run the work as Ray tasks: 'auto' "
                                             "(the running cluster, else a local one) or the "
                                             "cluster's address. See docs/fleets.md.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (the same as --format "
+                                       "json).")]
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help="Output format: table (for "
+                                        "people), json or csv (for programs).")]
+WorkersOpt = Annotated[int | None, typer.Option(
+    "--workers", help="With --all: worker processes.", show_default="every core")]
 
 
 def _err(msg: str) -> None:
     typer.echo(f"error: {msg}", err=True)
+
+
+def _fmt(json: bool, fmt: str, allowed: tuple[str, ...] = ("table", "json", "csv")) -> str:
+    fmt = "json" if json else fmt
+    if fmt not in allowed:
+        raise DaydreamError(f"--format {fmt!r}: one of {', '.join(allowed)}")
+    return fmt
+
+
+def _json(d: object) -> None:
+    typer.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2, default=str).decode())
 
 
 @app.command()
@@ -36,17 +54,29 @@ def ingest(
     paths: Annotated[list[str], typer.Argument(help="Trace files, folders (searched "
                                                "recursively) or globs.")],
     store: StoreOpt = api.DEFAULT_STORE,
-    jobs: Annotated[int, typer.Option("--workers", "--jobs", "-j", help="Worker processes "
-                                      "converting files (default: all cores).")] = 0,
+    jobs: Annotated[int | None, typer.Option("--workers", "--jobs", "-j",
+                                             help="Worker processes converting files.",
+                                             show_default="every core")] = None,
     force: Annotated[bool, typer.Option(help="Replace traces already in the store.")] = False,
     strict: Annotated[bool, typer.Option(help="Stop at the first file that fails.")] = False,
-    job: Annotated[str | None, typer.Option(help="Name of the job these traces belong "
-                                            "to (one run's ranks).")] = None,
+    job: Annotated[str | None, typer.Option(help="The name of the job these traces belong "
+                                            "to (the ranks of one run).")] = None,
     ray: RayOpt = None,
 ) -> None:
-    """Convert traces (Kineto/PyTorch profiler JSON, Nsight Systems SQLite, raw CUPTI records
-    from `daydream collect`) into the store and build their dependency graphs."""
+    """Convert traces into the store and build their dependency graphs.
+
+    Reads Kineto (PyTorch profiler) JSON, Nsight Systems SQLite exports and the raw CUPTI
+    records of `daydream collect`. A folder is searched for trace files; the files it skips
+    are listed, and a folder without any trace is an error."""
+    from daydream.traces import skipped
     files = api.expand(paths)
+    left_out = skipped(paths)
+    for path, why in left_out:
+        typer.echo(f"skipped: {path}: {why}", err=True)
+    if not files:
+        raise DaydreamError(f"no trace files in {', '.join(paths)} ({plural(len(left_out), 'file')}"
+                            " skipped, listed above)" if left_out else
+                            f"no trace files in {', '.join(paths)}")
     show = sys.stderr.isatty() and len(files) > 1
     progress = None
     if show:
@@ -71,8 +101,9 @@ def ingest(
     for r in rep.results:
         if r.status != "failed":
             typer.echo(f"{r.trace_id}  {r.status:8s}  {r.path}")
-    typer.echo(f"{rep.count('ingested')} ingested, {rep.count('exists')} already stored, "
-               f"{rep.count('failed')} failed -> {store}", err=True)
+    typer.echo(f"{plural(rep.count('ingested'), 'trace')} ingested, "
+               f"{rep.count('exists')} already stored, {rep.count('failed')} failed -> {store}",
+               err=True)
     if rep.failed:
         raise typer.Exit(1)
 
@@ -81,63 +112,41 @@ def ingest(
 def collect(
     command: Annotated[list[str], typer.Argument(help="The job's command line, after --.",
                                                  show_default=False)],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the raw record files "
-                                      "(one per process).")] = Path("daydream-traces"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="The folder for the raw record "
+                                      "files (one per process).")] = Path("daydream-traces"),
     iterations: Annotated[int | None, typer.Option(help="Iterations (optimizer steps) to "
-                                                   "collect; default: until the job ends.")]
+                                                   "collect.",
+                                                   show_default="until the job ends")]
     = None,
     warmup: Annotated[int, typer.Option(help="Iterations to run uncollected first.")] = 0,
 ) -> None:
-    """Run a training job under CUPTI collection (needs an NVIDIA GPU):
-    daydream collect [--out DIR] [--iterations N] -- python train.py ..."""
+    """Run a training job under CUPTI collection (needs an NVIDIA GPU).
+
+    The job's command line follows --, for example `daydream collect --out traces
+    --iterations 20 -- python train.py`."""
     res = api.collect_command(command, out, iterations, warmup)
     for f in res.files:
         typer.echo(str(f))
-    typer.echo(f"{len(res.files)} trace file(s) -> {out}; then: daydream ingest {out}", err=True)
+    typer.echo(f"{plural(len(res.files), 'trace file')} -> {out}; then: daydream ingest {out}",
+               err=True)
     if res.returncode:
         raise typer.Exit(res.returncode)
 
 
 @app.command()
 def info(
-    trace: Annotated[str, typer.Argument(help="Trace id (or unique prefix) or trace file.")],
+    trace: Annotated[str, typer.Argument(help="A trace id (or unique prefix), trace file, job "
+                                         "name or folder of rank traces.")],
     store: StoreOpt = api.DEFAULT_STORE,
-    json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json: JsonOpt = False,
 ) -> None:
-    """Print what a stored trace holds and what ingest had to repair or skip."""
+    """Print what a stored trace or job holds and what ingest had to repair or skip."""
     d = api.info(trace, store)
     if json:
-        typer.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode())
+        _json(d)
         return
-    typer.echo(f"trace    {d['trace_id']}")
-    typer.echo(f"file     {d['file']}")
-    typer.echo(f"format   {d['source_format']} (version {d['source_version']})")
-    typer.echo(f"events   {d['events']}")
-    if d["start_ns"] is not None:
-        typer.echo(f"span     {(d['end_ns'] - d['start_ns']) / 1e6:.3f} ms")
-    if d["rank"] is not None:
-        typer.echo(f"rank     {d['rank']} of {d['world_size']}")
-    if d["job"]:
-        typer.echo(f"job      {d['job']}")
-    for dev in d["devices"] or []:
-        typer.echo(f"device   {dev.get('id', '?')}: {dev.get('name', '?')}")
-    typer.echo("tables   " + ", ".join(f"{k} {v}" for k, v in d["tables"].items()))
-    if d.get("slack"):
-        # what the graph does not explain, per kind, over all iterations (positive slack
-        # beyond each edge's physical latency; see docs/graph.md)
-        by: dict[str, list[float]] = {}
-        for r in d["slack"]:
-            by.setdefault(r["kind"], [0, 0.0])
-            by[r["kind"]][0] += r["edges"]
-            by[r["kind"]][1] += r["slack_ns"] / 1e6
-        typer.echo(f"slack    over {d['iterations']} iterations (ms, summed over edges): " +
-                   ", ".join(f"{k} {v[1]:.3f} ({v[0]} edges)" for k, v in
-                             sorted(by.items(), key=lambda kv: -kv[1][1])))
-    if d["stats"]:
-        typer.echo("ingest notes:")
-        for s in d["stats"]:
-            detail = f"  ({s['detail']})" if s["detail"] else ""
-            typer.echo(f"  {s['severity']:7s} {s['name']}: {s['count']}{detail}")
+    from daydream.views import print_info
+    print_info(d)
 
 
 @app.command()
@@ -147,11 +156,12 @@ def sql(
                                          "See docs/sql.md.")],
     store: StoreOpt = api.DEFAULT_STORE,
     fmt: Annotated[str, typer.Option("--format", "-f",
-                                     help="table, csv, json or parquet.")] = "table",
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the result to FILE "
-                                             "(needed for parquet).")] = None,
+                                     help="Output format: table, csv, json or parquet.")]
+    = "table",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the result to this "
+                                             "file (needed for parquet).")] = None,
 ) -> None:
-    """Query the store with SQL (read-only): kernel_timeline, layer_time, iteration_time..."""
+    """Query the store with SQL, read-only (kernel_timeline, layer_time, iteration_time...)."""
     if query == "-":
         query = sys.stdin.read()
     text = api.sql(query, store, fmt=fmt, out=out)
@@ -161,115 +171,234 @@ def sql(
         typer.echo(text, err=True)
 
 
+OptOpt = Annotated[list[str] | None, typer.Option(
+    "--opt", help="An optimization to predict, e.g. amp, fused_adam, dataloader(workers=4) or "
+    "scale(select=\"...\", factor=0.5). Chain optimizations with + (amp+fused_adam) for one "
+    "prediction of them together; repeat --opt for separate predictions. See `daydream "
+    "opts`.")]
+
+
 @app.command()
 def predict(
-    trace: Annotated[str | None, typer.Argument(help="Trace file (ingested if new), stored "
+    trace: Annotated[str | None, typer.Argument(help="A trace file (ingested if new), stored "
                                                 "trace id, job name or folder of rank traces "
                                                 "(a job); or --all.")] = None,
     store: StoreOpt = api.DEFAULT_STORE,
-    opt: Annotated[list[str] | None, typer.Option("--opt", help="Optimization to predict, "
-                                                  "e.g. amp, fused_adam, dataloader(workers=4),"
-                                                  " scale(select=\"...\", factor=0.5); "
-                                                  "repeat or chain with +. See `daydream opts`.")]
-    = None,
-    json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    timeline: Annotated[Path | None, typer.Option(help="Write the measured and simulated "
-                                                  "schedules as a Chrome trace (Perfetto).")]
-    = None,
+    opt: OptOpt = None,
+    json: JsonOpt = False,
+    fmt: FormatOpt = "table",
+    timeline: Annotated[Path | None, typer.Option(help="Write the measured, replayed and "
+                                                  "predicted schedules into one Chrome trace "
+                                                  "for Perfetto.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Draw the phase breakdown and one "
                                               "iteration's timeline, before and after, as a "
                                               "PNG.")] = None,
     param_bytes: Annotated[int | None, typer.Option(help="The model's parameter bytes, for "
                                                     "ddp(...) where the trace does not tell.")]
     = None,
-    all_: Annotated[bool, typer.Option("--all", help="Every stored trace (see --where) "
-                                       "against every --opt; results into the store's "
+    all_: Annotated[bool, typer.Option("--all", help="Predict every stored trace (see "
+                                       "--where) with every --opt, into the store's "
                                        "prediction table.")] = False,
-    where: Annotated[str | None, typer.Option(help="With --all: SQL predicate over the trace "
-                                              "table, e.g. \"job = 'nightly'\".")] = None,
-    workers: Annotated[int, typer.Option(help="With --all: worker processes (default: all "
-                                         "cores).")] = 0,
+    where: Annotated[str | None, typer.Option(help="With --all: an SQL condition on the "
+                                              "trace table, e.g. \"job = 'nightly'\".")]
+    = None,
+    workers: WorkersOpt = None,
     ray: RayOpt = None,
-    force: Annotated[bool, typer.Option(help="With --all: recompute pairs already "
+    force: Annotated[bool, typer.Option(help="With --all: recompute the pairs already "
                                         "predicted.")] = False,
-    top: Annotated[int, typer.Option(help="With --all: rows to print (best gain first); "
-                                     "0 for all.")] = 30,
+    top: Annotated[int, typer.Option(help="With --all: the rows to print, best gain first "
+                                     "(0 for all).")] = 30,
 ) -> None:
-    """Predict the iteration time with --opt (or, without, replay the trace): measured,
-    baseline and predicted time per iteration, phases, critical path, unit load. With --all,
-    every stored trace against every --opt, printed by gain and kept for `daydream sql`."""
+    """Predict the iteration time with each --opt, or replay the trace without one.
+
+    Prints the measured, replayed and predicted time per iteration, what the replay rests
+    on, the phases before and after, the critical path and the unit load. With --all, every
+    stored trace is predicted with every --opt, printed by gain and kept for `daydream
+    sql`."""
+    fmt = _fmt(json, fmt)
     if all_ or trace is None:
         if not all_:
             raise DaydreamError("give a TRACE, or --all for every stored trace")
         if trace is not None:
             raise DaydreamError("give either a TRACE or --all, not both")
-        _predict_all(store, opt or [], where, workers, ray, force, top, json, param_bytes)
+        _predict_all(store, opt or [], where, workers, ray, force, top, fmt, param_bytes)
         return
     if where is not None:
         raise DaydreamError("--where selects traces for --all")
-    d = api.predict(trace, store, opts=opt or None, timeline=timeline, plot=plot,
-                    param_bytes=param_bytes)
-    if json:
-        typer.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode())
-        return
-    from daydream.report import print_prediction
-    print_prediction(d)
+    results = api.predictions(trace, store, opt or [], timeline=timeline, plot=plot,
+                              param_bytes=param_bytes)
+    from daydream import report
+    if fmt == "json":
+        _json(results[0] if len(results) == 1 else results)
+    elif fmt == "csv":
+        typer.echo(report.prediction_csv(results), nl=False)
+    else:
+        report.print_prediction(results)
 
 
-def _predict_all(store: Path, opts: list[str], where: str | None, workers: int,
-                 ray: str | None, force: bool, top: int, json: bool,
+def _predict_all(store: Path, opts: list[str], where: str | None, workers: int | None,
+                 ray: str | None, force: bool, top: int, fmt: str,
                  param_bytes: int | None) -> None:
     from daydream import fleet
-    from daydream.report import fleet_progress, print_fleet
+    from daydream.report import fleet_progress, fleet_table, print_fleet
+    from daydream.table import to_csv
 
-    with fleet_progress(enabled=sys.stderr.isatty() and not json) as (plan, tick):
+    with fleet_progress(enabled=sys.stderr.isatty() and fmt == "table") as (plan, tick):
         def on_pair(r) -> None:
             tick()
             if r.status == "failed":
                 _err(r.error or f"{r.trace_id} {r.spec}")
 
-        rep = fleet.predict_all(store, opts, where=where, workers=workers or None, ray=ray,
+        rep = fleet.predict_all(store, opts, where=where, workers=workers, ray=ray,
                                 force=force, param_bytes=param_bytes, on_progress=on_pair,
                                 on_plan=plan)
-    if json:
-        typer.echo(orjson.dumps(rep.table.to_pylist(), option=orjson.OPT_INDENT_2,
-                                default=str).decode())
+    if fmt == "json":
+        _json(rep.table.to_pylist())
+    elif fmt == "csv":
+        typer.echo(to_csv([fleet_table(rep.table, 0)[0]]), nl=False)
     else:
         print_fleet(rep.table, top)
-    typer.echo(f"{len(rep.traces)} traces x {len(rep.specs)} specs: "
+    typer.echo(f"{plural(len(rep.traces), 'trace')} x {plural(len(rep.specs), 'spec')}: "
                f"{rep.count('predicted')} predicted, {rep.count('stored')} already stored, "
                f"{rep.count('failed')} failed -> table prediction in {store}", err=True)
     if rep.without_graph:
-        typer.echo(f"note: {rep.without_graph} stored trace(s) have no graph (an interrupted "
-                   "ingest?) and were left out; `daydream ingest` over any file builds them",
-                   err=True)
+        typer.echo(f"note: {plural(rep.without_graph, 'stored trace has', 'stored traces have')}"
+                   " no graph (an interrupted ingest?) and were left out; `daydream ingest` "
+                   "over any file builds them", err=True)
     if rep.failed:
         raise typer.Exit(1)
 
 
 @app.command()
-def jobs(store: StoreOpt = api.DEFAULT_STORE,
-         json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """List the jobs in the store: the traces of all ranks of one run (predict JOB replays
-    them together)."""
-    d = api.jobs(store)
-    if json:
-        typer.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode())
-        return
-    for name, ms in d.items():
-        typer.echo(f"{name}  {len(ms)} ranks  " + " ".join(m["trace_id"] for m in ms))
+def advise(
+    trace: Annotated[str, typer.Argument(help="A trace file, stored trace id, job name or "
+                                         "folder of rank traces.")],
+    store: StoreOpt = api.DEFAULT_STORE,
+    json: JsonOpt = False,
+    fmt: FormatOpt = "table",
+    param_bytes: Annotated[int | None, typer.Option(help="The model's parameter bytes, for "
+                                                    "ddp(...) where the trace does not tell.")]
+    = None,
+) -> None:
+    """Say what to try first: where the time goes, and every optimization ranked by gain.
+
+    The iteration's time is split into GPU work, CPU work, data loading, launch overhead and
+    waiting on communication (from the critical path, the phases and the slack). Then every
+    registered optimization that applies is predicted with its default parameters and ranked
+    by its speedup, with its interval; those that do not apply are listed with the reason."""
+    from daydream import advise as adv
+    fmt = _fmt(json, fmt)
+    d = adv.advise(trace, store, param_bytes=param_bytes)
+    if fmt == "json":
+        _json(d)
+    elif fmt == "csv":
+        typer.echo(adv.to_csv_text(d), nl=False)
+    else:
+        adv.print_advice(d)
 
 
 @app.command()
-def opts(json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+def compare(
+    trace: Annotated[str, typer.Argument(help="The trace of the unmodified job.")],
+    after: Annotated[str, typer.Argument(help="A trace of the job recorded after making the "
+                                         "change.")],
+    opt: Annotated[str, typer.Option("--opt", help="The optimization that was made (chain "
+                                     "several with +).")],
+    store: StoreOpt = api.DEFAULT_STORE,
+    json: JsonOpt = False,
+    fmt: FormatOpt = "table",
+    param_bytes: Annotated[int | None, typer.Option(help="The model's parameter bytes, for "
+                                                    "ddp(...) where the trace does not tell.")]
+    = None,
+) -> None:
+    """Check a prediction against the run recorded after making the change.
+
+    Predicts TRACE with --opt and sets it beside the measured AFTER trace: the steady-state
+    step, each iteration, each phase, layer and kernel class, predicted against measured,
+    so that you see where the prediction missed."""
+    from daydream import compare as cmp
+    fmt = _fmt(json, fmt)
+    d = cmp.compare(trace, opt, after, store, param_bytes=param_bytes)
+    if fmt == "json":
+        _json(d)
+    elif fmt == "csv":
+        typer.echo(cmp.to_csv_text(d), nl=False)
+    else:
+        cmp.print_comparison(d)
+
+
+@app.command()
+def report(
+    trace: Annotated[str, typer.Argument(help="A trace file, stored trace id, job name or "
+                                         "folder of rank traces.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")]
+    = Path("report.html"),
+    opt: OptOpt = None,
+    store: StoreOpt = api.DEFAULT_STORE,
+    param_bytes: Annotated[int | None, typer.Option(help="The model's parameter bytes, for "
+                                                    "ddp(...) where the trace does not tell.")]
+    = None,
+) -> None:
+    """Write one self-contained HTML report of a replay and its predictions.
+
+    The file needs no network: the prediction table, the phase breakdown, one iteration's
+    timeline before and after, the critical path, the top kernels and layers, the notes and
+    the gates, with styles and pictures inside it."""
+    from daydream import html
+    path = html.write_report(trace, out, opt or [], store, param_bytes=param_bytes)
+    typer.echo(f"report written to {path}", err=True)
+
+
+@app.command()
+def jobs(store: StoreOpt = api.DEFAULT_STORE, json: JsonOpt = False,
+         fmt: FormatOpt = "table") -> None:
+    """List the jobs in the store: the traces of the ranks of one run.
+
+    `daydream predict JOB` replays a job's ranks together; a job that lacks ranks of its
+    world size says which."""
+    fmt = _fmt(json, fmt)
+    d = api.jobs(store)
+    if fmt == "json":
+        _json(d)
+        return
+    from daydream.table import render, to_csv, width
+    from daydream.views import jobs_table
+    t = jobs_table(d)
+    typer.echo(to_csv([t]) if fmt == "csv" else render(t, width()), nl=False)
+
+
+@app.command()
+def opts(json: JsonOpt = False) -> None:
     """List the optimizations a prediction can apply (--opt NAME(params), chained with +)."""
     from transforms import list_opts
     items = list_opts()
     if json:
-        typer.echo(orjson.dumps(items, option=orjson.OPT_INDENT_2, default=str).decode())
+        _json(items)
         return
+    from daydream.table import paragraph, width
+    w = width()
     for o in items:
-        typer.echo(f"{o['signature']}\n    {o['summary']}")
+        typer.echo(o["signature"])
+        typer.echo("    " + paragraph(o["summary"], w and w - 4, "    "))
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 trace', '2 traces'."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def _reflow(doc: str | None) -> str | None:
+    """A docstring as help text: each paragraph one line, which the help then wraps to the
+    terminal (typer keeps a docstring's own line breaks inside a paragraph)."""
+    if not doc:
+        return doc
+    import inspect
+    paras = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paras)
+
+
+for _c in app.registered_commands:
+    _c.help = _reflow(_c.help or _c.callback.__doc__)
 
 
 def main() -> None:

@@ -209,7 +209,10 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
             buf.append(row)
             done(PairResult(tid, row["spec"], "predicted", row=row))
         for s, err in res["errors"].items():
-            done(PairResult(tid, s, "failed", error=f"trace {tid}: {s}: {err}"))
+            # the optimization's own message names it already ("no_straggler: needs a job")
+            named = err.startswith(f"{s.split('(')[0]}:") or err.startswith(f"{s}:")
+            done(PairResult(tid, s, "failed",
+                            error=f"trace {tid}: {err}" if named else f"trace {tid}: {s}: {err}"))
 
     items = list(todo)
     runner = make_runner(workers, ray, tasks=len(items))

@@ -8,6 +8,8 @@ collectives for SQL. ``daydream.pipeline`` predicts a job like a trace.
 from __future__ import annotations
 
 import datetime as dt
+import os
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,8 +26,47 @@ def trace_rows(st: Store, ids: list[str] | None = None) -> list[dict]:
 
 
 def find(st: Store) -> dict[str, list[Member]]:
-    """name -> members (``graphstore.job.Member``) of every job in the store."""
-    return find_jobs(trace_rows(st))
+    """name -> members (``graphstore.job.Member``) of every job in the store: groups of two
+    traces or more (one rank's trace alone is predicted as the trace it is)."""
+    return several(named(find_jobs(trace_rows(st))))
+
+
+def several(jobs: dict[str, list[Member]]) -> dict[str, list[Member]]:
+    return {k: v for k, v in jobs.items() if len(v) > 1}
+
+
+# a rank in a file name: rank3, _rank3_of8, -rank12
+_RANK_RE = re.compile(r"[_.-]*rank\d*(?:[_-]?of\d+)?[_.-]*", re.IGNORECASE)
+
+
+def readable_name(name: str, members: list[Member]) -> str:
+    """A job's name from its traces' file names (what they share, the rank left out), else
+    its folder: graphstore names a job found by folder and world size ``FOLDER_ofN``, which
+    says nothing of the model ('hta_of8'). A name given at ingest (``--job``) is kept."""
+    stems = [Path(m.file or "").name.split(".")[0] for m in members]
+    if not stems or not all(stems):
+        return name
+    common = os.path.commonprefix(stems) if len(stems) > 1 else stems[0]
+    readable = _RANK_RE.sub("_", common).strip("_.-")
+    return readable if len(readable) >= 3 else name
+
+
+def named(jobs: dict[str, list[Member]]) -> dict[str, list[Member]]:
+    """JOBS under readable names (``readable_name``) where those are unique, the names
+    graphstore gave them elsewhere; a job named at ingest keeps its name."""
+    out: dict[str, list[Member]] = {}
+    want = {}
+    for name, ms in jobs.items():
+        folder = Path(ms[0].file or "").parent.name if ms else ""
+        # only names graphstore made from the folder are replaced
+        auto = bool(folder) and (name == folder or re.fullmatch(
+            re.escape(folder) + r"_of\d+", name) is not None)
+        want[name] = readable_name(name, ms) if auto else name
+    taken = list(want.values())
+    for name, ms in jobs.items():
+        new = want[name]
+        out[new if taken.count(new) == 1 and (new == name or new not in jobs) else name] = ms
+    return out
 
 
 def resolve(target: str, st: Store) -> tuple[str, list[Member]] | None:
@@ -33,13 +74,14 @@ def resolve(target: str, st: Store) -> tuple[str, list[Member]] | None:
     form one job (ingested first); else None."""
     p = Path(target)
     if p.is_dir():
-        jobs = find_jobs(trace_rows(st, ingest_folder(p, st)))
+        jobs = several(named(find_jobs(trace_rows(st, ingest_folder(p, st)))))
         if len(jobs) == 1:
             return next(iter(jobs.items()))
         if not jobs:
-            raise DaydreamError(f"the traces in {target} do not form a job: they need a rank "
-                                "and world size (distributedInfo) or `daydream ingest --job "
-                                "NAME`", file=target)
+            raise DaydreamError(f"the traces in {target} do not form a job: a job is two "
+                                "traces or more of one run, each with its rank and world size "
+                                "(distributedInfo), or named by `daydream ingest --job NAME`; "
+                                "predict a single trace by its file", file=target)
         raise DaydreamError(f"the traces in {target} form several jobs: {', '.join(jobs)}; "
                             "predict one by name", file=target)
     if p.exists() or any(t.startswith(target) for t in st.trace_ids()):

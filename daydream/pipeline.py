@@ -34,14 +34,15 @@ from daydream import jobs
 from daydream.traces import ensure_graphs, resolve_trace
 from graphstore.job import JobGraph, Member, build_job, device_ranks, job_activity
 from graphstore.schema import GPU_KINDS
+from ingest.errors import DaydreamError
 from ingest.store import Store
 from simulate.job import JobReplay, replay_job
 from simulate.replay import Replay, replay
 from transforms import Context, rewrite
 
-# What a trace's prediction takes from the prediction of the job its devices form.
-DEVICE_JOB_KEYS = ("job", "world_size", "ranks", "collectives", "straggler",
-                   "predicted_straggler")
+# What the prediction of a trace that is a job by itself (several devices) takes from the
+# trace's own replay: what describes the unmodified trace, not the job's timing.
+TRACE_KEYS = ("critical_path", "units", "slack", "inferred_edges", "iterations_from")
 
 
 # ---- 1. subjects ----------------------------------------------------------------------------
@@ -63,6 +64,9 @@ class Subject:
     world_size: int | None = None
     activity: Callable[[str], pa.Table] | None = None
     job: JobGraph | None = None
+    # a job: the world size its traces record, and the ranks of it that no trace holds
+    traced_world_size: int | None = None
+    missing_ranks: list[int] = field(default_factory=list)
     _cache: dict = field(default_factory=dict, repr=False)
 
     def baseline(self, slack=True, inferred: bool = True) -> Replay | JobReplay:
@@ -122,8 +126,12 @@ def job_subject(st: Store, name: str, members: list[Member]) -> Subject:
     used = set(unit.filter(pl.col("rank") == first.rank)["device"].drop_nulls().to_list())
     files = sorted({m.file for m in jg.members if m.file})
     file = str(Path(files[0]).parent) if len(files) > 1 else (files[0] if files else "")
+    world = max((st.trace_row(m.trace_id)["world_size"] or 0 for m in jg.members), default=0)
+    have = {m.rank for m in jg.members}
+    missing = [r for r in range(world) if r not in have] if world > len(have) else []
     return Subject(name, file, jg.tables, trace_device(st.trace_row(first.trace_id), used),
-                   len(jg.members), _reader(job_activity(jg.members, st.read)), jg)
+                   len(jg.members), _reader(job_activity(jg.members, st.read)), jg,
+                   world or None, missing)
 
 
 def _device_job(s: Subject) -> Subject | None:
@@ -192,7 +200,13 @@ def predict(s: Subject, spec: str | None = None, *, param_bytes: int | None = No
     """Replay S, and with SPEC (an optimization chain, ``amp+fused_adam``) predict it
     rewritten, with the trace's slack kept and at zero (the prediction's interval).
     ``param_bytes``: the model's parameter bytes, where the user gives them."""
+    dj = s.device_job()
+    if dj is not None:
+        return _predict_device_job(s, dj, spec, param_bytes)
     base = s.baseline()
+    if not any(i.used for i in base.iterations):
+        raise DaydreamError(f"{s.file or s.name}: no iteration with work to time (the graph "
+                            f"has {s.tables['task'].num_rows} tasks)")
     explained = {k: s.baseline(*v) for k, v in EXPLAINED.items()}
     pred = rewritten = pred0 = None
     notes: list[str] = []
@@ -205,12 +219,22 @@ def predict(s: Subject, spec: str | None = None, *, param_bytes: int | None = No
     out = result(s, base, pred, spec=spec, notes=notes, rewritten=rewritten,
                  explained=explained, pred_explained=pred0)
     graphs = [s.job] if s.job is not None else []
-    dj = s.device_job()
-    if dj is not None:
-        p = predict(dj, spec, param_bytes=param_bytes)
-        out.update((k, p.result[k]) for k in DEVICE_JOB_KEYS if k in p.result)
-        graphs += p.job_graphs
     return Prediction(s, out, base, pred, rewritten, graphs)
+
+
+def _predict_device_job(s: Subject, dj: Subject, spec: str | None,
+                        param_bytes: int | None) -> Prediction:
+    """A trace whose GPU work ran on several devices, predicted as the job its devices form
+    (so that every job optimization applies to it, and the baseline and the prediction are
+    timed alike); what describes the unmodified trace alone (its critical path, unit load,
+    slack and inferred edges) comes from the trace's own replay."""
+    p = predict(dj, spec, param_bytes=param_bytes)
+    own = result(s, s.baseline())
+    out = dict(p.result)
+    for k in TRACE_KEYS:
+        if k in own:
+            out[k] = own[k]
+    return Prediction(dj, out, p.base, p.pred, p.rewritten, p.job_graphs)
 
 
 # ---- the result -----------------------------------------------------------------------------
@@ -229,12 +253,16 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
     and replayed: ``simulate.replay.steady_step``), ``iterations`` (index, label, measured_ms,
     baseline_ms, error_pct, used, note, explained_ms, explained_no_inferred_ms, and with a
     prediction predicted_ms, predicted_explained_ms), [job: ``ranks``, ``collectives``,
-    ``clock_offsets_ns``, ``notes``, ``straggler``], [trace: ``critical_path``, ``units``],
+    ``clock_offsets_ns``, ``notes``, ``straggler``, ``traced_world_size`` (the world size
+    its traces record), ``missing_ranks`` (ranks of it no trace holds)], [trace:
+    ``critical_path``, ``units``],
     ``baseline_error_pct``, ``measured_median_ms``, ``measured_mean_ms`` (of the used
     iterations' steps), ``measured_spread_ms`` ([fastest, slowest] used step),
     ``explained_ms``, ``explained_error_pct``, ``explained_no_inferred_ms``,
     ``explained_peer_wait_ms`` (the explained replays, ``EXPLAINED``), [trace: ``slack`` (ms
-    per used iteration by kind), ``inferred_edges`` (count by kind)]; with a prediction:
+    per used iteration by kind), ``inferred_edges`` (count by kind)], ``iterations_from`` (how
+    the iterations were found: ``ProfilerStep``, ``Optimizer.step`` or ``whole_trace``); with a
+    prediction:
     ``opts`` (the spec), ``notes`` (modelling choices), ``predicted_ms`` (slack kept),
     ``speedup``, ``predicted_explained_ms`` (slack at zero), ``predicted_interval_ms``,
     ``speedup_interval``, [job: ``predicted_straggler``], ``phases`` (busy ms per phase,
@@ -270,8 +298,10 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
                         for m in jg.members]
         out["collectives"] = collectives(jg)
         out["clock_offsets_ns"] = {str(k): v for k, v in sorted(jg.clock_offset_ns.items())}
-        out["notes"] = list(jg.notes)
+        out["notes"] = ([missing_note(s)] if s.missing_ranks else []) + list(jg.notes)
         out["straggler"] = base.straggler
+        out["traced_world_size"] = s.traced_world_size
+        out["missing_ranks"] = list(s.missing_ranks)
     else:
         out["critical_path"] = base.critical_path
         out["units"] = base.unit_busy
@@ -287,6 +317,7 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
     if jg is None:
         out["slack"] = slack_ms(s.tables, [i.index for i in base.iterations if i.used])
         out["inferred_edges"] = inferred_edges(s.tables)
+    out["iterations_from"] = iterations_from(s.tables)
     if pred is None:
         return out
     # -- the prediction
@@ -319,6 +350,36 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
     if jg is None:
         out["predicted_critical_path"] = pred.critical_path
     return out
+
+
+def missing_note(s: Subject) -> str:
+    """What a job that lacks ranks is replayed as."""
+    have = s.traced_world_size - len(s.missing_ranks)
+    return (f"{len(s.missing_ranks)} of the job's {s.traced_world_size} ranks have no trace "
+            f"(ranks {rank_ranges(s.missing_ranks)}): the {have} present are replayed as the "
+            f"whole job, so its collectives wait only for them")
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    out, i = [], 0
+    rs = sorted(ranks)
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def iterations_from(tables: dict[str, pa.Table]) -> str | None:
+    """How the graph's iterations were found (graphstore.labels): ``ProfilerStep`` markers,
+    ``Optimizer.step`` ranges, or ``whole_trace`` (no marker: the trace is one iteration)."""
+    it = tables.get("iteration")
+    if it is None or "source" not in it.column_names or not it.num_rows:
+        return None
+    return it["source"][0].as_py()
 
 
 def error_pct(pred: float, meas: float) -> float | None:

@@ -7,7 +7,9 @@ drawn can be checked against the prediction without reading pixels.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import polars as pl
@@ -21,13 +23,17 @@ PHASE_COLOR = {"data_loading": "#8c6d31", "forward": "#3182bd", "backward": "#e6
 def phase_stack(phases: dict) -> tuple[list[str], dict[str, list[float]]]:
     """The stacked bars of the phase breakdown (``api.predict``'s ``phases``): the phases in
     drawing order, and for each bar ("GPU baseline", "GPU predicted", "CPU baseline",
-    "CPU predicted") the busy ms per iteration of each phase in that order."""
-    b, p = phases["baseline"], phases.get("predicted", {})
-    names = [ph for ph in PHASE_ORDER if ph in b or ph in p]
-    names += sorted((set(b) | set(p)) - set(names))
+    "CPU predicted") the busy ms per iteration of each phase in that order. ``predicted`` may
+    also be a list of (label, phases), one per prediction: their bars are "GPU LABEL"."""
+    b, p = phases["baseline"], phases.get("predicted") or {}
+    preds = [("predicted", p)] if isinstance(p, dict) else list(p)
+    preds = [(k, v) for k, v in preds if v]
+    every = [b] + [v for _, v in preds]
+    names = [ph for ph in PHASE_ORDER if any(ph in x for x in every)]
+    names += sorted(set().union(*every) - set(names))
     bars = {}
     for side in ("gpu", "cpu"):
-        for label, src in (("baseline", b), ("predicted", p)):
+        for label, src in [("baseline", b)] + preds:
             bars[f"{side.upper()} {label}"] = [float(src.get(ph, {}).get(f"{side}_ms", 0.0))
                                                for ph in names]
     return names, bars
@@ -65,27 +71,30 @@ def plot_iteration(used_base: list[int], used_pred: list[int]) -> int | None:
     return both[0] if both else (used_base[0] if used_base else None)
 
 
-def write_plot(path: str | Path, phases: dict, before: tuple, after: tuple | None,
-               iteration: int | None, title: str = "") -> Path:
+def write_plot(path: str | Path | IO[bytes], phases: dict, before: tuple,
+               after: tuple | list[tuple] | None, iteration: int | None,
+               title: str = "") -> str | Path | IO[bytes]:
     """Draw the breakdown (stacked bars) and ITERATION's timeline (units as rows) before and,
-    when given, after. ``before``/``after``: (graph tables, start_ns, end_ns, label)."""
+    when given, after each prediction. ``before``/``after``: (graph tables, start_ns, end_ns,
+    label), ``after`` one or a list; PATH a file name or a binary file (the HTML report)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    rows = [before] + ([after] if after is not None else [])
+    afters = [] if after is None else [after] if isinstance(after, tuple) else list(after)
+    rows = [before] + afters
     bars_tl = [timeline_bars(g, s, e, iteration) if iteration is not None else None
                for g, s, e, _ in rows]
     n_units = max((b["unit"].n_unique() if b is not None and b.height else 1)
                   for b in bars_tl)
-    fig = plt.figure(figsize=(13, 4 + 1.3 * len(rows) * max(n_units, 2) * 0.5),
-                     layout="constrained")
-    grid = fig.add_gridspec(1 + len(rows), 1, height_ratios=[3] + [max(n_units, 2) * 0.6]
-                            * len(rows))
+    # a timeline row (a thread or stream) is about a fifth of an inch high: a job's dozens of
+    # units stay readable without a picture metres tall
+    panel = 0.8 + 0.22 * max(n_units, 2)
+    fig = plt.figure(figsize=(13, 3.5 + panel * len(rows)), layout="constrained")
+    grid = fig.add_gridspec(1 + len(rows), 1, height_ratios=[3.5] + [panel] * len(rows))
     ax = fig.add_subplot(grid[0])
     names, data = phase_stack(phases)
-    labels = [k for k in data if after is not None or "predicted" not in k]
+    labels = list(data)
     x = np.arange(len(labels))
     bottom = np.zeros(len(labels))
     for i, ph in enumerate(names):
@@ -94,9 +103,10 @@ def write_plot(path: str | Path, phases: dict, before: tuple, after: tuple | Non
         bottom += h
     for xi, tot in zip(x, bottom, strict=False):
         ax.text(xi, tot, f"{tot:.1f}", ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(x, labels)
+    ax.set_xticks(x, [textwrap.fill(k, 24) for k in labels], fontsize=8)
     ax.set_ylabel("busy ms per iteration")
-    ax.set_title(title or "time per phase (busy ms per iteration)")
+    ax.set_title(textwrap.fill(title or "time per phase (busy ms per iteration)", 140),
+                 fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     xmax = max((float((b["start_ms"] + b["dur_ms"]).max()) for b in bars_tl
                 if b is not None and b.height), default=1.0)
@@ -113,12 +123,14 @@ def write_plot(path: str | Path, phases: dict, before: tuple, after: tuple | Non
             axt.broken_barh(list(zip(ub["start_ms"].to_list(), ub["dur_ms"].to_list(),
                                      strict=False)), (r - 0.4, 0.8), facecolors=colors,
                             linewidth=0)
-        axt.set_yticks(range(len(units)), units.to_list(), fontsize=8)
+        axt.set_yticks(range(len(units)), units.to_list(), fontsize=7 if len(units) > 12 else 8)
         axt.set_ylim(-0.6, len(units) - 0.4)
         axt.invert_yaxis()
         axt.set_xlim(0, xmax * 1.01)
         axt.set_xlabel("ms from the iteration's first task")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    if isinstance(path, str | Path):
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
     return path

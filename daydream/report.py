@@ -1,147 +1,319 @@
-"""Terminal rendering of a prediction (rich tables). Presentation only."""
+"""What the CLI prints and the HTML report shows, built from result dicts
+(``daydream.pipeline.result``) as ``daydream.table.Table`` objects, so that the terminal, CSV
+and HTML show the same rows. Presentation only: every figure comes from the result."""
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
 
-from rich.console import Console
-from rich.table import Table
+from daydream.table import Column, Table, paragraph, render, to_csv, width
 
 
-def _ms(x: float | None) -> str:
-    return "" if x is None else f"{x:.3f}"
+def ms(x: float | None, nd: int = 3) -> str:
+    return "" if x is None or x != x else f"{x:.{nd}f}"
 
 
-def _pct(x: float | None) -> str:
-    return "" if x is None else f"{x:+.2f}%"
+def pct(x: float | None) -> str:
+    return "" if x is None or x != x else f"{x:+.2f}%"
 
 
-def print_prediction(d: dict) -> None:
-    con = Console()
-    con.print(f"trace [bold]{d['trace_id']}[/bold]  {d['file']}")
-    pred = "predicted_ms" in d
-    title = f"iterations: replay and prediction with {d['opts']}" if pred else \
-        "iterations: replay"
-    t = Table(title=title)
-    cols = ["iteration", "label", "measured ms", "baseline ms", "replay error", "explained ms"]
-    if pred:
-        cols += ["predicted ms", "speedup"]
-    cols.append("note")
-    for col in cols:
-        t.add_column(col, justify="right" if ("ms" in col or col in ("replay error", "speedup"))
-                     else "left")
+def times(x: float | None) -> str:
+    return "" if x is None or x != x else f"{x:.3f}x"
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 trace', '2 traces'."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def interval(iv: list | None, fmt: Callable[[float | None], str] = ms) -> str:
+    if not iv:
+        return ""
+    lo, hi = iv
+    return fmt(lo) if fmt(lo) == fmt(hi) else f"{fmt(lo)}-{fmt(hi)}"
+
+
+ITERATIONS_FROM = {
+    "ProfilerStep": "from the ProfilerStep markers",
+    "Optimizer.step": "from the Optimizer.step ranges (the trace has no ProfilerStep "
+                      "markers): each ends where an optimizer step ends",
+    "whole_trace": "the whole trace is one iteration: it has no iteration markers "
+                   "(ProfilerStep, Optimizer.step)",
+}
+
+
+def iterations_note(d: dict) -> str:
+    """How the iterations were found, and which of them are used."""
+    its = d.get("iterations") or []
+    used = sum(bool(i["used"]) for i in its)
+    how = ITERATIONS_FROM.get(d.get("iterations_from") or "", "")
+    head = f"{plural(len(its), 'iteration')} found {how}" if how.startswith("from") else (
+        f"{plural(len(its), 'iteration')}: {how}" if how else plural(len(its), "iteration"))
+    return f"{head}; {used} used for the steady state"
+
+
+# ---- tables ---------------------------------------------------------------------------------
+
+def iterations_table(results: list[dict]) -> Table:
+    """Per iteration: measured, replayed and explained, and each prediction's time (several
+    predictions: a numbered column each, the numbers those of the predictions table)."""
+    d = results[0]
+    preds = [r for r in results if "opts" in r]
+    cols = [Column("iteration", "right"), Column("label"), Column("measured ms", "right"),
+            Column("replayed ms", "right"), Column("replay error", "right"),
+            Column("explained ms", "right")]
+    one = len(preds) == 1
+    for k, r in enumerate(preds, 1):
+        cols.append(Column("predicted ms" if one else f"predicted ms ({k})", "right",
+                           key="predicted_ms" if one else f"predicted_ms:{r['opts']}"))
+    if one:
+        cols.append(Column("speedup", "right"))
+    notes = any(it.get("note") and not it["used"] for it in d["iterations"])
+    if notes:
+        cols.append(Column("note"))
+    title = "Iterations: measured, replayed" + (
+        f" and predicted with {preds[0]['opts']}" if one else
+        " and predicted with " + "; ".join(f"({k}) {r['opts']}" for k, r in
+                                           enumerate(preds, 1)) if preds else "")
+    t = Table(title, cols, bold_last=True)
+    by_spec = [{i["index"]: i for i in r["iterations"]} for r in preds]
     for it in d["iterations"]:
-        row = [str(it["index"]), it.get("label") or "", _ms(it["measured_ms"]),
-               _ms(it["baseline_ms"]), _pct(it["error_pct"]), _ms(it.get("explained_ms"))]
-        if pred:
-            p = it.get("predicted_ms")
-            row += [_ms(p), f"{it['baseline_ms'] / p:.3f}x" if p else ""]
-        row.append(it.get("note", "") if not it["used"] else "")
-        t.add_row(*row)
-    mean = ["steady", "(used)", _ms(d["measured_ms"]), _ms(d["baseline_ms"]),
-            _pct(d["baseline_error_pct"]), _ms(d.get("explained_ms"))]
-    if pred:
-        mean += [_ms(d["predicted_ms"]), f"{d['speedup']:.3f}x" if d.get("speedup") else ""]
-    mean.append("")
-    t.add_row(*mean, style="bold")
-    con.print(t)
-    print_headline(con, d)
-    if pred:
-        ph = Table(title="time per phase and iteration (busy ms: GPU / CPU)")
-        for col in ("phase", "baseline GPU", "predicted GPU", "baseline CPU", "predicted CPU"):
-            ph.add_column(col, justify="left" if col == "phase" else "right")
-        b, p = d["phases"]["baseline"], d["phases"]["predicted"]
-        for name in sorted(set(b) | set(p)):
-            bb, pp = b.get(name, {}), p.get(name, {})
-            ph.add_row(name, _ms(bb.get("gpu_ms")), _ms(pp.get("gpu_ms")),
-                       _ms(bb.get("cpu_ms")), _ms(pp.get("cpu_ms")))
-        con.print(ph)
-        for note in d.get("notes") or []:
-            con.print(f"  note: {note}")
-    if d.get("ranks"):
-        print_ranks(con, d)
-    cp = d.get("critical_path") or {}
-    if cp:
-        con.print(f"critical path of iteration {cp['iteration']} (replay): {cp['tasks']} tasks "
-                  f"over {cp['span_ns'] / 1e6:.3f} ms")
-        for key in ("phase", "kind", "layer"):
-            parts = ", ".join(f"{r[key]} {r['ns'] / 1e6:.2f} ms" for r in cp[f"by_{key}"][:5])
-            con.print(f"  by {key}: {parts}")
-    units = d.get("units") or []
-    if units:
-        u = Table(title="unit load in the replay (share of the simulated span)")
-        u.add_column("unit")
-        u.add_column("busy ms", justify="right")
-        u.add_column("busy", justify="right")
-        for r in sorted(units, key=lambda r: -r["busy_share"])[:12]:
-            u.add_row(r["unit"], f"{r['busy_ns'] / 1e6:.2f}", f"{100 * r['busy_share']:.1f}%")
-        con.print(u)
-    if d.get("timeline"):
-        con.print(f"timeline written to {d['timeline']} (open in https://ui.perfetto.dev)")
-    if d.get("plot"):
-        con.print(f"plot of iteration {d['plot_iteration']} written to {d['plot']}")
-    if d.get("predicted_timeline"):
-        con.print(f"predicted timeline written to {d['predicted_timeline']}")
+        row = [it["index"], it.get("label") or "(whole trace)", ms(it["measured_ms"]),
+               ms(it["baseline_ms"]), pct(it["error_pct"]), ms(it.get("explained_ms"))]
+        for b in by_spec:
+            row.append(ms(b.get(it["index"], {}).get("predicted_ms")))
+        if one:
+            p = by_spec[0].get(it["index"], {}).get("predicted_ms")
+            row.append(times(it["baseline_ms"] / p) if p else "")
+        if notes:
+            row.append(it.get("note", "") if not it["used"] else "")
+        t.add(*row)
+    row = ["", "steady state", ms(d["measured_ms"]), ms(d["baseline_ms"]),
+           pct(d["baseline_error_pct"]), ms(d.get("explained_ms"))]
+    row += [ms(r.get("predicted_ms")) for r in preds]
+    if one:
+        row.append(times(preds[0].get("speedup")))
+    t.add(*row, *([""] if notes else []))
+    return t
 
 
-def print_headline(con: Console, d: dict) -> None:
-    """What the steady-state figures rest on: the trace's own spread, how much of it the
-    graph explains, the prediction's interval, and the slack the graph could not explain."""
+def basis_table(d: dict) -> Table:
+    """What the headline rests on: the trace's own spread, how much of it the graph explains,
+    the slack it does not, and how the iterations were found (docs/graph.md)."""
+    t = Table("What the replay rests on", [Column("figure"), Column("value")])
     spread = d.get("measured_spread_ms")
+    t.add("steady-state step", f"{ms(d['measured_ms'])} ms measured, {ms(d['baseline_ms'])} "
+          f"ms replayed ({pct(d.get('baseline_error_pct'))})")
     if spread:
-        con.print(f"measured: steady-state step {d['measured_ms']:.3f} ms; the used steps ran "
-                  f"{spread[0]:.3f}-{spread[1]:.3f} ms (median {d['measured_median_ms']:.3f}, "
-                  f"mean {d['measured_mean_ms']:.3f})")
+        t.add("used steps", f"median {ms(d['measured_median_ms'])} ms, mean "
+              f"{ms(d['measured_mean_ms'])} ms, fastest {ms(spread[0])} ms, slowest "
+              f"{ms(spread[1])} ms")
     if d.get("explained_ms") is not None:
-        con.print(f"explained replay (every slack at zero): {d['explained_ms']:.3f} ms "
-                  f"({_pct(d.get('explained_error_pct'))}); without the inferred edges "
-                  f"{_ms(d.get('explained_no_inferred_ms'))} ms")
-    if d.get("predicted_interval_ms"):
-        lo, hi = d["predicted_interval_ms"]
-        sp = d.get("speedup_interval") or [None, None]
-        con.print(f"predicted: {d['predicted_ms']:.3f} ms with the trace's slack kept, "
-                  f"{_ms(d.get('predicted_explained_ms'))} ms with it at zero: "
-                  f"[{lo:.3f}, {hi:.3f}] ms, speedup "
-                  f"[{sp[0]:.3f}x, {sp[1]:.3f}x]" if sp[0] else "")
+        parts = [f"{ms(d['explained_ms'])} ms ({pct(d.get('explained_error_pct'))}) with "
+                 "every slack at zero"]
+        if d.get("explained_no_inferred_ms") is not None:
+            parts.append(f"{ms(d['explained_no_inferred_ms'])} ms without the inferred edges")
+        if d.get("job") and d.get("explained_peer_wait_ms") is not None:
+            parts.append(f"{ms(d['explained_peer_wait_ms'])} ms with the peer waits kept")
+        t.add("explained replay", "; ".join(parts))
     slack = d.get("slack") or {}
     if slack:
-        parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(slack.items(), key=lambda kv: -kv[1]))
-        con.print(f"slack the graph does not explain (ms per iteration, summed over edges): "
-                  f"{parts}")
+        t.add("slack per iteration", ", ".join(
+            f"{k} {ms(v, 2)} ms" for k, v in sorted(slack.items(), key=lambda kv: -kv[1])) +
+            " (what the graph does not explain, summed over edges)")
     inf = d.get("inferred_edges") or {}
     if inf:
-        con.print("edges inferred from coincidences: " +
-                  ", ".join(f"{k} {v}" for k, v in inf.items()))
+        t.add("inferred edges", ", ".join(f"{k} {v}" for k, v in inf.items()) +
+              " (from coincidences of times)")
+    t.add("iterations", iterations_note(d))
+    return t
 
 
-def print_ranks(con: Console, d: dict) -> None:
-    """A job's ranks, its collectives and its straggler."""
-    t = Table(title=f"job {d.get('job')}: {d.get('world_size')} ranks")
-    pred = "predicted_ms" in d
-    for col in ("rank", "measured ms", "baseline ms", "replay error") + (
-            ("predicted ms",) if pred else ()):
-        t.add_column(col, justify="right")
+def predictions_table(results: list[dict]) -> Table:
+    """One row per prediction: its time and speedup with the interval (slack at zero to
+    slack kept); numbered as the iterations table's columns when there are several."""
+    preds = [r for r in results if "opts" in r]
+    cols = [Column("optimization", key="spec"), Column("predicted ms", "right"),
+            Column("interval ms", "right"), Column("speedup", "right"),
+            Column("speedup interval", "right")]
+    many = len(preds) > 1
+    if many:
+        cols.insert(0, Column("", "right", key="number"))
+    t = Table("Predictions (steady-state step; interval: slack at zero to slack kept)", cols)
+    for k, r in enumerate(preds, 1):
+        t.add(*([f"({k})"] if many else []), r["opts"], ms(r["predicted_ms"]),
+              interval(r.get("predicted_interval_ms")), times(r.get("speedup")),
+              interval(r.get("speedup_interval"), times))
+    t.records = [prediction_record(r) for r in preds]
+    return t
+
+
+def prediction_record(r: dict) -> dict:
+    """The machine-readable row of one prediction (``--format csv``)."""
+    iv = r.get("predicted_interval_ms") or [None, None]
+    sp = r.get("speedup_interval") or [None, None]
+    return {"trace_id": r["trace_id"], "file": r.get("file"), "spec": r.get("opts") or "",
+            "measured_ms": r["measured_ms"], "baseline_ms": r["baseline_ms"],
+            "explained_ms": r.get("explained_ms"), "predicted_ms": r.get("predicted_ms"),
+            "predicted_low_ms": iv[0], "predicted_high_ms": iv[1],
+            "speedup": r.get("speedup"), "speedup_low": sp[0], "speedup_high": sp[1],
+            "iterations_used": sum(bool(i["used"]) for i in r["iterations"])}
+
+
+def phases_table(r: dict) -> Table:
+    title = f"Phases with {r['opts']} (busy ms per iteration{' and rank' if r.get('job') else ''})"
+    t = Table(title, [Column("phase"), Column("GPU before", "right"),
+                      Column("GPU after", "right"), Column("CPU before", "right"),
+                      Column("CPU after", "right")])
+    b, p = r["phases"]["baseline"], r["phases"]["predicted"]
+    for name in sorted(set(b) | set(p)):
+        bb, pp = b.get(name, {}), p.get(name, {})
+        t.add(name, ms(bb.get("gpu_ms")), ms(pp.get("gpu_ms")), ms(bb.get("cpu_ms")),
+              ms(pp.get("cpu_ms")))
+    return t
+
+
+def critical_path_table(cp: dict, title: str = "") -> Table:
+    """The critical path's parts by phase, kind and layer; parts of no length left out."""
+    span = cp["span_ns"]
+    t = Table(title or f"Critical path of iteration {cp['iteration']} (replay): "
+              f"{plural(cp['tasks'], 'task')} over {ms(span / 1e6)} ms",
+              [Column("by"), Column("part"), Column("ms", "right"), Column("share", "right")])
+    for key in ("phase", "kind", "layer"):
+        for r in cp.get(f"by_{key}") or []:
+            if r["ns"] <= 0:
+                continue
+            name = r[key] if r[key] is not None else f"(no {key})"
+            t.add(key, name, ms(r["ns"] / 1e6), f"{100 * r['ns'] / span:.1f}%" if span else "")
+    return t
+
+
+def units_table(units: list[dict], top: int = 12) -> Table:
+    t = Table("Unit load in the replay (share of the simulated span)",
+              [Column("unit"), Column("busy ms", "right"), Column("busy", "right")])
+    for r in sorted(units, key=lambda r: -r["busy_share"])[:top]:
+        t.add(r["unit"], ms(r["busy_ns"] / 1e6, 2), f"{100 * r['busy_share']:.1f}%")
+    return t
+
+
+def ranks_table(results: list[dict]) -> Table:
+    d = results[0]
+    preds = [r for r in results if "opts" in r]
+    n = d.get("world_size")
+    title = f"Job {d.get('job')}: {plural(n, 'rank')}"
+    if d.get("missing_ranks"):
+        title += f" of {d['traced_world_size']} ({len(d['missing_ranks'])} missing)"
+    cols = [Column("rank", "right"), Column("measured ms", "right"),
+            Column("replayed ms", "right"), Column("replay error", "right")]
+    cols += [Column("predicted ms" if len(preds) == 1 else f"predicted ms ({k})", "right")
+             for k, r in enumerate(preds, 1)]
+    t = Table(title, cols)
+    by = [{x["rank"]: x for x in r["ranks"]} for r in preds]
     for r in d["ranks"]:
-        row = [str(r["rank"]), _ms(r["measured_ms"]), _ms(r["baseline_ms"]),
-               _pct(r.get("error_pct"))]
-        if pred:
-            row.append(_ms(r.get("predicted_ms")))
-        t.add_row(*row)
-    con.print(t)
+        t.add(r["rank"], ms(r["measured_ms"]), ms(r["baseline_ms"]), pct(r.get("error_pct")),
+              *[ms(b.get(r["rank"], {}).get("predicted_ms")) for b in by])
+    return t
+
+
+def job_lines(d: dict) -> list[str]:
+    out = []
     c = d.get("collectives") or {}
     if c.get("matched"):
-        con.print(f"collectives: {c['matched']} matched across ranks ({c['kernels_joined']} "
-                  f"kernels, {c['kernels_unmatched']} unmatched), "
-                  f"{c['waiting_ms']:.3f} ms spent waiting for the last rank")
+        out.append(f"collectives: {c['matched']} matched across ranks "
+                   f"({plural(c['kernels_joined'], 'kernel')}, {c['kernels_unmatched']} "
+                   f"unmatched), {ms(c['waiting_ms'])} ms spent waiting for the last rank")
     s = d.get("straggler") or {}
     if s:
-        cause = ", ".join(f"{x['name']} {x['ms']:.2f} ms" for x in s["cause"][:3])
-        con.print(f"straggler: rank {s['rank']} arrived last at {s['last_at']} of "
-                  f"{s['collectives']} collectives, the others waited {s['wait_caused_ms']:.3f}"
-                  f" ms for it; at {s['worst_collective']} it was {s['late_by_ms']:.3f} ms late "
-                  f"(its trace started {s['started_late_ms']:.3f} ms after the first rank's); "
-                  f"its work before: {cause}")
+        cause = ", ".join(f"{x['name']} {ms(x['ms'], 2)} ms" for x in s["cause"][:3])
+        miss = (f" (only {d['world_size']} of the job's {d['traced_world_size']} ranks are "
+                "traced)" if d.get("missing_ranks") else "")
+        out.append(f"straggler: rank {s['rank']} arrived last at {s['last_at']} of "
+                   f"{plural(s['collectives'], 'collective')}; the others waited "
+                   f"{ms(s['wait_caused_ms'])} ms for it{miss}; at {s['worst_collective']} "
+                   f"it was {ms(s['late_by_ms'])} ms late (its trace started "
+                   f"{ms(s['started_late_ms'])} ms after the first rank's); its work before: "
+                   f"{cause}")
+    return out
+
+
+def gates_table(r: dict) -> Table | None:
+    """The gates of a prediction (``gates``: {name, ok, note}), where the pipeline reports
+    them."""
+    gates = r.get("gates")
+    if not gates:
+        return None
+    t = Table(f"Gates of {r.get('opts')}", [Column("gate"), Column("ok"), Column("note")])
+    for g in gates:
+        t.add(g.get("name", ""), "yes" if g.get("ok") else "no", g.get("note") or "")
+    return t
+
+
+# ---- printing -------------------------------------------------------------------------------
+
+def emit(text: str = "") -> None:
+    sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+
+
+def say(text: str, indent: str = "  ") -> None:
+    emit(paragraph(text, width(), indent))
+
+
+def print_tables(tables: list[Table | None]) -> None:
+    w = width()
+    for t in tables:
+        if t is not None:
+            emit(render(t, w))
+            emit()
+
+
+def print_prediction(results: dict | list[dict]) -> None:
+    """The report of one replay, or of one or more predictions of one trace or job."""
+    results = [results] if isinstance(results, dict) else results
+    d = results[0]
+    preds = [r for r in results if "opts" in r]
+    head = f"job {d['job']}" if d.get("job") and d["job"] != d["trace_id"] else \
+        f"trace {d['trace_id']}"
+    say(f"{head}: {d['file']}" if d.get("file") else head)
+    emit()
+    print_tables([iterations_table(results), basis_table(d)])
+    if preds:
+        print_tables([predictions_table(results)])
+    for r in preds:
+        print_tables([phases_table(r), gates_table(r)])
+        if r.get("notes"):
+            say(f"Notes on {r['opts']}:")
+            for note in r["notes"]:
+                say(f"- {note}", "    ")
+            emit()
+    if d.get("ranks"):
+        print_tables([ranks_table(results)])
+        for line in job_lines(d):
+            say(line)
+        if not preds:
+            for note in d.get("notes") or []:
+                say(f"note: {note}")
+        emit()
+    cp = d.get("critical_path") or {}
+    if cp:
+        print_tables([critical_path_table(cp)])
+    if d.get("units"):
+        print_tables([units_table(d["units"])])
+    if d.get("timeline"):
+        say(f"timeline written to {d['timeline']} (open it in https://ui.perfetto.dev): "
+            "measured, replayed" + (" and predicted" if preds else "") + " schedules, one "
+            "process each")
+    if d.get("plot"):
+        say(f"plot of iteration {d['plot_iteration']} written to {d['plot']}")
+
+
+def prediction_csv(results: list[dict]) -> str:
+    """``predict --format csv``: one row per prediction (the replay alone: one row)."""
+    t = predictions_table(results)
+    if not t.records:
+        t.records = [prediction_record(results[0])]
+    return to_csv([t])
 
 
 @contextlib.contextmanager
@@ -150,6 +322,7 @@ def fleet_progress(enabled: bool) -> Iterator[tuple[Callable[[int], None], Calla
     if not enabled:
         yield (lambda n: None), (lambda: None)
         return
+    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -165,24 +338,31 @@ def fleet_progress(enabled: bool) -> Iterator[tuple[Callable[[int], None], Calla
         yield (lambda n: progress.update(task, total=n)), (lambda: progress.advance(task))
 
 
-def print_fleet(t, top: int) -> None:
-    """Prediction rows (``daydream.fleet.results``), best gain first."""
-    con = Console()
+def fleet_table(t, top: int) -> tuple[Table, int]:
+    """Prediction rows (``daydream.fleet.results``), best gain first: the table of the first
+    TOP (0: all) and how many rows there are."""
     rows = t.to_pylist()
     shown = rows if top <= 0 else rows[:top]
-    tab = Table(title="predictions, best gain first")
-    for col in ("trace", "file", "spec", "measured ms", "baseline ms", "predicted ms",
-                "speedup"):
-        tab.add_column(col, justify="right" if ("ms" in col or col == "speedup") else "left")
+    tab = Table("Predictions, best gain first",
+                [Column("trace", key="trace_id"), Column("file"), Column("job"),
+                 Column("optimization", key="spec"), Column("measured ms", "right"),
+                 Column("replayed ms", "right"), Column("predicted ms", "right"),
+                 Column("speedup", "right")])
     for r in shown:
-        tab.add_row(r["trace_id"][:10], _short(r.get("file")), r["spec"], _ms(r["measured_ms"]),
-                    _ms(r["baseline_ms"]), _ms(r["predicted_ms"]),
-                    f"{r['speedup']:.3f}x" if r["speedup"] else "")
-    con.print(tab)
-    if len(shown) < len(rows):
-        con.print(f"({len(rows)} rows, first {len(shown)} shown; all of them: daydream sql "
-                  "'SELECT * FROM prediction ORDER BY speedup DESC')")
+        tab.add(r["trace_id"], short(r.get("file")), r.get("job") or "", r["spec"],
+                ms(r["measured_ms"]), ms(r["baseline_ms"]), ms(r["predicted_ms"]),
+                times(r["speedup"]))
+    tab.records = [{k: v for k, v in r.items() if k != "created"} for r in shown]
+    return tab, len(rows)
 
 
-def _short(path: str | None) -> str:
+def print_fleet(t, top: int) -> None:
+    tab, n = fleet_table(t, top)
+    print_tables([tab])
+    if len(tab.rows) < n:
+        say(f"({n} rows, the first {len(tab.rows)} shown; all of them: daydream sql "
+            "'SELECT * FROM prediction ORDER BY speedup DESC')")
+
+
+def short(path: str | None) -> str:
     return path.replace("\\", "/").rsplit("/", 1)[-1] if path else ""

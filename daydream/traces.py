@@ -135,3 +135,22 @@ def ingest_folder(path: Path, st: Store) -> list[str]:
     rep = ingest_files(files, st, jobs=None, strict=True)
     build_graphs(st, rep, strict=True)
     return sorted({r.trace_id for r in rep.results if r.trace_id})
+
+
+def skipped(paths: Iterable[str | Path]) -> list[tuple[str, str]]:
+    """The files in the folders of PATHS that ingest leaves out, each with why: PyTorch
+    execution traces (``.et.json``), and files whose names no trace format uses."""
+    from ingest.batch import EXCLUDED_SUFFIXES, TRACE_PATTERNS
+    out = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.is_dir():
+            continue
+        for f in sorted(q for q in p.rglob("*") if q.is_file()):
+            if f.name.endswith(EXCLUDED_SUFFIXES):
+                out.append((str(f), "a PyTorch execution trace (.et.json), not a profile of "
+                                    "activity"))
+            elif not any(f.match(pat) for pat in TRACE_PATTERNS):
+                out.append((str(f), "not a trace file name (" + ", ".join(TRACE_PATTERNS) +
+                            ")"))
+    return out

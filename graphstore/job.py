@@ -295,8 +295,8 @@ def build_job(name: str, members: list[Member], graphs: list[dict[str, pa.Table]
         tables = _shift(tables, offsets)
         coll = coll.with_columns(pl.col("start_ns") - pl.col("rank").replace_strict(
             offsets, default=0, return_dtype=pl.Int64))
-        notes.append("clock offsets removed (ns): " + ", ".join(
-            f"rank {r}: {o}" for r, o in sorted(offsets.items()) if o))
+        notes.append("clock offsets removed: " + ", ".join(
+            f"rank {r}: {o / 1e3:+.3f} us" for r, o in sorted(offsets.items()) if o))
     tables, coll = _join(tables, coll, notes)
     tables, newid = _sort(tables)
     if coll.height:

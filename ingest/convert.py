@@ -15,12 +15,29 @@ def read_trace(path: Path | str) -> Converted:
     """Convert one file. Raises ``TraceFormatError`` naming the file, record and field."""
     path = Path(path)
     try:
-        return _read(path)
+        return _check_work(_read(path), path)
     except DaydreamError as e:
         if e.file is not None:
             raise
         # raised below the readers (schema casts): the file is named here
         raise type(e)(e.reason, file=str(path), record=e.record, field=e.field) from None
+
+
+# The tables whose rows become tasks of the graph (graphstore.build): GPU activity, CPU calls,
+# and the CPU ranges whose host time between calls is work too.
+WORK_TABLES = ("kernel", "memcpy", "memset", "api", "range")
+
+
+def _check_work(conv: Converted, path: Path) -> Converted:
+    """A trace with nothing to simulate is an error here, not a store entry that replays to
+    nothing: no events at all, or events none of which is GPU or CPU work."""
+    if not conv.events:
+        raise TraceFormatError("no events: the trace is empty", file=str(path))
+    if not any(conv.tables[t].num_rows for t in WORK_TABLES if t in conv.tables):
+        raise TraceFormatError(f"no GPU or CPU work to simulate: none of its {conv.events} "
+                               "events is a kernel, copy, set, runtime call or CPU range",
+                               file=str(path))
+    return conv
 
 
 def _read(path: Path) -> Converted:

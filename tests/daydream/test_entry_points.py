@@ -70,8 +70,13 @@ def _fleet(root, **kw) -> dict:
     out = {}
     for r in rep.results:
         if r.status == "failed":
-            # the fleet's message names the trace and the spec before the pipeline's own
-            out[r.trace_id, r.spec] = ("error", r.error.split(f"{r.spec}: ", 1)[1])
+            # the fleet's message names the trace, and the spec where the pipeline's own
+            # message does not start with the optimization's name already
+            msg = r.error.removeprefix(f"trace {r.trace_id}: ")
+            rest = msg.removeprefix(f"{r.spec}: ")
+            if rest != msg and not rest.startswith(r.spec.split("(")[0] + ":"):
+                msg = rest
+            out[r.trace_id, r.spec] = ("error", msg)
         else:
             out[r.trace_id, r.spec] = (r.row["predicted_ms"], r.row["notes"])
     return out

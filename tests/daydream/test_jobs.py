@@ -5,9 +5,12 @@ processes, two GPUs in one export) as a job by itself."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from daydream import api
+from ingest.errors import DaydreamError
 from tests.conftest import DATA, DLRM, dlrm_nccl
 
 FSDP = DATA / "nsys" / "fsdp_t5_2xh100_1s.sqlite"
@@ -100,3 +103,123 @@ def test_multi_device_nsys_export_is_a_job(tmp_path):
         assert r["measured_ms"] > 900  # the 1 s slice is one whole-trace iteration per rank
         assert abs(r["baseline_ms"] - r["measured_ms"]) <= 0.02 * r["measured_ms"]
     assert d["collectives"]["matched"] == 0  # this slice holds no NCCL kernel
+
+
+# ---- jobs behave like traces everywhere (info, --plot, --timeline, every job optimization),
+# ---- say which ranks they lack, and carry readable names
+
+# ranks 0 and 1 of a 128-rank job (HTA's sampled ads traces)
+ADS = [DATA / "kineto" / f"ads_sampled_rank{r}_of128.json.gz" for r in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    st = tmp_path_factory.mktemp("jobs2") / "store"
+    api.ingest([DLRM, *ADS, FSDP], st, jobs=1, strict=True)
+    return st
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from daydream.cli import app
+    return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": ""},
+                              catch_exceptions=False)
+
+
+def test_jobs_are_named_after_their_traces_and_say_what_they_lack(mixed):
+    js = api.jobs(mixed)
+    # graphstore names a folder's jobs FOLDER_ofN ('kineto_of128'): the traces' own name wins
+    assert sorted(js) == ["ads_sampled", "dlrm_8ranks"]
+    r = _cli("jobs", "--store", mixed)
+    assert r.exit_code == 0
+    line = next(x for x in r.stdout.splitlines() if x.startswith("ads_sampled"))
+    assert "2 of 128" in line and "126: 2-127" in line
+
+
+def test_one_rank_alone_is_a_trace_not_a_job(tmp_path):
+    api.ingest([ADS[0]], tmp_path / "s", jobs=1, strict=True)
+    assert api.jobs(tmp_path / "s") == {}
+    d = api.predict(str(ADS[0]), tmp_path / "s")
+    assert "job" not in d and d["measured_ms"] > 0
+
+
+def test_readable_names_stay_unique():
+    from daydream.jobs import named
+    from graphstore.job import Member
+    jobs = {"a_of8": [Member(0, "t1", "runs/a/bert_rank0_of8.json")],
+            "a_of16": [Member(0, "t2", "runs/a/bert_rank0_of16.json")],
+            "b": [Member(0, "t3", "runs/b/rank0.json"), Member(1, "t4", "runs/b/rank1.json")],
+            "mine": [Member(0, "t5", "x/gpt_rank0.json")]}
+    # two jobs would both be 'bert': they keep graphstore's names; a folder of rankN files
+    # keeps its folder's name; a name given at ingest is kept
+    assert sorted(named(jobs)) == ["a_of16", "a_of8", "b", "mine"]
+    jobs["a_of16"] = [Member(0, "t2", "runs/a/gpt2_rank0_of16.json")]
+    assert sorted(named(jobs)) == ["b", "bert", "gpt2", "mine"]
+
+
+def test_a_job_missing_ranks_says_which_and_how_many(mixed):
+    d = api.predict("ads_sampled", mixed)
+    assert d["world_size"] == 2 and [r["rank"] for r in d["ranks"]] == [0, 1]
+    assert d["traced_world_size"] == 128 and d["missing_ranks"] == list(range(2, 128))
+    assert d["notes"][0].startswith("126 of the job's 128 ranks have no trace (ranks 2-127)")
+    out = " ".join(_cli("predict", "ads_sampled", "--store", mixed).stdout.split())
+    assert "Job ads_sampled: 2 ranks of 128 (126 missing)" in out
+    assert "126 of the job's 128 ranks have no trace" in out
+    assert "(only 2 of the job's 128 ranks are traced)" in out  # beside the straggler
+    full = api.predict(str(DLRM), mixed)
+    assert full["missing_ranks"] == [] and full["traced_world_size"] == 8
+
+
+def test_info_on_a_job_and_its_ranks(mixed):
+    d = api.info("dlrm_8ranks", mixed)
+    assert d["job"] == "dlrm_8ranks" and d["world_size"] == 8 and d["missing_ranks"] == []
+    assert [r["rank"] for r in d["ranks"]] == list(range(8))
+    r0 = d["ranks"][0]
+    # rank 0's trace lists the machine's 8 GPUs; its streams ran on one
+    assert r0["devices_listed"] == 8 and [x["id"] for x in r0["devices"]] == [0]
+    assert r0["span_ms"] > 0 and r0["iterations"] == 1
+    r = _cli("info", "dlrm_8ranks", "--store", mixed)
+    assert r.exit_code == 0, r.stderr
+    assert "job dlrm_8ranks: 8 ranks of 8" in r.stdout
+    assert r.stdout.count("Tesla V100-SXM2-32GB") == 8  # one device per rank, not 64
+    a = api.info("ads_sampled", mixed)
+    assert a["ranks_present"] == 2 and a["missing_ranks"] == list(range(2, 128))
+
+
+def test_info_on_an_nsys_export_has_span_iterations_and_devices(mixed):
+    d = api.info(str(FSDP), mixed)
+    assert 900 < d["span_ms"] < 1100  # a 1 s slice
+    assert d["iterations"] == 1 and d["iterations_from"] == "whole_trace"
+    assert [x["id"] for x in d["devices"]] == [0, 1]
+    out = _cli("info", FSDP, "--store", mixed).stdout
+    assert "span" in out and "iterations" in out and "devices" in out
+
+
+def test_plot_and_timeline_of_a_job(mixed, tmp_path):
+    png, tl = tmp_path / "job.png", tmp_path / "job.json"
+    r = _cli("predict", "dlrm_8ranks", "--store", mixed, "--opt", "no_straggler",
+             "--plot", png, "--timeline", tl)
+    assert r.exit_code == 0, r.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ev = json.loads(tl.read_text())["traceEvents"]
+    procs = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+    assert procs == {"measured", "replayed (baseline)", "predicted: no_straggler"}
+    tracks = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {f"rank {k} gpu {k} stream 7" for k in range(8)} <= tracks
+    assert "plot of iteration 0 written to" in r.stdout
+
+
+@pytest.mark.parametrize("spec", ["no_straggler", "bandwidth(bw=\"2x\")", "world(n=4)"])
+def test_job_optimizations_apply_to_a_multi_device_nsys_export(mixed, spec):
+    """The two-GPU Nsight slice replays as a 2-rank job: a job optimization sees the job (no
+    "needs a job", no "not distributed"); one that needs collectives says the slice has none."""
+    try:
+        d = api.predict(str(FSDP), mixed, opts=[spec])
+    except DaydreamError as e:
+        assert "needs a job" not in str(e) and "not distributed" not in str(e)
+        assert "no collective" in str(e)
+        return
+    assert d["world_size"] == 2 and d["predicted_ms"] > 0
+    assert [r["rank"] for r in d["ranks"]] == [0, 1]
+    assert d["critical_path"]  # the trace's own critical path is kept beside the job's ranks

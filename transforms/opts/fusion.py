@@ -132,5 +132,5 @@ def fusion(g: Graph, ctx: Context, *, max_chain: int = 8, optimizer: bool = Fals
     k = sum(len(c) for c in cs)
     ctx.notes.append(f"fusion: {len(cs)} chains of {k} element-wise kernels fused into "
                      f"{len(cs)} ({k - len(cs)} kernels and their launch calls removed); "
-                     f"kernel time {before} -> {int(new[first].sum())} ns")
+                     f"kernel time {before / 1e6:.3f} -> {new[first].sum() / 1e6:.3f} ms")
     return g

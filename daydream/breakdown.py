@@ -1,0 +1,87 @@
+"""Work per layer, kernel and kernel class over a replay's used iterations: what the HTML
+report's top kernels and layers show, and what ``daydream compare`` sets predicted against
+measured. Work is a task's simulated duration (``Replay.work_ns``), not the time it held its
+unit while it waited, in ms per used iteration (and per rank, for a job)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from graphstore.schema import GPU_KINDS
+
+# Kernel classes by name, first match wins: the classes the AMP model uses
+# (transforms.opts.amp.CLASSES), and the kinds no name decides.
+SPECIAL = (("communication", re.compile(r"nccl|rccl")),
+           ("optimizer", re.compile(r"multi_tensor_apply|fused_adam|fused_sgd|_fused_")))
+
+
+def kernel_class(kind: str, name: str | None) -> str:
+    """The class a GPU task is compared by: memcpy, memset, communication, optimizer, gemm
+    (matrix products and convolutions), norm_reduce, memory_bound (element-wise, layout), or
+    other; a class survives a rewrite that renames its kernels (AMP's half-precision ones)."""
+    if kind in ("memcpy", "memset"):
+        return kind
+    if kind == "comm":
+        return "communication"
+    from transforms.opts.amp import CLASSES
+    low = (name or "").lower()
+    for c, r in SPECIAL:
+        if r.search(low):
+            return c
+    for c, pat in CLASSES:
+        if re.search(pat, low):
+            return "memory_bound" if c == "layout" else c
+    return "other"
+
+
+def work_frame(tables: dict[str, pa.Table], rep, ranks: int = 1) -> tuple[pl.DataFrame, float]:
+    """The tasks of REP's used iterations with their work (ms) and whether they ran on a GPU,
+    and the divisor that makes sums per iteration (and rank)."""
+    task = tables["task"]
+    used = [i.index for i in rep.iterations if i.used]
+    work = (rep.work_ns if rep.work_ns is not None
+            else rep.schedule.end_ns - rep.schedule.start_ns)
+    kind = task["kind"].cast(pa.string()) if pa.types.is_dictionary(task["kind"].type) \
+        else task["kind"]
+    df = pl.DataFrame({
+        "kind": kind.to_numpy(zero_copy_only=False).astype(str),
+        "name": task["name"].to_pylist(),
+        "layer": task["layer"].to_pylist(),
+        "iteration": task["iteration"].fill_null(-1).to_numpy(),
+        "work_ms": np.asarray(work, np.float64) / 1e6})
+    df = df.filter(pl.col("iteration").is_in(used))
+    df = df.with_columns(pl.col("kind").is_in(list(GPU_KINDS)).alias("gpu"))
+    return df, float(max(len(used), 1) * max(ranks, 1))
+
+
+def by_layer(tables: dict[str, pa.Table], rep, ranks: int = 1) -> dict[str, dict]:
+    """layer -> {gpu_ms, cpu_ms} per iteration (``(no layer)`` for work outside every
+    layer)."""
+    df, per = work_frame(tables, rep, ranks)
+    g = (df.with_columns(pl.col("layer").fill_null("(no layer)"))
+         .group_by("layer").agg((pl.col("work_ms") * pl.col("gpu")).sum().alias("gpu"),
+                                (pl.col("work_ms") * ~pl.col("gpu")).sum().alias("cpu")))
+    return {r["layer"]: {"gpu_ms": r["gpu"] / per, "cpu_ms": r["cpu"] / per}
+            for r in g.iter_rows(named=True)}
+
+
+def by_kernel(tables: dict[str, pa.Table], rep, ranks: int = 1) -> dict[str, dict]:
+    """GPU task name -> {kind, class, ms, count} per iteration."""
+    df, per = work_frame(tables, rep, ranks)
+    g = (df.filter(pl.col("gpu")).group_by("name", "kind")
+         .agg(pl.col("work_ms").sum().alias("ms"), pl.len().alias("n")))
+    return {r["name"]: {"kind": r["kind"], "class": kernel_class(r["kind"], r["name"]),
+                        "ms": r["ms"] / per, "count": r["n"] / per}
+            for r in g.iter_rows(named=True)}
+
+
+def by_class(tables: dict[str, pa.Table], rep, ranks: int = 1) -> dict[str, float]:
+    """kernel class -> GPU ms per iteration."""
+    out: dict[str, float] = {}
+    for k in by_kernel(tables, rep, ranks).values():
+        out[k["class"]] = out.get(k["class"], 0.0) + k["ms"]
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))

@@ -1,0 +1,157 @@
+"""``daydream report TRACE [--opt SPEC]... --out report.html``: one self-contained HTML file.
+
+Everything a reader needs is inside the file: styles inline, the ``--plot`` picture (the phase
+breakdown and one iteration's timeline before and after each prediction) as a data URI, and
+no script, link or font to fetch, so it opens offline and can be mailed or archived. Its
+tables are the terminal's (``daydream.report``), rendered as HTML tables whose ``id`` names
+them, plus the top kernels and layers of the replay.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import io
+from pathlib import Path
+
+from daydream import api, breakdown, report
+from daydream.table import Column, Table
+
+CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
+       margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #1b1b1b; background: #fff; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; }
+h2 { font-size: 1.15em; margin-top: 1.8em; border-bottom: 1px solid #ddd; }
+p.sub { color: #555; margin-top: 0; }
+table { border-collapse: collapse; margin: 0.6em 0 1.2em; }
+caption { text-align: left; font-weight: 600; padding: 0.3em 0; }
+th, td { border-bottom: 1px solid #e4e4e4; padding: 0.25em 0.7em; vertical-align: top; }
+th { background: #f4f6f8; text-align: left; }
+td.r, th.r { text-align: right; font-variant-numeric: tabular-nums; }
+tr.total td { font-weight: 600; border-top: 2px solid #999; }
+ul.notes li { margin: 0.2em 0; }
+img.plot { max-width: 100%; border: 1px solid #ddd; }
+.bad { color: #b00020; } .ok { color: #137333; }
+"""
+
+
+def table_html(t: Table, ident: str) -> str:
+    """T as an HTML table with id IDENT (cells escaped; numbers right-aligned)."""
+    out = [f'<table id="{ident}">', f"<caption>{html.escape(t.title)}</caption>", "<thead><tr>"]
+    for c in t.columns:
+        cls = ' class="r"' if c.align == "right" else ""
+        out.append(f"<th{cls}>{html.escape(c.header)}</th>")
+    out.append("</tr></thead><tbody>")
+    for k, r in enumerate(t.rows):
+        total = t.bold_last and k == len(t.rows) - 1 and k > 0
+        out.append('<tr class="total">' if total else "<tr>")
+        for c, v in zip(t.columns, r, strict=True):
+            cls = ' class="r"' if c.align == "right" else ""
+            out.append(f"<td{cls}>{html.escape(v)}</td>")
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def top_kernels(p, top: int = 15) -> Table:
+    ranks = len(p.subject.job.members) if p.subject.job is not None else 1
+    ks = breakdown.by_kernel(p.subject.tables, p.base, ranks)
+    t = Table(f"Top {top} GPU kernels in the replay (ms per iteration)",
+              [Column("kernel"), Column("class"),
+               Column("ms", "right"), Column("calls", "right")])
+    for name, k in sorted(ks.items(), key=lambda kv: -kv[1]["ms"])[:top]:
+        t.add(name, k["class"], report.ms(k["ms"]), f"{k['count']:.0f}")
+    return t
+
+
+def top_layers(p, top: int = 15) -> Table:
+    ranks = len(p.subject.job.members) if p.subject.job is not None else 1
+    ls = breakdown.by_layer(p.subject.tables, p.base, ranks)
+    t = Table(f"Top {top} layers in the replay (work in ms per iteration)",
+              [Column("layer"), Column("GPU ms", "right"),
+               Column("CPU ms", "right")])
+    for name, v in sorted(ls.items(), key=lambda kv: -(kv[1]["gpu_ms"] + kv[1]["cpu_ms"]))[:top]:
+        t.add(name, report.ms(v["gpu_ms"]), report.ms(v["cpu_ms"]))
+    return t
+
+
+def build(ps: list, png: bytes) -> str:
+    """The report's HTML for the predictions PS (``api.run``) and the plot PNG."""
+    results = [p.result for p in ps]
+    d = results[0]
+    preds = [r for r in results if "opts" in r]
+    name = d.get("job") or d["trace_id"]
+    title = f"Daydream report: {name}"
+    sub = (f"{html.escape(d.get('file') or '')} &middot; trace {html.escape(d['trace_id'])}"
+           f" &middot; written {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}")
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
+             f"<h1>{html.escape(title)}</h1>", f'<p class="sub">{sub}</p>']
+
+    def section(h: str, ident: str, body: str) -> None:
+        parts.append(f'<section id="{ident}"><h2>{html.escape(h)}</h2>{body}</section>')
+
+    if preds:
+        section("Predictions", "s-predictions",
+                table_html(report.predictions_table(results), "predictions"))
+    section("Iterations", "s-iterations",
+            table_html(report.iterations_table(results), "iterations"))
+    section("What the replay rests on", "s-basis", table_html(report.basis_table(d), "basis"))
+    body = "".join(table_html(report.phases_table(r), f"phases-{k}")
+                   for k, r in enumerate(preds, 1))
+    if not body:
+        base = (ps[0].result.get("phases") or {}).get("baseline")
+        body = "<p>Give --opt to see phases before and after a change.</p>" if not base else ""
+    section("Phases", "s-phases", body)
+    img = base64.b64encode(png).decode()
+    it = ps[0].result.get("plot_iteration")
+    section("Timeline", "s-timeline",
+            f"<p>The phase breakdown (stacked bars, busy ms per iteration) and iteration "
+            f"{it}'s schedule, threads and streams as rows, before and after each "
+            "prediction.</p>"
+            f'<img class="plot" alt="phase breakdown and timeline of iteration {it}" '
+            f'src="data:image/png;base64,{img}">')
+    cp = d.get("critical_path") or {}
+    if cp:
+        section("Critical path", "s-critical-path",
+                table_html(report.critical_path_table(cp), "critical-path"))
+    if d.get("ranks"):
+        lines = "".join(f"<li>{html.escape(x)}</li>" for x in report.job_lines(d))
+        section("Ranks", "s-ranks", table_html(report.ranks_table(results), "ranks") +
+                (f'<ul class="notes">{lines}</ul>' if lines else ""))
+    section("Top kernels and layers", "s-top",
+            table_html(top_kernels(ps[0]), "top-kernels") +
+            table_html(top_layers(ps[0]), "top-layers"))
+    if d.get("units"):
+        section("Unit load", "s-units", table_html(report.units_table(d["units"]), "units"))
+    notes = []
+    for r in preds or results:
+        for n in r.get("notes") or []:
+            notes.append(f"<li><b>{html.escape(r.get('opts') or 'replay')}</b>: "
+                         f"{html.escape(n)}</li>")
+    section("Notes", "s-notes", f'<ul class="notes">{"".join(notes)}</ul>' if notes else
+            "<p>No notes: the predictions made no modelling choice worth a note.</p>")
+    gates = [report.gates_table(r) for r in preds]
+    gates_body = "".join(table_html(g, f"gates-{k}") for k, g in enumerate(gates, 1) if g)
+    section("Gates", "s-gates", gates_body or "<p>The pipeline reported no gates for these "
+            "predictions.</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(target: str, out: str | Path, specs: list[str], store=None, *,
+                 param_bytes: int | None = None) -> Path:
+    """Predict TARGET with every spec of SPECS (separate predictions) and write the report."""
+    ps = api.run(target, store, specs, param_bytes=param_bytes)
+    buf = io.BytesIO()
+    it = api.draw_plot(buf, ps)
+    for p in ps:
+        p.result["plot_iteration"] = it
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".part")
+    tmp.write_text(build(ps, buf.getvalue()), encoding="utf-8")
+    tmp.replace(out)
+    return out

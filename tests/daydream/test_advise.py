@@ -1,0 +1,107 @@
+"""``daydream advise``: where the time goes, then every registered optimization predicted and
+ranked, or listed with why it does not apply; the gates shown where the pipeline gives them."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from daydream import api
+from daydream.advise import advise, candidates, tables, where_time_goes
+from daydream.cli import app
+from tests.conftest import DATA
+from transforms import list_opts
+
+TOY = DATA / "kineto" / "mi250_toy_train_rocm.json.gz"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("advise") / "s"
+    api.ingest([TOY], root, jobs=1, strict=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def advice(store):
+    return advise(str(TOY), store)
+
+
+def test_every_registered_optimization_is_ranked_or_said_not_to_apply(advice, store):
+    tried = [r["spec"] for r in advice["predictions"]]
+    skipped = {r["spec"].split("(")[0]: r["reason"] for r in advice["not_applicable"]}
+    assert sorted(tried + list(skipped)) == sorted(o["name"] for o in list_opts())
+    sp = [r["speedup"] for r in advice["predictions"]]
+    assert sp == sorted(sp, reverse=True)
+    # each ranked one is what `predict --opt NAME` gives, with its interval
+    for r in advice["predictions"][:3]:
+        d = api.predict(str(TOY), store, opts=[r["spec"]])
+        assert r["predicted_ms"] == d["predicted_ms"]
+        assert r["predicted_interval_ms"] == d["predicted_interval_ms"]
+    # what does not apply says why: the error the optimization raised
+    assert skipped["no_straggler"].startswith("no_straggler: needs a job")
+    assert skipped["scale"] == "needs parameters: select, factor"
+    assert "chain it after ddp" in skipped["p3"]
+
+
+def test_where_the_time_goes_adds_up_to_the_critical_path(advice, store):
+    d = api.predict(str(TOY), store)
+    span = d["critical_path"]["span_ns"] / 1e6
+    assert sum(r["ms"] for r in advice["where"]) == pytest.approx(span, rel=1e-6)
+    cats = {r["category"]: r["ms"] for r in advice["where"]}
+    kinds = {r["kind"]: r["ns"] / 1e6 for r in d["critical_path"]["by_kind"]}
+    assert cats["launch overhead"] == pytest.approx(kinds.get("api", 0) +
+                                                    kinds.get("delay: launch", 0) +
+                                                    kinds.get("delay: queue", 0))
+    top = max(advice["where"], key=lambda r: r["ms"])["category"]
+    assert advice["bound"] == {"launch overhead": "bound by launch overhead",
+                               "CPU work": "CPU-bound", "GPU work": "GPU-bound"}.get(top, top)
+
+
+def test_data_loading_is_taken_out_of_the_cpu_work():
+    cp = {"iteration": 2, "span_ns": 100_000_000,
+          "by_kind": [{"kind": "host", "ns": 70_000_000}, {"kind": "kernel", "ns": 25_000_000},
+                      {"kind": "delay: launch", "ns": 5_000_000}],
+          "by_phase": [{"phase": "data_loading", "ns": 40_000_000},
+                       {"phase": "forward", "ns": 60_000_000}]}
+    rows, basis = where_time_goes({"critical_path": cp, "baseline_ms": 100.0})
+    got = {r["category"]: round(r["ms"], 6) for r in rows}
+    assert got == {"GPU work": 25.0, "CPU work": 30.0, "data loading": 40.0,
+                   "launch overhead": 5.0}
+    assert "iteration 2" in basis
+
+
+def test_gates_are_shown_when_the_pipeline_reports_them():
+    a = {"bound": "CPU-bound", "where": [], "where_basis": "x", "not_applicable": [],
+         "predictions": [{"spec": "amp", "predicted_ms": 9.0, "predicted_interval_ms": [8.5, 9],
+                          "speedup": 1.1, "speedup_interval": [1.1, 1.2], "notes": [],
+                          "gates": [{"name": "gpu_known", "ok": True, "note": ""},
+                                    {"name": "shapes", "ok": False, "note": "no shapes"}]}]}
+    _, ranked, _ = tables(a)
+    assert [c.header for c in ranked.columns][-1] == "gates"
+    assert ranked.rows[0][-1] == "1 of 2 ok (failed: shapes)"
+
+
+def test_candidates_skip_only_what_needs_parameters():
+    specs, skipped = candidates()
+    assert "amp" in specs and "dataloader" in specs
+    assert [s["spec"].split("(")[0] for s in skipped] == ["scale"]
+
+
+def test_advise_cli_text_json_and_csv(store):
+    run = CliRunner().invoke
+    r = run(app, ["advise", str(TOY), "--store", str(store)], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.stderr
+    assert max(len(x) for x in r.stdout.splitlines()) <= 80
+    for head in ("Where the time goes", "What to try first", "What does not apply"):
+        assert head in r.stdout
+    d = json.loads(run(app, ["advise", str(TOY), "--store", str(store), "--json"]).stdout)
+    assert d["predictions"] and d["not_applicable"]
+    rows = list(csv.DictReader(io.StringIO(
+        run(app, ["advise", str(TOY), "--store", str(store), "--format", "csv"]).stdout)))
+    assert {r["status"] for r in rows} == {"predicted", "not applicable"}
+    assert len(rows) == len(d["predictions"]) + len(d["not_applicable"])

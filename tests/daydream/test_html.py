@@ -1,0 +1,171 @@
+"""``daydream report``: one self-contained HTML file whose tables are the prediction's numbers
+(checked against ``predict --json``), and which a browser renders to a picture that is not
+blank (headless Chromium; CI installs it, .ci/run)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import pytest
+from typer.testing import CliRunner
+
+from daydream.cli import app
+from tests.conftest import DATA
+
+TOY = DATA / "kineto" / "mi250_toy_train_rocm.json.gz"
+SPECS = ["amp", "cuda_graphs"]
+
+
+class Tables(HTMLParser):
+    """Every table of a page by id: its header cells and rows of cell texts; and every tag's
+    attributes, to look for anything fetched from elsewhere."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: dict[str, dict] = {}
+        self.attrs: list[tuple[str, dict]] = []
+        self.ids: list[str] = []
+        self._t = self._row = self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.attrs.append((tag, a))
+        if "id" in a:
+            self.ids.append(a["id"])
+        if tag == "table":
+            self._t = self.tables.setdefault(a["id"], {"head": [], "rows": []})
+        elif tag == "tr" and self._t is not None:
+            self._row = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = []
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self._row.append(("".join(self._cell), tag))
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            if all(t == "th" for _, t in self._row):
+                self._t["head"] = [c for c, _ in self._row]
+            else:
+                self._t["rows"].append([c for c, _ in self._row])
+            self._row = None
+        elif tag == "table":
+            self._t = None
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("html")
+    store, out = tmp / "s", tmp / "report.html"
+    run = CliRunner().invoke
+    args = [a for s in SPECS for a in ("--opt", s)]
+    r = run(app, ["report", str(TOY), "--store", str(store), "--out", str(out), *args])
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(run(app, ["predict", str(TOY), "--store", str(store), "--json",
+                             *args]).stdout)
+    page = out.read_text()
+    p = Tables()
+    p.feed(page)
+    return out, page, p, d
+
+
+def test_one_self_contained_file(made):
+    out, page, p, _ = made
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "<style>" in page and "<script" not in page and "<link" not in page
+    assert not re.search(r"url\(|@import", page)
+    for tag, a in p.attrs:
+        for k in ("src", "href"):
+            if k in a:
+                assert a[k].startswith("data:"), (tag, a)
+    imgs = [a["src"] for tag, a in p.attrs if tag == "img"]
+    assert len(imgs) == 1 and imgs[0].startswith("data:image/png;base64,")
+    png = base64.b64decode(imgs[0].split(",", 1)[1])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+    for section in ("s-predictions", "s-iterations", "s-basis", "s-phases", "s-timeline",
+                    "s-critical-path", "s-top", "s-notes", "s-gates"):
+        assert section in p.ids
+
+
+def test_prediction_table_is_the_json(made):
+    _, _, p, d = made
+    t = p.tables["predictions"]
+    assert t["head"][1:] == ["optimization", "predicted ms", "interval ms", "speedup",
+                             "speedup interval"]
+    assert len(t["rows"]) == len(d)
+    for row, r in zip(t["rows"], d, strict=True):
+        assert row[1] == r["opts"]
+        assert row[2] == f"{r['predicted_ms']:.3f}"
+        lo, hi = r["predicted_interval_ms"]
+        assert row[3] in (f"{lo:.3f}-{hi:.3f}", f"{lo:.3f}")
+        assert row[4] == f"{r['speedup']:.3f}x"
+
+
+def test_iterations_phases_and_critical_path_are_the_json(made):
+    _, _, p, d = made
+    its = p.tables["iterations"]["rows"]
+    assert [r[2] for r in its[:-1]] == [f"{i['measured_ms']:.3f}" for i in d[0]["iterations"]]
+    assert its[-1][1] == "steady state" and its[-1][2] == f"{d[0]['measured_ms']:.3f}"
+    for k, r in enumerate(d, 1):
+        rows = {x[0]: x[1:] for x in p.tables[f"phases-{k}"]["rows"]}
+        for ph, v in r["phases"]["predicted"].items():
+            assert rows[ph][1] == f"{v['gpu_ms']:.3f}" and rows[ph][3] == f"{v['cpu_ms']:.3f}"
+    cp = d[0]["critical_path"]
+    want = [[by, x[by] if x[by] is not None else f"(no {by})", f"{x['ns'] / 1e6:.3f}"]
+            for by in ("phase", "kind", "layer") for x in cp[f"by_{by}"] if x["ns"] > 0]
+    assert [r[:3] for r in p.tables["critical-path"]["rows"]] == want
+
+
+def test_top_kernels_layers_notes_and_gates(made):
+    _, page, p, d = made
+    ks = p.tables["top-kernels"]["rows"]
+    ms = [float(r[2]) for r in ks]
+    assert ks and ms == sorted(ms, reverse=True)
+    gpu = sum(v["gpu_ms"] for v in d[0]["phases"]["baseline"].values())
+    assert sum(ms) <= gpu + 1e-3 * len(ms)
+    assert p.tables["top-layers"]["rows"]
+    import html
+    for r in d:
+        for n in r["notes"]:
+            assert html.escape(n) in page
+        if r.get("gates"):
+            assert any(t.startswith("gates-") for t in p.tables)
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_a_browser_renders_it(made, tmp_path):
+    """Headless Chromium draws the page: the screenshot is not blank. Skipped on a machine
+    without Chromium, but CI (CI=true) installs it and must not skip."""
+    exe = _chromium()
+    if exe is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI must have headless Chromium (.ci/run installs Debian's chromium)")
+        pytest.skip("no chromium here (CI installs it: .ci/run)")
+    out, _, _, _ = made
+    shot = tmp_path / "shot.png"
+    subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'prof'}",
+                    "--window-size=1280,2000", f"--screenshot={shot}", out.as_uri()],
+                   capture_output=True, timeout=180, check=True)
+    import matplotlib.image as mpimg
+    import numpy as np
+    img = mpimg.imread(shot)
+    assert img.shape[0] >= 1000 and img.shape[1] >= 1200
+    rgb = img[..., :3].reshape(-1, 3)
+    ink = (rgb < 0.9).any(axis=1).mean()  # share of pixels that are not (near) white
+    assert ink > 0.02
+    assert len(np.unique((rgb[::37] * 255).astype(np.uint8), axis=0)) > 20

@@ -1,0 +1,224 @@
+"""What ``daydream`` prints, as a user reads it: tables whole in a pipe and within 80 columns,
+what a prediction rests on, JSON and CSV for programs, ``--opt`` repeated as separate
+predictions, notes in ms, no ``None``, plurals, help that reads as sentences, defaults as they
+are, one timeline file, and a README that lists every command."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from daydream import api
+from daydream.cli import app
+from ingest.errors import DaydreamError
+from tests.conftest import DATA, ROOT
+
+RESNET = DATA / "kineto" / "resnet50_v100_nw0_run1.json.gz"
+TOY = DATA / "kineto" / "mi250_toy_train_rocm.json.gz"
+WHOLE = DATA / "kineto" / "alexnet_fwd_a100.json.gz"  # no iteration markers
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("output") / "store"
+    api.ingest([RESNET, TOY, WHOLE], root, jobs=1, strict=True)
+    return root
+
+
+def cli(*args: str, columns: int | None = None):
+    """The CLI in this process, its stdout a pipe; COLUMNS set as a terminal of that width
+    sets it."""
+    env = {"COLUMNS": str(columns) if columns else ""}
+    r = CliRunner().invoke(app, [str(a) for a in args], env=env, catch_exceptions=False)
+    return r
+
+
+def test_predict_into_a_pipe_prints_whole_headers_and_labels(store):
+    r = cli("predict", RESNET, "--store", store, "--opt", "amp")
+    assert r.exit_code == 0, r.stderr
+    out = r.stdout
+    assert "…" not in out and "None" not in out
+    head = next(x for x in out.splitlines() if x.startswith("iteration"))
+    for h in ("label", "measured ms", "replayed ms", "replay error", "explained ms",
+              "predicted ms", "speedup"):
+        assert h in head
+    assert "ProfilerStep#10" in out and "steady state" in out
+
+
+def test_predict_fits_80_columns_and_shows_what_it_rests_on(store):
+    d = api.predict(str(RESNET), store, opts=["amp"])
+    out = cli("predict", RESNET, "--store", store, "--opt", "amp", columns=80).stdout
+    assert max(len(x) for x in out.splitlines()) <= 80
+    assert "…" not in out and "ProfilerStep#10" in out
+    for word in ("measured", "replayed", "explained", "predicted", "speedup", "interval"):
+        assert word in out
+    # the pipeline's result keys a prediction rests on, each on the screen
+    flat = " ".join(out.split())
+    assert f"{d['measured_ms']:.3f} ms measured" in flat
+    assert f"median {d['measured_median_ms']:.3f} ms" in flat
+    assert f"mean {d['measured_mean_ms']:.3f} ms" in flat
+    lo, hi = d["measured_spread_ms"]
+    assert f"fastest {lo:.3f} ms, slowest {hi:.3f} ms" in flat
+    assert f"{d['explained_ms']:.3f} ms" in flat
+    assert f"{d['explained_no_inferred_ms']:.3f} ms without the inferred edges" in flat
+    a, b = d["predicted_interval_ms"]
+    assert f"{a:.3f}-{b:.3f}" in flat
+    for kind in d["slack"]:
+        assert kind in flat
+    for kind, n in d["inferred_edges"].items():
+        assert f"{kind} {n}" in flat
+
+
+def test_json_and_csv_for_programs(store):
+    d = json.loads(cli("predict", RESNET, "--store", store, "--opt", "amp", "--json").stdout)
+    assert d["opts"] == "amp" and d["predicted_ms"] > 0
+    rows = list(csv.DictReader(io.StringIO(
+        cli("predict", RESNET, "--store", store, "--opt", "amp", "--format", "csv").stdout)))
+    assert len(rows) == 1 and rows[0]["spec"] == "amp"
+    assert float(rows[0]["predicted_ms"]) == pytest.approx(d["predicted_ms"])
+    assert float(rows[0]["predicted_low_ms"]) == pytest.approx(d["predicted_interval_ms"][0])
+    assert float(rows[0]["speedup"]) == pytest.approx(d["speedup"])
+
+
+def test_repeated_opt_is_separate_predictions_and_plus_chains(store):
+    both = json.loads(cli("predict", TOY, "--store", store, "--opt", "amp", "--opt",
+                          "cuda_graphs", "--json").stdout)
+    assert [x["opts"] for x in both] == ["amp", "cuda_graphs"]
+    for x in both:
+        one = api.predict(str(TOY), store, opts=[x["opts"]])
+        assert x["predicted_ms"] == one["predicted_ms"]
+    chained = json.loads(cli("predict", TOY, "--store", store, "--opt", "amp+cuda_graphs",
+                             "--json").stdout)
+    assert chained["opts"] == "amp+cuda_graphs"
+    text = cli("predict", TOY, "--store", store, "--opt", "amp", "--opt", "cuda_graphs").stdout
+    table = text[text.index("Predictions"):]
+    assert "(1)  amp" in table and "(2)  cuda_graphs" in table
+    with pytest.raises(DaydreamError, match="chain optimizations with"):
+        api.predict(str(TOY), store, opts=["amp", "cuda_graphs"])
+    assert [x["opts"] for x in api.predictions(str(TOY), store, ["amp", "cuda_graphs"])] == \
+        ["amp", "cuda_graphs"]
+
+
+def test_no_none_and_no_zero_length_parts_in_the_critical_path(store):
+    d = api.predict(str(RESNET), store)
+    zero = [r["kind"] for r in d["critical_path"]["by_kind"] if r["ns"] == 0]
+    assert zero  # the trace has parts of no length (delay: thread)
+    out = cli("predict", RESNET, "--store", store).stdout
+    cp = out[out.index("Critical path"):out.index("Unit load")]
+    for k in zero:
+        assert k not in cp
+    assert "(no layer)" in cp and "None" not in out
+
+
+def test_notes_are_in_ms(store):
+    """Every registered optimization's notes on a real trace: times in ms (or us), never a
+    raw count of nanoseconds."""
+    from daydream.advise import candidates
+    raw = re.compile(r"\d{4,} ns\b|\(ns\)")
+    notes = []
+    for spec in candidates()[0]:
+        try:
+            notes += api.predict(str(RESNET), store, opts=[spec])["notes"]
+        except DaydreamError:
+            pass  # does not apply to a single-GPU trace
+    assert [n for n in notes if raw.search(n)] == []
+    assert any(n.startswith("fusion:") and " ms" in n for n in notes)
+
+
+def test_a_trace_without_markers_says_how_its_iterations_were_found(store):
+    d = api.predict(str(WHOLE), store)
+    assert d["iterations_from"] == "whole_trace"
+    out = cli("predict", WHOLE, "--store", store).stdout
+    assert "(whole trace)" in out
+    assert "the whole trace is one iteration: it has no iteration markers" in " ".join(
+        out.split())
+    assert api.predict(str(RESNET), store)["iterations_from"] == "ProfilerStep"
+
+
+def test_one_timeline_file_holds_measured_replayed_and_predicted(store, tmp_path):
+    tl = tmp_path / "t.json"
+    r = cli("predict", TOY, "--store", store, "--opt", "amp", "--opt", "cuda_graphs",
+            "--timeline", tl)
+    assert r.exit_code == 0, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]  # no .predicted.json
+    ev = json.loads(tl.read_text())["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in ev
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    assert sorted(procs.values()) == ["measured", "predicted: amp", "predicted: cuda_graphs",
+                                      "replayed (baseline)"]
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev
+              if e["ph"] == "M" and e["name"] == "thread_name"}
+    busy = {(e["pid"], e["tid"]) for e in ev if e["ph"] == "X"}
+    assert set(tracks) == busy  # no empty track (the origin marker's unit)
+    assert "origin" not in tracks.values()
+    for pid in procs:
+        assert any(p == pid for p, _ in busy)
+
+
+def test_plurals_and_the_ingest_summary(tmp_path):
+    r = cli("ingest", TOY, "--store", tmp_path / "s", "-j", "1")
+    assert r.exit_code == 0
+    assert "1 trace ingested, 0 already stored, 0 failed" in r.stderr
+    from daydream.report import plural
+    assert plural(1, "rank") == "1 rank" and plural(2, "rank") == "2 ranks"
+
+
+def test_predict_all_names_whole_files_and_counts_right(tmp_path):
+    from tests.daydream.variants import make_variants
+    files = make_variants([TOY], 3, tmp_path / "in")
+    root = tmp_path / "s"
+    api.ingest(files, root, jobs=1, strict=True)
+    r = cli("predict", "--all", "--store", root, "--opt", "amp", "--workers", "1")
+    assert r.exit_code == 0, r.stderr
+    for f in files:  # names that share their first 20 characters, each printed whole
+        assert f.name in r.stdout
+    assert "3 traces x 1 spec: 3 predicted" in r.stderr
+    r = cli("predict", "--all", "--store", root, "--opt", "amp", "--workers", "1",
+            "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert sorted(r["file"].rsplit("/", 1)[-1] for r in rows) == sorted(f.name for f in files)
+
+
+def test_a_failed_pair_names_its_optimization_once(tmp_path):
+    root = tmp_path / "s"
+    api.ingest([TOY], root, jobs=1, strict=True)
+    r = cli("predict", "--all", "--store", root, "--opt", "no_straggler", "--workers", "1")
+    assert r.exit_code == 1
+    err = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert err and all("no_straggler: no_straggler" not in x for x in err)
+    assert "no_straggler: needs a job" in err[0]
+
+
+def test_help_reads_as_sentences_and_defaults_are_what_they_are():
+    r = cli("--help", columns=250)
+    listing = r.stdout[r.stdout.index("Commands"):]
+    names = [c.name or c.callback.__name__ for c in app.registered_commands]
+    for name in names:
+        line = next(x for x in listing.splitlines() if re.match(rf"\W*{name}\s", x))
+        summary = line.split(name, 1)[1].strip(" │")
+        assert summary.endswith("."), summary  # a whole sentence on one line
+    for name in names:  # each paragraph of a command's help is whole sentences
+        h = cli(name, "--help", columns=600).stdout.splitlines()
+        top = h[next(k for k, x in enumerate(h) if "Usage:" in x) + 1:
+                next(k for k, x in enumerate(h) if x.startswith("╭"))]
+        paras = [x.strip() for x in top if x.strip()]
+        assert paras and all(p.endswith(".") for p in paras), (name, paras)
+    for cmd in ("predict", "ingest"):
+        h = " ".join(cli(cmd, "--help", columns=250).stdout.split())
+        assert "[default: 0]" not in h
+        assert "[default: (every core)]" in h
+
+
+def test_readme_names_every_command():
+    readme = (ROOT / "README.md").read_text()
+    use = readme[readme.index("## Use"):readme.index("## Supported traces")]
+    for c in app.registered_commands:
+        name = c.name or c.callback.__name__
+        assert f"daydream {name}" in use, name
+        assert f"- `{name}`" in use, name
+    assert "COLUMNS" not in use or "pipe" in use
