@@ -122,8 +122,7 @@ class _Batch:
     def scan(self, buf: np.ndarray, partial: bool = False) -> int:
         self._str_cache = {}
         n = ks.scan(buf, self.res, self.ints, self.ipres, self.sdata, self.soffs, self.spres,
-                    self.counters, self.meta, ks.TOP_TAB, ks.TOP_OFFS, ks.ARG_TAB,
-                    ks.ARG_OFFS, ks.ARG_KIND, ks.ARG_SLOT, partial)
+                    self.counters, self.meta, partial)
         return n
 
     def int_col(self, slot: int, rows: np.ndarray) -> pa.Array:

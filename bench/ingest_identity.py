@@ -1,0 +1,200 @@
+"""Byte-identity check of ingest's output: convert every trace, fingerprint every Parquet table.
+
+    python bench/ingest_identity.py OUT.json [--traces DIR ...] [--mutants N] [--big FILE ...]
+    python bench/ingest_identity.py --compare BEFORE.json AFTER.json
+
+Run it once with the code before a change and once after, then ``--compare``. Each file is
+converted with ``ingest.convert.read_trace`` and written with ``ingest.store.write_staged`` as
+``daydream ingest`` writes it; the fingerprint of a table is the SHA-256 of its Parquet file's
+bytes, except for ``trace``, whose ``ingested_at`` is the clock: its other columns are hashed as
+Arrow IPC instead. A file that fails keeps its error message, so errors are compared too.
+
+``--mutants N`` adds N damaged copies of each small trace (cut at a byte, a byte replaced, a value
+swapped for one of another type), written to a temporary folder; their errors or tables must
+not change either. The mutants are derived from a fixed seed, so both runs see the same ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SHARED = ROOT.parent / "shared" / "traces"
+PATTERNS = ("*.json", "*.json.gz", "*.sqlite", "*.cupti", "*.cupti.gz")
+MUTANT_MAX_BYTES = 4 << 20  # mutate only traces whose JSON is at most this big
+
+
+def _files(dirs: list[Path]) -> list[tuple[str, Path]]:
+    """(label, path) of every trace: labels are paths below the folder named, so that runs
+    from different checkouts compare."""
+    out = set()
+    for d in dirs:
+        if d.is_file():
+            out.add((d.name, d))
+            continue
+        for pat in PATTERNS:
+            out.update((f"{d.name}/{p.relative_to(d)}", p) for p in d.rglob(pat) if p.is_file())
+    return sorted(out)
+
+
+def fingerprint(path: Path, label: str) -> dict:
+    from ingest.convert import read_trace
+    from ingest.errors import DaydreamError
+    from ingest.store import write_staged
+
+    try:
+        conv = read_trace(path)
+        with tempfile.TemporaryDirectory() as tmp:
+            write_staged(conv, Path(tmp), label, path.stat().st_size, None)
+            return _hashes(Path(tmp), conv.events)
+    except DaydreamError as e:
+        return {"error": str(e).replace(str(path), label)}
+    except Exception as e:  # a bug, as `daydream ingest` reports it: compared all the same
+        return {"error": f"internal error: {type(e).__name__}: {e}".replace(str(path), label)}
+
+
+def _hashes(staged: Path, events: int) -> dict:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ingest.store import PART
+
+    out = {"events": events}
+    for d in sorted(staged.iterdir()):
+        f = d / PART
+        t = pq.read_table(f)
+        if d.name == "trace":
+            t = t.drop_columns(["ingested_at"])
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, t.schema) as w:
+            w.write_table(t)
+        meta = pq.ParquetFile(f).metadata
+        row_groups = [meta.row_group(i).to_dict() for i in range(meta.num_row_groups)]
+        for rg in row_groups:  # where pages landed, and the clock: not content
+            rg["columns"] = [c for c in rg["columns"] if c["path_in_schema"] != "ingested_at"]
+            for c in rg["columns"]:
+                for k in ("file_offset", "data_page_offset", "dictionary_page_offset",
+                          "total_compressed_size", "index_page_offset"):
+                    c.pop(k, None)
+            rg.pop("total_byte_size", None)
+        h = hashlib.sha256(sink.getvalue())
+        h.update(json.dumps([meta.schema.to_arrow_schema().to_string(), row_groups],
+                            default=str).encode())
+        out[d.name] = h.hexdigest()
+        if d.name != "trace":  # its bytes hold the clock
+            out[d.name + ".bytes"] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
+def _json_bytes(path: Path) -> bytes | None:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    if raw.lstrip()[:1] not in (b"{", b"["):
+        return None
+    return raw
+
+
+def mutants(path: Path, n: int, seed: int) -> list[tuple[str, bytes]]:
+    """Damaged copies of a JSON trace: cut short, a byte replaced, a value of the wrong type."""
+    raw = _json_bytes(path)
+    if raw is None or len(raw) > MUTANT_MAX_BYTES or n <= 0:
+        return []
+    rng = random.Random(f"{seed}:{path.name}")
+    out = []
+    swaps = [(b'"ts": ', b'"ts": "x'), (b'"dur": ', b'"dur": ['), (b'"name": "', b'"name": 7'),
+             (b'"args": {', b'"args": ['), (b'"pid": ', b'"pid": {'), (b'"ph": "', b'"ph": 1'),
+             (b'"correlation": ', b'"correlation": "'), (b'"grid": [', b'"grid": ["'),
+             (b'"cat": "', b'"cat": tru'), (b"}, {", b"} {"), (b"\\", b"\\q")]
+    for i in range(n):
+        kind = i % 4
+        if kind == 0:
+            cut = rng.randrange(1, len(raw))
+            out.append((f"cut{cut}", raw[:cut]))
+        elif kind == 1:
+            at = rng.randrange(len(raw))
+            b = bytearray(raw)
+            b[at] = rng.choice(b'{}[]",:0-.e\\ nx\x00\xff')
+            out.append((f"byte{at}", bytes(b)))
+        else:
+            old, new = swaps[rng.randrange(len(swaps))]
+            hits = []
+            start = 0
+            while len(hits) < 64:
+                j = raw.find(old, start)
+                if j < 0:
+                    break
+                hits.append(j)
+                start = j + 1
+            if not hits:
+                continue
+            j = rng.choice(hits)
+            out.append((f"swap{j}", raw[:j] + new + raw[j + len(old):]))
+    return out
+
+
+def run(out: Path, dirs: list[Path], n_mut: int, big: list[Path]) -> None:
+    res = {}
+    for label, f in _files(dirs + big):
+        res[label] = fingerprint(f, label)
+        print(f"{label}: {'error' if 'error' in res[label] else 'ok'}", file=sys.stderr)
+        with tempfile.TemporaryDirectory() as tmp:
+            for tag, data in mutants(f, n_mut, seed=18):
+                m = Path(tmp) / "m.json"
+                m.write_bytes(data)
+                res[f"{label}#{tag}"] = fingerprint(m, f"{label}#{tag}")
+    out.write_text(json.dumps(res, indent=1, sort_keys=True))
+    n_err = sum("error" in v for v in res.values())
+    print(f"{len(res)} files ({n_err} errors) -> {out}", file=sys.stderr)
+
+
+def _content(v: dict) -> dict:
+    return {k: h for k, h in v.items() if not k.endswith(".bytes")}
+
+
+def compare(a: Path, b: Path) -> int:
+    """Tables must hold the same data, schema and statistics, errors the same message. Raw
+    file bytes are counted apart: pyarrow leaves a few bytes of a dictionary page uninitialized
+    (after empty strings), so the bytes of one table can differ from run to run of the same
+    code, depending on what the process allocated before."""
+    x, y = json.loads(a.read_text()), json.loads(b.read_text())
+    bad = raw = 0
+    for k in sorted(set(x) | set(y)):
+        u, v = x.get(k) or {}, y.get(k) or {}
+        if _content(u) != _content(v):
+            bad += 1
+            print(f"DIFFERS {k}\n  before: {_content(u)}\n  after:  {_content(v)}")
+        raw += sum(u.get(t) != v.get(t) for t in u if t.endswith(".bytes"))
+    tables = sum(len(_content(v)) - 1 for v in x.values() if "error" not in v)
+    errs = sum("error" in v for v in x.values())
+    print(f"{len(x)} files: {tables} tables and {errs} error messages compared; "
+          f"{bad} differ (raw Parquet bytes differ in {raw} tables)")
+    return 1 if bad else 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", nargs="?", type=Path)
+    ap.add_argument("--traces", nargs="*", type=Path,
+                    default=[SHARED, ROOT / "tests" / "data"])
+    ap.add_argument("--mutants", type=int, default=0)
+    ap.add_argument("--big", nargs="*", type=Path, default=[])
+    ap.add_argument("--compare", nargs=2, type=Path)
+    a = ap.parse_args()
+    if a.compare:
+        sys.exit(compare(*a.compare))
+    run(a.out, a.traces, a.mutants, a.big)
+
+
+if __name__ == "__main__":
+    main()
