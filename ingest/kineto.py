@@ -546,11 +546,11 @@ def _finish(parts: dict, stats: Stats, meta: dict, events: int, fname: str) -> C
     tables["flow"] = _flows(_concat(parts.pop("flow")), stats)
 
     # kernels whose launch is not in the trace
-    api_corr = tables["api"]["correlation"].drop_null().to_numpy()
+    api_corr = _distinct(tables["api"]["correlation"].drop_null().to_numpy())
     for tname in ("kernel", "memcpy", "memset"):
         corr = tables[tname]["correlation"]
         c = corr.fill_null(-1).to_numpy(zero_copy_only=False)
-        missing = int((~np.isin(c, api_corr)).sum())
+        missing = int((~_member(c, api_corr)).sum())
         stats.add(f"{tname}_without_launch", missing, severity="warning",
                   detail="no runtime/driver call with its correlation id in the trace "
                          "(launched before the window, or not recorded)")
@@ -606,6 +606,34 @@ def _finish(parts: dict, stats: Stats, meta: dict, events: int, fname: str) -> C
         rank=rank if isinstance(rank, int) else None,
         world_size=world if isinstance(world, int) else None,
         metadata=other, start_ns=start_ns, end_ns=end_ns)
+
+
+# Sets of ids by sorting: numpy 2's np.unique and np.isin hash int64 keys, several times slower
+# than a sort on a million ids.
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``a`` (np.unique)."""
+    s = np.sort(a)
+    if len(s) > 1:
+        s = s[np.concatenate(([True], s[1:] != s[:-1]))]
+    return s
+
+
+def _first_of_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values of ``a`` and the index of each one's first occurrence
+    (np.unique with return_index)."""
+    order = np.argsort(a, kind="stable")
+    s = a[order]
+    first = np.ones(len(s), bool)
+    first[1:] = s[1:] != s[:-1]
+    return s[first], order[first]
+
+
+def _member(a: np.ndarray, distinct: np.ndarray) -> np.ndarray:
+    """``a``'s values that are in the sorted distinct array ``distinct`` (np.isin)."""
+    if not len(distinct):
+        return np.zeros(len(a), bool)
+    i = np.minimum(np.searchsorted(distinct, a), len(distinct) - 1)
+    return distinct[i] == a
 
 
 def _api_kind(api: pa.Table) -> pa.Array:
@@ -677,13 +705,13 @@ def _flows(t: pa.Table | None, stats: Stats) -> pa.Table:
     key = kind * (1 << 62) + fid  # kind in the top bits: ids of different kinds never meet
     s_idx = np.flatnonzero(is_s)
     f_idx = np.flatnonzero(is_f)
-    s_keys, s_first = np.unique(key[s_idx], return_index=True)
+    s_keys, s_first = _first_of_each(key[s_idx])
     dup_s = len(s_idx) - len(s_keys)
-    f_keys, f_first = np.unique(key[f_idx], return_index=True)
+    f_keys, f_first = _first_of_each(key[f_idx])
     dup_f = len(f_idx) - len(f_keys)
     stats.add("flow_duplicate_endpoint", dup_s + dup_f, severity="info",
               detail="flow ids with more than one start or end; the first is kept")
-    all_keys = np.union1d(s_keys, f_keys)
+    all_keys = _distinct(np.concatenate([s_keys, f_keys]))
     si = np.searchsorted(s_keys, all_keys)
     fi = np.searchsorted(f_keys, all_keys)
     has_s = (si < len(s_keys)) & (s_keys[np.minimum(si, len(s_keys) - 1)] == all_keys) \
