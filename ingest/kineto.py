@@ -16,6 +16,7 @@ schema (``Operator``, ``Runtime``, ``Kernel``...), the current one (``cpu_op``,
 
 from __future__ import annotations
 
+import contextlib
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -104,11 +105,15 @@ def _type_found(buf: np.ndarray, pos: int) -> str:
 
 
 class _Batch:
-    """Reusable scanner buffers."""
+    """Reusable scanner buffers for up to ``BATCH_EVENTS`` events. They start at ``events``
+    rows and grow (fourfold, copying what is filled) when the scanner runs out of rows, so a
+    small document never pays for a large batch, while a batch still ends where it would in
+    buffers of full size: which events share a batch decides the order of names in the
+    tables' dictionaries."""
 
     def __init__(self, events: int, capacity: int, share: _Batch | None = None):
         self.ints = np.zeros((ks.NI, events), np.int64)   # column-major: one row per field
-        self.ipres = np.zeros((ks.NI, events), np.uint8)
+        self.ipres = np.zeros((ks.NI, events), np.uint8)  # (cleared by the scanner per event)
         self.sdata = np.empty((ks.NS, capacity), np.uint8)
         self.soffs = np.zeros((ks.NS, events + 1), np.int64)
         self.spres = np.zeros((events, ks.NS), np.uint8)
@@ -121,9 +126,26 @@ class _Batch:
 
     def scan(self, buf: np.ndarray, partial: bool = False) -> int:
         self._str_cache = {}
-        n = ks.scan(buf, self.res, self.ints, self.ipres, self.sdata, self.soffs, self.spres,
-                    self.counters, self.meta, partial)
-        return n
+        n = 0
+        while True:
+            n = ks.scan(buf, self.res, self.ints, self.ipres, self.sdata, self.soffs,
+                        self.spres, self.counters, self.meta, partial, n)
+            if self.res[ks.R_FULL] == 1 and self.ints.shape[1] < BATCH_EVENTS:
+                self._grow(n, min(BATCH_EVENTS, 4 * self.ints.shape[1]))
+                continue
+            return n
+
+    def _grow(self, n: int, events: int) -> None:
+        for name in ("ints", "ipres", "soffs", "spres"):
+            old = getattr(self, name)
+            if name == "spres":
+                new = np.zeros((events, old.shape[1]), old.dtype)
+                new[:n] = old[:n]
+            else:
+                extra = 1 if name == "soffs" else 0
+                new = np.zeros((old.shape[0], events + extra), old.dtype)
+                new[:, :n + extra] = old[:, :n + extra]
+            setattr(self, name, new)
 
     def int_col(self, slot: int, rows: np.ndarray) -> pa.Array:
         vals = self.ints[slot, rows]
@@ -185,11 +207,16 @@ def read_kineto(path: Path, data: np.ndarray | None = None) -> Converted:
 
 def _read(path: Path, full: np.ndarray, stream) -> Converted:
     """Scan and route batch by batch. Two batches take turns: while one batch's rows are
-    routed into tables on a worker thread, the (GIL-free) scanner fills the other."""
+    routed into tables on a worker thread, the (GIL-free) scanner fills the other. A document
+    that fits one batch is routed in this thread: with nothing to overlap, neither the second
+    batch nor the thread is made."""
     fname = str(path)
     stats = Stats()
-    first = _Batch(BATCH_EVENTS, STRING_CAPACITY)
-    batches = [first, _Batch(BATCH_EVENTS, STRING_CAPACITY, share=first)]
+    size = stream.size if stream is not None else len(full)
+    # strings decoded from a document never take more bytes than the document
+    capacity = min(STRING_CAPACITY, size + 16)
+    first = _Batch(min(BATCH_EVENTS, max(1024, size // 256)), capacity)
+    batches = [first]
     routing: list[Future | None] = [None, None]
     parts: dict[str, list[pa.Table]] = {t: [] for t in
                                         ("kernel", "memcpy", "memset", "api", "sync", "range",
@@ -201,7 +228,8 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
     release = source.Releaser(full)
     turn = 0
     batch = first
-    with ThreadPoolExecutor(max_workers=1) as router:
+    router: ThreadPoolExecutor | _Inline = _Inline()
+    with contextlib.ExitStack() as pool:
         try:
             while True:
                 batch = batches[turn]
@@ -209,10 +237,15 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
                 nev = batch.scan(data, partial=not done)
                 err = int(batch.res[ks.R_ERR])
                 if nev:
+                    if len(batches) == 1 and not (err == ks.E_OK and int(
+                            batch.res[ks.R_STATE]) == ks.ST_DONE):
+                        # more batches follow: from now on one is routed while the next fills
+                        batches.append(_Batch(BATCH_EVENTS, capacity, share=first))
+                        router = pool.enter_context(ThreadPoolExecutor(max_workers=1))
                     routing[turn] = router.submit(_route, batch, nev, base, parts, stats,
                                                   other_cats, fname)
                     base += nev
-                    turn = 1 - turn
+                    turn = (turn + 1) % len(batches)
                 if err == ks.E_MORE:
                     avail, done = stream.wait(avail)
                     data = full[:avail]
@@ -245,6 +278,19 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
     for cat, cnt in sorted(other_cats.items()):
         stats.add("unknown_category", cnt, severity="warning", detail=cat)
     return _finish(parts, stats, meta, base, fname)
+
+
+class _Inline:
+    """Routing in the scanning thread, for documents of one batch (what a
+    ThreadPoolExecutor's submit returns, without the thread)."""
+
+    def submit(self, fn, *args) -> Future:
+        f: Future = Future()
+        try:
+            f.set_result(fn(*args))
+        except BaseException as e:  # raised by _finish_routing, in order, as the pool would
+            f.set_exception(e)
+        return f
 
 
 def _finish_routing(routing: list, which: int | None = None) -> None:

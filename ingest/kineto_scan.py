@@ -69,8 +69,8 @@ ARG_TAB, ARG_OFFS = _key_table([k for k, _, _ in ARG_KEYS])
 ARG_SLOT = np.array([s for _, _, s in ARG_KEYS], np.int64)
 
 # ---- results and errors ------------------------------------------------------------------------
-R_POS, R_STATE, R_N, R_ERR, R_ERRPOS, R_ERRFIELD, R_NMETA, R_TOPOBJ, R_SAWEV = range(9)
-NR = 9
+R_POS, R_STATE, R_N, R_ERR, R_ERRPOS, R_ERRFIELD, R_NMETA, R_TOPOBJ, R_SAWEV, R_FULL = range(10)
+NR = 10
 ST_START, ST_TOPKEY, ST_EVENTS, ST_DONE = range(4)
 
 E_OK = 0
@@ -463,8 +463,11 @@ def _lookup(buf, ks, klen, top):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial):
-    """Scan from res[R_POS] in state res[R_STATE] until the batch is full or the document ends.
+def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial, start):
+    """Scan from res[R_POS] in state res[R_STATE] until the batch is full or the document ends,
+    writing events from row ``start`` of the batch on (rows before it were filled by an earlier
+    call: the batch's buffers were full and have been grown). res[R_FULL] says why a call
+    stopped early: 1 no row left, 2 no room left for strings.
 
     With ``partial`` set, ``buf`` is the part of the document inflated so far: running out of
     input returns E_MORE with the position rolled back to the start of the unfinished event (or
@@ -472,8 +475,8 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial):
     the rest of the file goes on in another thread meanwhile.
 
     On return res holds the new position and state, the number of events in this batch, and an
-    error code with its byte position and field id. meta[_U(i)] = (key start, key end, value start,
-    value end) of the top-level keys other than traceEvents (res[_U(R_NMETA)] of them).
+    error code with its byte position and field id. meta[i] = (key start, key end, value start,
+    value end) of the top-level keys other than traceEvents (res[R_NMETA] of them).
 
     One function, the event's members and its args parsed in line: the batch's arrays are
     bound once per call, so nothing is reference-counted per event or per field."""
@@ -482,11 +485,13 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial):
     cap = sdata.shape[1]
     p = res[_U(R_POS)]
     state = res[_U(R_STATE)]
-    nev = 0
+    nev = start
     errfield = FIELD_NONE
-    for c in range(NS):
-        soffs[_U(c), _U(0)] = 0
+    if start == 0:
+        for c in range(NS):
+            soffs[_U(c), _U(0)] = 0
     res[_U(R_ERR)] = E_OK
+    res[_U(R_FULL)] = 0
     p_safe = p
     state_safe = state
     while True:
@@ -578,6 +583,7 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial):
                 res[_U(R_ERR)] = E_TYPE_OBJ
                 break
             if nev >= bmax:
+                res[_U(R_FULL)] = 1
                 break
             ev = nev
             for j in range(NS):
@@ -729,7 +735,8 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial):
                             err = E_TYPE_NUM
                             break
                     elif act == A_BP:
-                        if c == 34 and p + 2 < n and buf[_U(p + 1)] == 101 and buf[_U(p + 2)] == 34:
+                        if (c == 34 and p + 2 < n and buf[_U(p + 1)] == 101
+                                and buf[_U(p + 2)] == 34):
                             ints[_U(I_BP), _U(ev)] = 1
                             ipres[_U(I_BP), _U(ev)] = 1
                         skip = True
@@ -836,6 +843,7 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial):
             if err == -1:
                 # string buffers full: hand back this batch and redo the event in the next
                 p = p0
+                res[_U(R_FULL)] = 2
                 if nev == 0:
                     res[_U(R_ERR)] = E_BIGEVENT
                 break
