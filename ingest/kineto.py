@@ -237,8 +237,7 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
                 nev = batch.scan(data, partial=not done)
                 err = int(batch.res[ks.R_ERR])
                 if nev:
-                    if len(batches) == 1 and not (err == ks.E_OK and int(
-                            batch.res[ks.R_STATE]) == ks.ST_DONE):
+                    if len(batches) == 1 and int(batch.res[ks.R_STATE]) != ks.ST_DONE:
                         # more batches follow: from now on one is routed while the next fills
                         batches.append(_Batch(BATCH_EVENTS, capacity, share=first))
                         router = pool.enter_context(ThreadPoolExecutor(max_workers=1))

@@ -214,8 +214,8 @@ class Inflating:
 
     def wait(self, have: int) -> tuple[int, bool]:
         """Block until more than ``have`` bytes are ready or inflation ended: (avail, done)."""
-        if self._thread is None:
-            while not self.done and self.avail <= have:
+        if self._thread is None:  # all inflated is not done: the end is checked after
+            while not self.done and (self.avail <= have or self.avail == self.size):
                 next(self._steps, None)
         with self._cv:
             while not self.done and self.avail <= have:
