@@ -124,9 +124,10 @@ class _Batch:
         self.res = share.res if share else np.zeros(ks.NR, np.int64)
         self._str_cache: dict = {}
 
-    def scan(self, buf: np.ndarray, partial: bool = False) -> int:
+    def scan(self, buf: np.ndarray, partial: bool = False, start: int = 0) -> int:
+        """Scan into this batch from row ``start`` on; the number of rows filled."""
         self._str_cache = {}
-        n = 0
+        n = start
         while True:
             n = ks.scan(buf, self.res, self.ints, self.ipres, self.sdata, self.soffs,
                         self.spres, self.counters, self.meta, partial, n)
@@ -229,13 +230,27 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
     turn = 0
     batch = first
     router: ThreadPoolExecutor | _Inline = _Inline()
+    nev = 0  # rows of the batch being filled
     with contextlib.ExitStack() as pool:
         try:
             while True:
                 batch = batches[turn]
-                _finish_routing(routing, turn)  # its buffers are about to be refilled
-                nev = batch.scan(data, partial=not done)
+                if nev == 0:
+                    _finish_routing(routing, turn)  # its buffers are about to be refilled
+                nev = batch.scan(data, partial=not done, start=nev)
                 err = int(batch.res[ks.R_ERR])
+                if err == ks.E_MORE:
+                    # the batch goes on with the next inflated bytes: batches end at
+                    # BATCH_EVENTS events whatever the inflating thread's pace
+                    try:
+                        avail, done = stream.wait(avail)
+                    except (TraceFormatError, source._SizeMismatch):
+                        if nev:  # an error in its records comes first
+                            routing[turn] = router.submit(_route, batch, nev, base, parts,
+                                                          stats, other_cats, fname)
+                        raise
+                    data = full[:avail]
+                    continue
                 if nev:
                     if len(batches) == 1 and int(batch.res[ks.R_STATE]) != ks.ST_DONE:
                         # more batches follow: from now on one is routed while the next fills
@@ -245,10 +260,7 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
                                                   other_cats, fname)
                     base += nev
                     turn = (turn + 1) % len(batches)
-                if err == ks.E_MORE:
-                    avail, done = stream.wait(avail)
-                    data = full[:avail]
-                    continue
+                    nev = 0
                 if err == ks.E_OK:
                     release.upto(int(batch.res[ks.R_POS]))
                 if err != ks.E_OK:
