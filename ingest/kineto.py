@@ -34,6 +34,7 @@ from ingest.schema import conform
 from ingest.stats import Stats
 
 BATCH_EVENTS = 131_072
+FIRST_ROWS = 1024  # rows a batch starts with (more for a larger document); it grows as it fills
 STRING_CAPACITY = 48 << 20  # bytes per string column per batch; pages are touched only as used
 
 # (ph, category) -> (table, kind). Category match is exact; ``None`` matches a missing cat.
@@ -216,7 +217,7 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
     size = stream.size if stream is not None else len(full)
     # strings decoded from a document never take more bytes than the document
     capacity = min(STRING_CAPACITY, size + 16)
-    first = _Batch(min(BATCH_EVENTS, max(1024, size // 256)), capacity)
+    first = _Batch(min(BATCH_EVENTS, max(FIRST_ROWS, size // 256)), capacity)
     batches = [first]
     routing: list[Future | None] = [None, None]
     parts: dict[str, list[pa.Table]] = {t: [] for t in
