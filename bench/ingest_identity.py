@@ -75,9 +75,9 @@ def _ipc_hash(t, extra: str = "") -> str:
 
 
 def _hashes(staged: Path, events: int) -> dict:
-    """Per table: ``content``, the values as read back with every dictionary decoded, the
-    schema and the statistics; ``.layout``, the same with the dictionaries as stored (their
-    order and unused entries); ``.bytes``, the file itself."""
+    """Per table: ``content``, the values as read back with every dictionary decoded, and the
+    schema; ``.layout``, the same with the dictionaries as stored (their order and unused
+    entries) and the column statistics; ``.bytes``, the file itself."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -90,23 +90,18 @@ def _hashes(staged: Path, events: int) -> dict:
         if d.name == "trace":
             t = t.drop_columns(["ingested_at"])
         meta = pq.ParquetFile(f).metadata
-        row_groups = [meta.row_group(i).to_dict() for i in range(meta.num_row_groups)]
-        for rg in row_groups:  # where pages landed, and the clock: not content
-            rg["columns"] = [c for c in rg["columns"] if c["path_in_schema"] != "ingested_at"]
-            for c in rg["columns"]:
-                for k in ("file_offset", "data_page_offset", "dictionary_page_offset",
-                          "total_compressed_size", "index_page_offset", "encodings"):
-                    c.pop(k, None)
-                if c.get("statistics"):
-                    c["statistics"].pop("distinct_count", None)
-            rg.pop("total_byte_size", None)
-        extra = json.dumps([str(t.schema), t.schema.metadata and sorted(t.schema.metadata),
-                            row_groups], default=str)
+        stats = []  # per column: what a reader may skip row groups by
+        for i in range(meta.num_row_groups):
+            for c in meta.row_group(i).to_dict()["columns"]:
+                if c["path_in_schema"] != "ingested_at":
+                    stats.append([c["path_in_schema"], c["num_values"], c.get("statistics")])
+        schema = json.dumps([str(t.schema), t.schema.metadata and sorted(t.schema.metadata),
+                             meta.num_rows, meta.num_row_groups])
         decoded = pa.table({c: (t[c].cast(t[c].type.value_type)
                                 if pa.types.is_dictionary(t[c].type) else t[c])
                             for c in t.column_names})
-        out[d.name] = _ipc_hash(decoded, extra)
-        out[d.name + ".layout"] = _ipc_hash(t, extra)
+        out[d.name] = _ipc_hash(decoded, schema)
+        out[d.name + ".layout"] = _ipc_hash(t, schema + json.dumps(stats, default=str))
         if d.name != "trace":  # its bytes hold the clock
             out[d.name + ".bytes"] = hashlib.sha256(f.read_bytes()).hexdigest()
     return out
@@ -179,13 +174,13 @@ def _content(v: dict) -> dict:
 
 
 def compare(a: Path, b: Path) -> int:
-    """Tables must hold the same values, schema and statistics, errors the same message.
-    Counted apart: tables whose dictionaries are laid out differently (order, unused entries)
-    and files whose bytes differ. The reader before this change laid out dictionaries by
-    batches that, in a gzipped file inflated by a thread, ended wherever the thread was; and
-    pyarrow leaves a few bytes of a dictionary page uninitialized (after empty strings), so the
-    bytes of one table can differ between two runs of the same code, depending on what the
-    process allocated before."""
+    """Tables must hold the same values and schema, errors the same message. Counted apart:
+    tables whose dictionaries are laid out differently (order, unused entries; the column
+    statistics go with them) and files whose bytes differ. The reader before this change laid
+    out dictionaries by batches that, in a gzipped file inflated by a thread, ended wherever the
+    thread was; and pyarrow writes a few uninitialized bytes with some dictionary columns
+    holding empty strings, so the bytes (and read-back statistics) of one table can differ
+    between two runs of the same code, depending on what the process allocated before."""
     x, y = json.loads(a.read_text()), json.loads(b.read_text())
     bad = raw = layout = 0
     for k in sorted(set(x) | set(y)):

@@ -432,8 +432,24 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
     def common(r: np.ndarray) -> dict:
         return {"start_ns": pa.array(ts[r]), "dur_ns": pa.array(dur[r])}
 
+    decoded: dict[int, tuple[pa.DictionaryArray, int]] = {}
+
     def istr(col: int, r: np.ndarray) -> pa.Array:
-        d = _decode_dict(batch.str_col(col, n), stats)
+        hit = decoded.get(col)
+        if hit is None:
+            if not batch.spres[:n, col].any():  # no value in this batch: nothing to encode
+                hit = decoded[col] = (None, 0)
+            else:
+                sub = Stats()
+                hit = decoded[col] = (_decode_dict(batch.str_col(col, n), sub),
+                                      sub.get("invalid_utf8"))
+        d, bad = hit
+        if bad:  # counted as often as the column is used, as when it was decoded each time
+            stats.add("invalid_utf8", bad, severity="warning",
+                      detail="names with invalid UTF-8 bytes; replaced with U+FFFD")
+        if d is None:
+            return pa.DictionaryArray.from_arrays(pa.nulls(len(r), pa.int32()),
+                                                  pa.array([], pa.string()))
         return d.take(pa.array(r))
 
     def ic(slot: int, r: np.ndarray) -> pa.Array:
