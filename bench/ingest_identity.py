@@ -52,15 +52,16 @@ def fingerprint(path: Path, label: str) -> dict:
     from ingest.errors import DaydreamError
     from ingest.store import write_staged
 
-    try:
-        conv = read_trace(path)
-        with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            conv = read_trace(path)
             write_staged(conv, Path(tmp), label, path.stat().st_size, None)
-            return _hashes(Path(tmp), conv.events)
-    except DaydreamError as e:
-        return {"error": str(e).replace(str(path), label)}
-    except Exception as e:  # a bug, as `daydream ingest` reports it: compared all the same
-        return {"error": f"internal error: {type(e).__name__}: {e}".replace(str(path), label)}
+        except DaydreamError as e:
+            return {"error": str(e).replace(str(path), label)}
+        except Exception as e:  # a bug, as `daydream ingest` reports it: compared all the same
+            return {"error": f"internal error: {type(e).__name__}: {e}".replace(str(path),
+                                                                                label)}
+        return _hashes(Path(tmp), conv.events)
 
 
 def _ipc_hash(t, extra: str = "") -> str:
@@ -95,7 +96,8 @@ def _hashes(staged: Path, events: int) -> dict:
             for c in meta.row_group(i).to_dict()["columns"]:
                 if c["path_in_schema"] != "ingested_at":
                     stats.append([c["path_in_schema"], c["num_values"], c.get("statistics")])
-        schema = json.dumps([str(t.schema), t.schema.metadata and sorted(t.schema.metadata),
+        schema = json.dumps([str(t.schema), sorted((k.decode(), v.decode()) for k, v in
+                                                   (t.schema.metadata or {}).items()),
                              meta.num_rows, meta.num_row_groups])
         decoded = pa.table({c: (t[c].cast(t[c].type.value_type)
                                 if pa.types.is_dictionary(t[c].type) else t[c])
@@ -195,6 +197,11 @@ def compare(a: Path, b: Path) -> int:
         raw += sum(u.get(t) != v.get(t) for t in u if t.endswith(".bytes"))
     tables = sum(len(_content(v)) - 1 for v in x.values() if "error" not in v)
     errs = sum("error" in v for v in x.values())
+    for name, d in (("before", x), ("after", y)):
+        bugs = sorted(k for k, v in d.items() if v.get("error", "").startswith("internal"))
+        if bugs:
+            print(f"{name}: {len(bugs)} files raised something other than DaydreamError, "
+                  f"e.g. {bugs[0]}: {d[bugs[0]]['error'][:160]}")
     print(f"{len(x)} files: {tables} tables and {errs} error messages compared; "
           f"{bad} differ; dictionary layout differs in {layout} tables, raw Parquet bytes in "
           f"{raw}")
