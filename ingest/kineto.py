@@ -405,12 +405,19 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
               severity="warning", detail="B/E duration events are not supported; use X events")
     stats.add("events_without_ph", int((table == _TABLE_IDS["no_ph"]).sum()), severity="warning")
 
-    # X events must have a timestamp
+    # X events must have a timestamp; calls and ranges a name (their tables' name is not
+    # nullable): the first record missing either is the error
     ts_missing = (ipres[ks.I_TS, :n] == 0) & (is_x | is_flow)
-    if ts_missing.any():
-        first = int(np.flatnonzero(ts_missing)[0])
-        raise TraceFormatError("missing timestamp", file=fname, record=base + first,
-                               field="ts")
+    name_missing = ((table == _TABLE_IDS["api"]) | (table == _TABLE_IDS["range"])) & \
+        (batch.spres[:n, ks.S_NAME] == 0)
+    if ts_missing.any() or name_missing.any():
+        first_ts = int(np.argmax(ts_missing)) if ts_missing.any() else n
+        first_name = int(np.argmax(name_missing)) if name_missing.any() else n
+        if first_ts <= first_name:
+            raise TraceFormatError("missing timestamp", file=fname, record=base + first_ts,
+                                   field="ts")
+        raise TraceFormatError("missing name (a CUDA call or a CPU range needs one)",
+                               file=fname, record=base + first_name, field="name")
     dur_missing = is_x & (ipres[ks.I_DUR, :n] == 0)
     stats.add("missing_duration", int(dur_missing.sum()), severity="warning",
               detail="X events without dur; taken as 0")
