@@ -17,7 +17,8 @@ import orjson
 ID_ARGS = ("correlation", "External id", "external id", "wait_on_cuda_event_record_corr_id")
 
 
-def build(src: Path, out: Path, target_bytes: int) -> dict:
+def build(src: Path, out: Path, target_bytes: int = 0, n_copies: int | None = None) -> dict:
+    """Write copies of ``src`` until ``target_bytes`` are written, or exactly ``n_copies``."""
     op = gzip.open if src.name.endswith(".gz") else open
     with op(src, "rb") as f:
         doc = orjson.loads(f.read())
@@ -32,7 +33,7 @@ def build(src: Path, out: Path, target_bytes: int) -> dict:
     with open(out, "wb") as f:
         f.write(head)
         first = True
-        while written < target_bytes:
+        while written < target_bytes if n_copies is None else copies < n_copies:
             shift = copies * span
             off = copies * id_step
             for e in events:
@@ -65,5 +66,6 @@ if __name__ == "__main__":
     ap.add_argument("src", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--target-mb", type=int, default=1024)
+    ap.add_argument("--copies", type=int, help="exactly this many copies (not --target-mb)")
     a = ap.parse_args()
-    print(build(a.src, a.out, a.target_mb << 20))
+    print(build(a.src, a.out, a.target_mb << 20, a.copies))

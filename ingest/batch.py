@@ -7,6 +7,7 @@ with its error and the others go on, unless ``strict`` is set.
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 import shutil
@@ -25,7 +26,7 @@ TRACE_PATTERNS = ("*.json", "*.json.gz", "*.sqlite", "*.cupti", "*.cupti.gz")
 # PyTorch execution traces sit beside profiler traces (param's et_replay) but are not traces
 # of activity; folder expansion leaves them out.
 EXCLUDED_SUFFIXES = (".et.json", ".et.json.gz")
-SUBPROCESS_BYTES = 64 << 20
+BIG_BYTES = 64 << 20
 
 
 @dataclass
@@ -77,6 +78,23 @@ def expand(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
+def _give_back_memory() -> None:
+    """Return what converting a large file left in the allocators to the system, so that the
+    graph built next in this process does not stack on it: Arrow's pool, and the C heap, which
+    glibc keeps (a big trace's batches are many arrays of a few MB, below glibc's mmap
+    threshold)."""
+    import gc
+
+    import pyarrow as pa
+
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
+
+
 def _convert_one(path: str, staging_root: str, trace_id: str, job: str | None,
                  hook: Callable | None = None, hook_args: tuple = ()) -> dict:
     """Worker: convert a file into a fresh staging folder. Never raises for bad input.
@@ -95,6 +113,8 @@ def _convert_one(path: str, staging_root: str, trace_id: str, job: str | None,
         del conv
         extra = hook(trace_id, tables, *hook_args) if hook is not None else None
         del tables
+        if hook is None:
+            _give_back_memory()
         return {"ok": True, "staged": str(staged), "events": events, "extra": extra}
     except DaydreamError as e:
         shutil.rmtree(staged, ignore_errors=True)
@@ -163,12 +183,13 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
             done(FileResult(str(f), "ingested" if fresh else "exists", tid,
                             events=res["events"], extra=res.get("extra")))
 
-        # A large file is converted in a worker process even alone: its memory goes back to
-        # the system when the worker exits, before the graph is built from the tables. Its
-        # graph is built here, after (no hook), so the two peaks never add up.
-        big = {tid for f, tid in items if f.stat().st_size > SUBPROCESS_BYTES}
+        # A large file's graph is built after its conversion (no hook), from the stored
+        # tables, with the conversion's memory given back first (_give_back_memory), so the
+        # two peaks never add up; a worker process to convert it in would cost its start
+        # (imports, compiled kernels: a second or more) for the same effect.
+        big = {tid for f, tid in items if f.stat().st_size > BIG_BYTES}
         n = len(items)
-        runner = make_runner(jobs, ray, tasks=n, isolate=bool(big))
+        runner = make_runner(jobs, ray, tasks=n)
         # never more in flight than the workers can take, plus one each queued: memory stays
         # bounded over thousands of files and an interrupt loses little work
         limit = 2 * runner.workers

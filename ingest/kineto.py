@@ -16,6 +16,7 @@ schema (``Operator``, ``Runtime``, ``Kernel``...), the current one (``cpu_op``,
 
 from __future__ import annotations
 
+import contextlib
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -33,6 +34,7 @@ from ingest.schema import conform
 from ingest.stats import Stats
 
 BATCH_EVENTS = 131_072
+FIRST_ROWS = 1024  # rows a batch starts with (more for a larger document); it grows as it fills
 STRING_CAPACITY = 48 << 20  # bytes per string column per batch; pages are touched only as used
 
 # (ph, category) -> (table, kind). Category match is exact; ``None`` matches a missing cat.
@@ -104,11 +106,15 @@ def _type_found(buf: np.ndarray, pos: int) -> str:
 
 
 class _Batch:
-    """Reusable scanner buffers."""
+    """Reusable scanner buffers for up to ``BATCH_EVENTS`` events. They start at ``events``
+    rows and grow (fourfold, copying what is filled) when the scanner runs out of rows, so a
+    small document never pays for a large batch, while a batch still ends where it would in
+    buffers of full size: which events share a batch decides the order of names in the
+    tables' dictionaries."""
 
     def __init__(self, events: int, capacity: int, share: _Batch | None = None):
         self.ints = np.zeros((ks.NI, events), np.int64)   # column-major: one row per field
-        self.ipres = np.zeros((ks.NI, events), np.uint8)
+        self.ipres = np.zeros((ks.NI, events), np.uint8)  # (cleared by the scanner per event)
         self.sdata = np.empty((ks.NS, capacity), np.uint8)
         self.soffs = np.zeros((ks.NS, events + 1), np.int64)
         self.spres = np.zeros((events, ks.NS), np.uint8)
@@ -119,12 +125,29 @@ class _Batch:
         self.res = share.res if share else np.zeros(ks.NR, np.int64)
         self._str_cache: dict = {}
 
-    def scan(self, buf: np.ndarray, partial: bool = False) -> int:
+    def scan(self, buf: np.ndarray, partial: bool = False, start: int = 0) -> int:
+        """Scan into this batch from row ``start`` on; the number of rows filled."""
         self._str_cache = {}
-        n = ks.scan(buf, self.res, self.ints, self.ipres, self.sdata, self.soffs, self.spres,
-                    self.counters, self.meta, ks.TOP_TAB, ks.TOP_OFFS, ks.ARG_TAB,
-                    ks.ARG_OFFS, ks.ARG_KIND, ks.ARG_SLOT, partial)
-        return n
+        n = start
+        while True:
+            n = ks.scan(buf, self.res, self.ints, self.ipres, self.sdata, self.soffs,
+                        self.spres, self.counters, self.meta, partial, n)
+            if self.res[ks.R_FULL] == 1 and self.ints.shape[1] < BATCH_EVENTS:
+                self._grow(n, min(BATCH_EVENTS, 4 * self.ints.shape[1]))
+                continue
+            return n
+
+    def _grow(self, n: int, events: int) -> None:
+        for name in ("ints", "ipres", "soffs", "spres"):
+            old = getattr(self, name)
+            if name == "spres":
+                new = np.zeros((events, old.shape[1]), old.dtype)
+                new[:n] = old[:n]
+            else:
+                extra = 1 if name == "soffs" else 0
+                new = np.zeros((old.shape[0], events + extra), old.dtype)
+                new[:, :n + extra] = old[:, :n + extra]
+            setattr(self, name, new)
 
     def int_col(self, slot: int, rows: np.ndarray) -> pa.Array:
         vals = self.ints[slot, rows]
@@ -186,11 +209,16 @@ def read_kineto(path: Path, data: np.ndarray | None = None) -> Converted:
 
 def _read(path: Path, full: np.ndarray, stream) -> Converted:
     """Scan and route batch by batch. Two batches take turns: while one batch's rows are
-    routed into tables on a worker thread, the (GIL-free) scanner fills the other."""
+    routed into tables on a worker thread, the (GIL-free) scanner fills the other. A document
+    that fits one batch is routed in this thread: with nothing to overlap, neither the second
+    batch nor the thread is made."""
     fname = str(path)
     stats = Stats()
-    first = _Batch(BATCH_EVENTS, STRING_CAPACITY)
-    batches = [first, _Batch(BATCH_EVENTS, STRING_CAPACITY, share=first)]
+    size = stream.size if stream is not None else len(full)
+    # strings decoded from a document never take more bytes than the document
+    capacity = min(STRING_CAPACITY, size + 16)
+    first = _Batch(min(BATCH_EVENTS, max(FIRST_ROWS, size // 256)), capacity)
+    batches = [first]
     routing: list[Future | None] = [None, None]
     parts: dict[str, list[pa.Table]] = {t: [] for t in
                                         ("kernel", "memcpy", "memset", "api", "sync", "range",
@@ -202,22 +230,38 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
     release = source.Releaser(full)
     turn = 0
     batch = first
-    with ThreadPoolExecutor(max_workers=1) as router:
+    router: ThreadPoolExecutor | _Inline = _Inline()
+    nev = 0  # rows of the batch being filled
+    with contextlib.ExitStack() as pool:
         try:
             while True:
                 batch = batches[turn]
-                _finish_routing(routing, turn)  # its buffers are about to be refilled
-                nev = batch.scan(data, partial=not done)
+                if nev == 0:
+                    _finish_routing(routing, turn)  # its buffers are about to be refilled
+                nev = batch.scan(data, partial=not done, start=nev)
                 err = int(batch.res[ks.R_ERR])
+                if err == ks.E_MORE:
+                    # the batch goes on with the next inflated bytes: batches end at
+                    # BATCH_EVENTS events whatever the inflating thread's pace
+                    try:
+                        avail, done = stream.wait(avail)
+                    except (TraceFormatError, source._SizeMismatch):
+                        if nev:  # an error in its records comes first
+                            routing[turn] = router.submit(_route, batch, nev, base, parts,
+                                                          stats, other_cats, fname)
+                        raise
+                    data = full[:avail]
+                    continue
                 if nev:
+                    if len(batches) == 1 and int(batch.res[ks.R_STATE]) != ks.ST_DONE:
+                        # more batches follow: from now on one is routed while the next fills
+                        batches.append(_Batch(BATCH_EVENTS, capacity, share=first))
+                        router = pool.enter_context(ThreadPoolExecutor(max_workers=1))
                     routing[turn] = router.submit(_route, batch, nev, base, parts, stats,
                                                   other_cats, fname)
                     base += nev
-                    turn = 1 - turn
-                if err == ks.E_MORE:
-                    avail, done = stream.wait(avail)
-                    data = full[:avail]
-                    continue
+                    turn = (turn + 1) % len(batches)
+                    nev = 0
                 if err == ks.E_OK:
                     release.upto(int(batch.res[ks.R_POS]))
                 if err != ks.E_OK:
@@ -246,6 +290,19 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
     for cat, cnt in sorted(other_cats.items()):
         stats.add("unknown_category", cnt, severity="warning", detail=cat)
     return _finish(parts, stats, meta, base, fname)
+
+
+class _Inline:
+    """Routing in the scanning thread, for documents of one batch (what a
+    ThreadPoolExecutor's submit returns, without the thread)."""
+
+    def submit(self, fn, *args) -> Future:
+        f: Future = Future()
+        try:
+            f.set_result(fn(*args))
+        except BaseException as e:  # raised by _finish_routing, in order, as the pool would
+            f.set_exception(e)
+        return f
 
 
 def _finish_routing(routing: list, which: int | None = None) -> None:
@@ -348,12 +405,19 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
               severity="warning", detail="B/E duration events are not supported; use X events")
     stats.add("events_without_ph", int((table == _TABLE_IDS["no_ph"]).sum()), severity="warning")
 
-    # X events must have a timestamp
+    # X events must have a timestamp; calls and ranges a name (their tables' name is not
+    # nullable): the first record missing either is the error
     ts_missing = (ipres[ks.I_TS, :n] == 0) & (is_x | is_flow)
-    if ts_missing.any():
-        first = int(np.flatnonzero(ts_missing)[0])
-        raise TraceFormatError("missing timestamp", file=fname, record=base + first,
-                               field="ts")
+    name_missing = ((table == _TABLE_IDS["api"]) | (table == _TABLE_IDS["range"])) & \
+        (batch.spres[:n, ks.S_NAME] == 0)
+    if ts_missing.any() or name_missing.any():
+        first_ts = int(np.argmax(ts_missing)) if ts_missing.any() else n
+        first_name = int(np.argmax(name_missing)) if name_missing.any() else n
+        if first_ts <= first_name:
+            raise TraceFormatError("missing timestamp", file=fname, record=base + first_ts,
+                                   field="ts")
+        raise TraceFormatError("missing name (a CUDA call or a CPU range needs one)",
+                               file=fname, record=base + first_name, field="name")
     dur_missing = is_x & (ipres[ks.I_DUR, :n] == 0)
     stats.add("missing_duration", int(dur_missing.sum()), severity="warning",
               detail="X events without dur; taken as 0")
@@ -375,8 +439,24 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
     def common(r: np.ndarray) -> dict:
         return {"start_ns": pa.array(ts[r]), "dur_ns": pa.array(dur[r])}
 
+    decoded: dict[int, tuple[pa.DictionaryArray, int]] = {}
+
     def istr(col: int, r: np.ndarray) -> pa.Array:
-        d = _decode_dict(batch.str_col(col, n), stats)
+        hit = decoded.get(col)
+        if hit is None:
+            if not batch.spres[:n, col].any():  # no value in this batch: nothing to encode
+                hit = decoded[col] = (None, 0)
+            else:
+                sub = Stats()
+                hit = decoded[col] = (_decode_dict(batch.str_col(col, n), sub),
+                                      sub.get("invalid_utf8"))
+        d, bad = hit
+        if bad:  # counted as often as the column is used, as when it was decoded each time
+            stats.add("invalid_utf8", bad, severity="warning",
+                      detail="names with invalid UTF-8 bytes; replaced with U+FFFD")
+        if d is None:
+            return pa.DictionaryArray.from_arrays(pa.nulls(len(r), pa.int32()),
+                                                  pa.array([], pa.string()))
         return d.take(pa.array(r))
 
     def ic(slot: int, r: np.ndarray) -> pa.Array:
@@ -547,11 +627,11 @@ def _finish(parts: dict, stats: Stats, meta: dict, events: int, fname: str) -> C
     tables["flow"] = _flows(_concat(parts.pop("flow")), stats)
 
     # kernels whose launch is not in the trace
-    api_corr = tables["api"]["correlation"].drop_null().to_numpy()
+    api_corr = _distinct(tables["api"]["correlation"].drop_null().to_numpy())
     for tname in ("kernel", "memcpy", "memset"):
         corr = tables[tname]["correlation"]
         c = corr.fill_null(-1).to_numpy(zero_copy_only=False)
-        missing = int((~np.isin(c, api_corr)).sum())
+        missing = int((~_member(c, api_corr)).sum())
         stats.add(f"{tname}_without_launch", missing, severity="warning",
                   detail="no runtime/driver call with its correlation id in the trace "
                          "(launched before the window, or not recorded)")
@@ -607,6 +687,34 @@ def _finish(parts: dict, stats: Stats, meta: dict, events: int, fname: str) -> C
         rank=rank if isinstance(rank, int) else None,
         world_size=world if isinstance(world, int) else None,
         metadata=other, start_ns=start_ns, end_ns=end_ns)
+
+
+# Sets of ids by sorting: numpy 2's np.unique and np.isin hash int64 keys, several times slower
+# than a sort on a million ids.
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``a`` (np.unique)."""
+    s = np.sort(a)
+    if len(s) > 1:
+        s = s[np.concatenate(([True], s[1:] != s[:-1]))]
+    return s
+
+
+def _first_of_each(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values of ``a`` and the index of each one's first occurrence
+    (np.unique with return_index)."""
+    order = np.argsort(a, kind="stable")
+    s = a[order]
+    first = np.ones(len(s), bool)
+    first[1:] = s[1:] != s[:-1]
+    return s[first], order[first]
+
+
+def _member(a: np.ndarray, distinct: np.ndarray) -> np.ndarray:
+    """``a``'s values that are in the sorted distinct array ``distinct`` (np.isin)."""
+    if not len(distinct):
+        return np.zeros(len(a), bool)
+    i = np.minimum(np.searchsorted(distinct, a), len(distinct) - 1)
+    return distinct[i] == a
 
 
 def _api_kind(api: pa.Table) -> pa.Array:
@@ -678,13 +786,13 @@ def _flows(t: pa.Table | None, stats: Stats) -> pa.Table:
     key = kind * (1 << 62) + fid  # kind in the top bits: ids of different kinds never meet
     s_idx = np.flatnonzero(is_s)
     f_idx = np.flatnonzero(is_f)
-    s_keys, s_first = np.unique(key[s_idx], return_index=True)
+    s_keys, s_first = _first_of_each(key[s_idx])
     dup_s = len(s_idx) - len(s_keys)
-    f_keys, f_first = np.unique(key[f_idx], return_index=True)
+    f_keys, f_first = _first_of_each(key[f_idx])
     dup_f = len(f_idx) - len(f_keys)
     stats.add("flow_duplicate_endpoint", dup_s + dup_f, severity="info",
               detail="flow ids with more than one start or end; the first is kept")
-    all_keys = np.union1d(s_keys, f_keys)
+    all_keys = _distinct(np.concatenate([s_keys, f_keys]))
     si = np.searchsorted(s_keys, all_keys)
     fi = np.searchsorted(f_keys, all_keys)
     has_s = (si < len(s_keys)) & (s_keys[np.minimum(si, len(s_keys) - 1)] == all_keys) \

@@ -12,12 +12,22 @@ Layout of one batch (``B`` events):
   spres[B, NS] 1 where present
 Times are converted from microseconds to integer nanoseconds exactly from the decimal digits
 (no float rounding) unless the number has an exponent.
+
+How it is compiled matters more than the state machine: ``scan`` is one function in which an
+event's members and those of its args are parsed in line (small helpers are inlined), so the
+batch's arrays are bound once per call; everything is compiled with ``_nrt=False``, without
+numba's reference counting, since otherwise each helper took and dropped a reference to every
+array it was handed (atomic operations, per field: about half of the time of the scanner this
+one replaced). So nothing here may allocate an array. Indices are unsigned (``_U``), which
+leaves out the code for negative indices.
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+
+_U = np.uint64  # array indices: unsigned, so no negative-index wraparound is compiled in
 
 # ---- int columns -------------------------------------------------------------------------------
 I_PH, I_PID, I_TID, I_TS, I_DUR, I_ID, I_BP = range(7)
@@ -64,12 +74,11 @@ def _key_table(keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 TOP_TAB, TOP_OFFS = _key_table(TOP_KEYS)
 ARG_TAB, ARG_OFFS = _key_table([k for k, _, _ in ARG_KEYS])
-ARG_KIND = np.array([k for _, k, _ in ARG_KEYS], np.int64)
 ARG_SLOT = np.array([s for _, _, s in ARG_KEYS], np.int64)
 
 # ---- results and errors ------------------------------------------------------------------------
-R_POS, R_STATE, R_N, R_ERR, R_ERRPOS, R_ERRFIELD, R_NMETA, R_TOPOBJ, R_SAWEV = range(9)
-NR = 9
+R_POS, R_STATE, R_N, R_ERR, R_ERRPOS, R_ERRFIELD, R_NMETA, R_TOPOBJ, R_SAWEV, R_FULL = range(10)
+NR = 10
 ST_START, ST_TOPKEY, ST_EVENTS, ST_DONE = range(4)
 
 E_OK = 0
@@ -87,7 +96,6 @@ E_TYPE_NUMSTR = 11  # expected a number or a string
 E_BADSTR = 12      # bad escape in a string
 E_TRAILING = 13    # data after the end of the document
 E_MORE = 14        # (partial buffers only) the buffer ends mid-document: call again with more
-_NEXT = 99         # inside the object parsers only: another member follows (never returned)
 
 MAX_DEPTH = 512
 _TRACE_EVENTS = tuple(b"traceEvents")
@@ -99,10 +107,52 @@ C_NONNUM = 0  # C_NONNUM + slot
 NC = NI
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+# ---- key lookup --------------------------------------------------------------------------------
+# What the scanner does with a key's value. Top-level keys and args keys each have a table of
+# (action, slot) by key index; a key not in the table is skipped.
+A_SKIP, A_PH, A_STR, A_PIDTID, A_NS, A_IDLIKE, A_BP, A_ARGS = range(8)
+A_ARGINT, A_ARGSTR, A_RAW, A_ARR3 = range(8, 12)
+
+TOP_ACT = np.array([A_PH, A_STR, A_STR, A_PIDTID, A_PIDTID, A_NS, A_NS, A_IDLIKE, A_BP, A_ARGS],
+                   np.int64)
+TOP_SLOT = np.array([I_PH, S_CAT, S_NAME, I_PID, I_TID, I_TS, I_DUR, I_ID, I_BP, 0], np.int64)
+TOP_COL = np.array([0, 0, 0, S_PID, S_TID, 0, 0, 0, 0, 0], np.int64)  # pid/tid as strings
+ARG_ACT = np.array([(A_ARGINT, A_ARGSTR, A_RAW, A_ARR3)[k] for _, k, _ in ARG_KEYS], np.int64)
+
+# Keys are found by a perfect hash of (length, first byte, last byte) into HASH_SIZE slots,
+# then compared byte by byte: one probe per key instead of a walk over the table.
+HASH_SIZE = 256
+
+
+def _hash(klen: int, first: int, last: int, mul: tuple[int, int, int]) -> int:
+    return (klen * mul[0] + first * mul[1] + last * mul[2]) & (HASH_SIZE - 1)
+
+
+def _perfect_hash(keys: list[str]) -> tuple[np.ndarray, tuple[int, int, int]]:
+    """A slot -> key index table (-1: no key) and the multipliers under which no two keys
+    share a slot; the first such multipliers in a fixed order, so the table never changes."""
+    for m0 in range(1, 64):
+        for m1 in range(1, 64):
+            for m2 in (1, 3, 5, 7, 11, 13):
+                mul = (m0, m1, m2)
+                slots = [_hash(len(k), k.encode()[0], k.encode()[-1], mul) for k in keys]
+                if len(set(slots)) == len(slots):
+                    tab = np.full(HASH_SIZE, -1, np.int64)
+                    tab[slots] = np.arange(len(keys))
+                    return tab, mul
+    raise AssertionError("no perfect hash for the scanner's keys")  # pragma: no cover
+
+
+TOP_HASH, TOP_MUL = _perfect_hash(TOP_KEYS)
+ARG_HASH, ARG_MUL = _perfect_hash([k for k, _, _ in ARG_KEYS])
+_T0, _T1, _T2 = TOP_MUL
+_A0, _A1, _A2 = ARG_MUL
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _ws(buf, p, n):
     while p < n:
-        c = buf[p]
+        c = buf[_U(p)]
         if c == 32 or c == 10 or c == 13 or c == 9:
             p += 1
         else:
@@ -110,12 +160,12 @@ def _ws(buf, p, n):
     return p
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _skip_string(buf, p, n):
     # p at opening quote; returns index after closing quote, or -1 at end of input
     p += 1
     while p < n:
-        c = buf[p]
+        c = buf[_U(p)]
         if c == 92:
             p += 2
         elif c == 34:
@@ -125,12 +175,12 @@ def _skip_string(buf, p, n):
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _skip_value(buf, p, n):
     """Skip one JSON value starting at p. Returns (new p, error)."""
     if p >= n:
         return p, E_EOF
-    c = buf[p]
+    c = buf[_U(p)]
     if c == 34:
         q = _skip_string(buf, p, n)
         if q < 0:
@@ -139,7 +189,7 @@ def _skip_value(buf, p, n):
     if c == 123 or c == 91:
         depth = 0
         while p < n:
-            c = buf[p]
+            c = buf[_U(p)]
             if c == 34:
                 q = _skip_string(buf, p, n)
                 if q < 0:
@@ -162,52 +212,52 @@ def _skip_value(buf, p, n):
     if not ((48 <= c <= 57) or c == 45 or c == 116 or c == 102 or c == 110):
         return p, E_SYNTAX
     while p < n:
-        c = buf[p]
+        c = buf[_U(p)]
         if c == 44 or c == 125 or c == 93 or c == 32 or c == 10 or c == 13 or c == 9:
             return p, E_OK
         p += 1
     return n, E_EOF
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _parse_number(buf, p, n):
     """Parse a JSON number. Returns (p, err, neg, ip, frac, fdigits, exp, has_exp)."""
     neg = False
-    if p < n and buf[p] == 45:
+    if p < n and buf[_U(p)] == 45:
         neg = True
         p += 1
     ip = 0
     nd = 0
-    while p < n and 48 <= buf[p] <= 57:
+    while p < n and 48 <= buf[_U(p)] <= 57:
         if nd >= 18:
             return p, E_RANGE, neg, 0, 0, 0, 0, False
-        ip = ip * 10 + (buf[p] - 48)
+        ip = ip * 10 + (buf[_U(p)] - 48)
         nd += 1
         p += 1
     if nd == 0:
         return p, E_SYNTAX, neg, 0, 0, 0, 0, False
     frac = 0
     fd = 0
-    if p < n and buf[p] == 46:
+    if p < n and buf[_U(p)] == 46:
         p += 1
-        while p < n and 48 <= buf[p] <= 57:
+        while p < n and 48 <= buf[_U(p)] <= 57:
             if fd < 9:
-                frac = frac * 10 + (buf[p] - 48)
+                frac = frac * 10 + (buf[_U(p)] - 48)
                 fd += 1
             p += 1
     exp = 0
     has_exp = False
-    if p < n and (buf[p] == 101 or buf[p] == 69):
+    if p < n and (buf[_U(p)] == 101 or buf[_U(p)] == 69):
         has_exp = True
         p += 1
         eneg = False
-        if p < n and (buf[p] == 45 or buf[p] == 43):
-            eneg = buf[p] == 45
+        if p < n and (buf[_U(p)] == 45 or buf[_U(p)] == 43):
+            eneg = buf[_U(p)] == 45
             p += 1
         ed = 0
-        while p < n and 48 <= buf[p] <= 57:
+        while p < n and 48 <= buf[_U(p)] <= 57:
             if ed < 4:
-                exp = exp * 10 + (buf[p] - 48)
+                exp = exp * 10 + (buf[_U(p)] - 48)
             ed += 1
             p += 1
         if ed == 0:
@@ -219,7 +269,7 @@ def _parse_number(buf, p, n):
     return p, E_OK, neg, ip, frac, fd, exp, has_exp
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _pow10(k):
     r = 1
     for _ in range(k):
@@ -227,7 +277,7 @@ def _pow10(k):
     return r
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _to_ns(neg, ip, frac, fd, exp, has_exp):
     """Microseconds given as decimal digits -> integer nanoseconds, rounded half up."""
     if has_exp:
@@ -251,7 +301,7 @@ def _to_ns(neg, ip, frac, fd, exp, has_exp):
     return ns, E_OK
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _to_int(neg, ip, frac, fd, exp, has_exp):
     if has_exp:
         v = (ip + frac / _pow10(fd)) * (10.0 ** exp)
@@ -265,25 +315,7 @@ def _to_int(neg, ip, frac, fd, exp, has_exp):
     return r, E_OK
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _put_number(buf, p, n, ints, ipres, slot, ev, as_ns):
-    """Parse the JSON number at p into ints[slot, ev] (microseconds -> ns when as_ns).
-    Returns (p, err)."""
-    p, err, neg, ip, fr, fd, ex, hx = _parse_number(buf, p, n)
-    if err != E_OK:
-        return p, err
-    if as_ns:
-        v, err = _to_ns(neg, ip, fr, fd, ex, hx)
-    else:
-        v, err = _to_int(neg, ip, fr, fd, ex, hx)
-    if err != E_OK:
-        return p, err
-    ints[slot, ev] = v
-    ipres[slot, ev] = 1
-    return p, E_OK
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _digits_in_string(buf, p, n):
     """For a string value at p (opening quote): if it holds a plain decimal integer, return
     (end p, True, value); else (end p, False, 0). End p is -1 at end of input."""
@@ -295,14 +327,14 @@ def _digits_in_string(buf, p, n):
     if e <= s or e - s > 18:
         return q, False, 0
     neg = False
-    if buf[s] == 45:
+    if buf[_U(s)] == 45:
         neg = True
         s += 1
         if s >= e:
             return q, False, 0
     v = 0
     for i in range(s, e):
-        c = buf[i]
+        c = buf[_U(i)]
         if c < 48 or c > 57:
             return q, False, 0
         v = v * 10 + (c - 48)
@@ -311,55 +343,34 @@ def _digits_in_string(buf, p, n):
     return q, True, v
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _put_int_like(buf, p, n, c, ints, ipres, counters, slot, ev):
-    """An integer field given as a number or as a string of digits (old Kineto writes ids
-    both ways), at p with first byte c: stored in ``ints[slot]``; a string that is not a
-    plain integer is counted in ``counters[slot]`` and skipped. Returns (p, err), err _NEXT
-    when the value is neither a number nor a string (the caller decides)."""
-    if (48 <= c <= 57) or c == 45:
-        return _put_number(buf, p, n, ints, ipres, slot, ev, False)
-    if c != 34:
-        return p, _NEXT
-    q, ok, v = _digits_in_string(buf, p, n)
-    if q < 0:
-        return n, E_EOF
-    if ok:
-        ints[slot, ev] = v
-        ipres[slot, ev] = 1
-    else:
-        counters[slot] += 1
-    return q, E_OK
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _put_utf8(out, o, cp):
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _put_utf8(out, col, o, cp):
     if cp < 0x80:
-        out[o] = cp
+        out[_U(col), _U(o)] = cp
         return o + 1
     if cp < 0x800:
-        out[o] = 0xC0 | (cp >> 6)
-        out[o + 1] = 0x80 | (cp & 0x3F)
+        out[_U(col), _U(o)] = 0xC0 | (cp >> 6)
+        out[_U(col), _U(o + 1)] = 0x80 | (cp & 0x3F)
         return o + 2
     if cp < 0x10000:
-        out[o] = 0xE0 | (cp >> 12)
-        out[o + 1] = 0x80 | ((cp >> 6) & 0x3F)
-        out[o + 2] = 0x80 | (cp & 0x3F)
+        out[_U(col), _U(o)] = 0xE0 | (cp >> 12)
+        out[_U(col), _U(o + 1)] = 0x80 | ((cp >> 6) & 0x3F)
+        out[_U(col), _U(o + 2)] = 0x80 | (cp & 0x3F)
         return o + 3
-    out[o] = 0xF0 | (cp >> 18)
-    out[o + 1] = 0x80 | ((cp >> 12) & 0x3F)
-    out[o + 2] = 0x80 | ((cp >> 6) & 0x3F)
-    out[o + 3] = 0x80 | (cp & 0x3F)
+    out[_U(col), _U(o)] = 0xF0 | (cp >> 18)
+    out[_U(col), _U(o + 1)] = 0x80 | ((cp >> 12) & 0x3F)
+    out[_U(col), _U(o + 2)] = 0x80 | ((cp >> 6) & 0x3F)
+    out[_U(col), _U(o + 3)] = 0x80 | (cp & 0x3F)
     return o + 4
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _hex4(buf, p, n):
     if p + 4 > n:
         return -1
     v = 0
     for i in range(4):
-        c = buf[p + i]
+        c = buf[_U(p + i)]
         if 48 <= c <= 57:
             d = c - 48
         elif 97 <= c <= 102:
@@ -372,38 +383,38 @@ def _hex4(buf, p, n):
     return v
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _copy_string(buf, p, n, out, o, cap):
-    """Decode the JSON string at p (opening quote) into out[o:]. Returns (p, o, err);
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _copy_string(buf, p, n, out, col, o, cap):
+    """Decode the JSON string at p (opening quote) into out[col, o:]. Returns (p, o, err);
     err -1 means the output buffer is full."""
     p += 1
     while p < n:
-        c = buf[p]
+        c = buf[_U(p)]
         if o + 4 >= cap:
             return p, o, -1
         if c == 34:
             return p + 1, o, E_OK
         if c != 92:
-            out[o] = c
+            out[_U(col), _U(o)] = c
             o += 1
             p += 1
             continue
         if p + 1 >= n:
             return n, o, E_EOF
-        e = buf[p + 1]
+        e = buf[_U(p + 1)]
         p += 2
         if e == 110:
-            out[o] = 10
+            out[_U(col), _U(o)] = 10
         elif e == 116:
-            out[o] = 9
+            out[_U(col), _U(o)] = 9
         elif e == 114:
-            out[o] = 13
+            out[_U(col), _U(o)] = 13
         elif e == 98:
-            out[o] = 8
+            out[_U(col), _U(o)] = 8
         elif e == 102:
-            out[o] = 12
+            out[_U(col), _U(o)] = 12
         elif e == 34 or e == 92 or e == 47:
-            out[o] = e
+            out[_U(col), _U(o)] = e
         elif e == 117:
             cp = _hex4(buf, p, n)
             if cp == -1:
@@ -411,14 +422,14 @@ def _copy_string(buf, p, n, out, o, cap):
             if cp < 0:
                 return p, o, E_BADSTR
             p += 4
-            if 0xD800 <= cp < 0xDC00 and p + 6 <= n and buf[p] == 92 and buf[p + 1] == 117:
+            if 0xD800 <= cp < 0xDC00 and p + 6 <= n and buf[_U(p)] == 92 and buf[_U(p + 1)] == 117:
                 lo = _hex4(buf, p + 2, n)
                 if 0xDC00 <= lo < 0xE000:
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00)
                     p += 6
             if 0xD800 <= cp < 0xE000:
                 cp = 0xFFFD  # lone surrogate: replacement character
-            o = _put_utf8(out, o, cp)
+            o = _put_utf8(out, col, o, cp)
             continue
         else:
             return p, o, E_BADSTR
@@ -426,293 +437,43 @@ def _copy_string(buf, p, n, out, o, cap):
     return n, o, E_EOF
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _match(buf, ks, klen, tab, offs):
-    nk = offs.shape[0] - 1
-    for k in range(nk):
-        a = offs[k]
-        if offs[k + 1] - a != klen:
-            continue
-        same = True
-        for i in range(klen):
-            if buf[ks + i] != tab[a + i]:
-                same = False
-                break
-        if same:
-            return k
-    return -1
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _put_str(buf, p, n, col, ev, sdata, soffs, spres, cap):
-    """Copy the string value at p into string column col for event ev."""
-    o0 = soffs[col, ev]
-    p2, o, err = _copy_string(buf, p, n, sdata[col], o0, cap)
-    if err != E_OK:
-        return p2, err
-    soffs[col, ev + 1] = o
-    spres[ev, col] = 1
-    return p2, E_OK
-
-
-@numba.njit(cache=True, nogil=True)
-def _put_raw(buf, p, n, col, ev, sdata, soffs, spres, cap):
-    """Copy the raw JSON text of the value at p into string column col."""
-    q, err = _skip_value(buf, p, n)
-    if err != E_OK:
-        return q, err
-    o = soffs[col, ev]
-    if o + (q - p) + 4 >= cap:
-        return q, -1
-    out = sdata[col]
-    for i in range(p, q):
-        out[o] = buf[i]
-        o += 1
-    soffs[col, ev + 1] = o
-    spres[ev, col] = 1
-    return q, E_OK
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _open_object(buf, p, n):
-    """p at '{'. Returns (p past '{' and any space, _NEXT) when members follow, (p past '}',
-    E_OK) for an empty object, else an error."""
-    p = _ws(buf, p + 1, n)
-    if p >= n:
-        return n, E_EOF
-    if buf[p] == 125:
-        return p + 1, E_OK
-    return p, _NEXT
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _member_key(buf, p, n):
-    """p before a member's '"key":'. Returns (p at its value, key start, key length, err)."""
-    p = _ws(buf, p, n)
-    if p >= n:
-        return n, 0, 0, E_EOF
-    if buf[p] != 34:
-        return p, 0, 0, E_SYNTAX
-    ks = p + 1
-    q = _skip_string(buf, p, n)
-    if q < 0:
-        return n, 0, 0, E_EOF
-    p = _ws(buf, q, n)
-    if p >= n:
-        return n, 0, 0, E_EOF
-    if buf[p] != 58:
-        return p, 0, 0, E_SYNTAX
-    p = _ws(buf, p + 1, n)
-    if p >= n:
-        return n, 0, 0, E_EOF
-    return p, ks, q - 1 - ks, E_OK
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _member_end(buf, p, n):
-    """p after a member's value. Returns (p past ',', _NEXT) when another member follows,
-    (p past '}', E_OK) at the object's end, else an error."""
-    p = _ws(buf, p, n)
-    if p >= n:
-        return n, E_EOF
-    c = buf[p]
-    if c == 44:
-        return p + 1, _NEXT
-    if c == 125:
-        return p + 1, E_OK
-    return p, E_SYNTAX
-
-
-@numba.njit(cache=True, nogil=True)
-def _parse_args(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters, arg_tab,
-                arg_offs, arg_kind, arg_slot, errfield):
-    """p at '{' of args. Returns (p, err); errfield[0] set to the failing field id."""
-    p, err = _open_object(buf, p, n)
-    if err != _NEXT:
-        return p, err
-    while True:
-        p, ks, klen, err = _member_key(buf, p, n)
-        if err != E_OK:
-            return p, err
-        k = _match(buf, ks, klen, arg_tab, arg_offs)
-        c = buf[p]
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _lookup(buf, ks, klen, top):
+    """Index of the key buf[ks:ks+klen] among the top-level keys (``top``) or the args keys,
+    else -1."""
+    if klen <= 0:
+        return -1
+    first = np.int64(buf[_U(ks)])
+    last = np.int64(buf[_U(ks + klen - 1)])
+    if top:
+        k = TOP_HASH[_U((klen * _T0 + first * _T1 + last * _T2) & (HASH_SIZE - 1))]
         if k < 0:
-            p, err = _skip_value(buf, p, n)
-            if err != E_OK:
-                return p, err
-        else:
-            errfield[0] = 100 + k
-            kind = arg_kind[k]
-            slot = arg_slot[k]
-            if kind == 0:
-                p, err = _put_int_like(buf, p, n, c, ints, ipres, counters, slot, ev)
-                if err == _NEXT:
-                    if c != 110:
-                        return p, E_TYPE_NUM
-                    p, err = _skip_value(buf, p, n)  # null
-                if err != E_OK:
-                    return p, err
-            elif kind == 1:
-                if c == 34:
-                    p, err = _put_str(buf, p, n, slot, ev, sdata, soffs, spres, cap)
-                    if err != E_OK:
-                        return p, err
-                else:
-                    p, err = _skip_value(buf, p, n)
-                    if err != E_OK:
-                        return p, err
-            elif kind == 2:
-                p, err = _put_raw(buf, p, n, slot, ev, sdata, soffs, spres, cap)
-                if err != E_OK:
-                    return p, err
-            else:
-                if c == 91:
-                    p += 1
-                    j = 0
-                    while True:
-                        p = _ws(buf, p, n)
-                        if p >= n:
-                            return n, E_EOF
-                        c = buf[p]
-                        if c == 93:
-                            p += 1
-                            break
-                        if c == 44:
-                            p += 1
-                            continue
-                        if (48 <= c <= 57) or c == 45:
-                            if j < 3:
-                                p, err = _put_number(buf, p, n, ints, ipres, slot + j, ev,
-                                                     False)
-                            else:  # a 4th dimension: parsed (so checked), not kept
-                                p, err, neg, ip, fr, fd, ex, hx = _parse_number(buf, p, n)
-                                if err == E_OK:
-                                    v, err = _to_int(neg, ip, fr, fd, ex, hx)
-                            if err != E_OK:
-                                return p, err
-                            j += 1
-                        else:
-                            return p, E_TYPE_NUM
-                else:
-                    # e.g. Triton cpu_op args carry "grid" as a string: not launch geometry
-                    counters[slot] += 1
-                    p, err = _skip_value(buf, p, n)
-                    if err != E_OK:
-                        return p, err
-            errfield[0] = FIELD_NONE
-        p, err = _member_end(buf, p, n)
-        if err != _NEXT:
-            return p, err
+            return -1
+        a = TOP_OFFS[_U(k)]
+        if TOP_OFFS[_U(k + 1)] - a != klen:
+            return -1
+        for i in range(klen):
+            if buf[_U(ks + i)] != TOP_TAB[_U(a + i)]:
+                return -1
+        return k
+    k = ARG_HASH[_U((klen * _A0 + first * _A1 + last * _A2) & (HASH_SIZE - 1))]
+    if k < 0:
+        return -1
+    a = ARG_OFFS[_U(k)]
+    if ARG_OFFS[_U(k + 1)] - a != klen:
+        return -1
+    for i in range(klen):
+        if buf[_U(ks + i)] != ARG_TAB[_U(a + i)]:
+            return -1
+    return k
 
 
-@numba.njit(cache=True, nogil=True)
-def _parse_event(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap, counters,
-                 top_tab, top_offs, arg_tab, arg_offs, arg_kind, arg_slot, errfield):
-    """p at '{' of one event. Returns (p, err)."""
-    p, err = _open_object(buf, p, n)
-    if err != _NEXT:
-        return p, err
-    while True:
-        p, ks, klen, err = _member_key(buf, p, n)
-        if err != E_OK:
-            return p, err
-        k = _match(buf, ks, klen, top_tab, top_offs)
-        c = buf[p]
-        errfield[0] = k
-        if k == K_PH:
-            if c != 34:
-                return p, E_TYPE_STR
-            if p + 1 < n:
-                ints[I_PH, ev] = buf[p + 1]
-                ipres[I_PH, ev] = 1
-            q = _skip_string(buf, p, n)
-            if q < 0:
-                return n, E_EOF
-            p = q
-        elif k == K_CAT or k == K_NAME:
-            col = S_CAT if k == K_CAT else S_NAME
-            if c == 34:
-                p, err = _put_str(buf, p, n, col, ev, sdata, soffs, spres, cap)
-                if err != E_OK:
-                    return p, err
-            elif c == 110:
-                p, err = _skip_value(buf, p, n)
-                if err != E_OK:
-                    return p, err
-            else:
-                return p, E_TYPE_STR
-        elif k == K_PID or k == K_TID:
-            slot = I_PID if k == K_PID else I_TID
-            col = S_PID if k == K_PID else S_TID
-            if (48 <= c <= 57) or c == 45:
-                p, err = _put_number(buf, p, n, ints, ipres, slot, ev, False)
-                if err != E_OK:
-                    return p, err
-            elif c == 34:
-                q, ok, v = _digits_in_string(buf, p, n)
-                if q < 0:
-                    return n, E_EOF
-                if ok:
-                    ints[slot, ev] = v
-                    ipres[slot, ev] = 1
-                    p = q
-                else:
-                    p, err = _put_str(buf, p, n, col, ev, sdata, soffs, spres, cap)
-                    if err != E_OK:
-                        return p, err
-            else:
-                return p, E_TYPE_NUMSTR
-        elif k == K_TS or k == K_DUR:
-            slot = I_TS if k == K_TS else I_DUR
-            if (48 <= c <= 57) or c == 45:
-                p, err = _put_number(buf, p, n, ints, ipres, slot, ev, True)
-                if err != E_OK:
-                    return p, err
-            elif c == 110:
-                p, err = _skip_value(buf, p, n)
-                if err != E_OK:
-                    return p, err
-            else:
-                return p, E_TYPE_NUM
-        elif k == K_ID:
-            p, err = _put_int_like(buf, p, n, c, ints, ipres, counters, I_ID, ev)
-            if err == _NEXT:
-                p, err = _skip_value(buf, p, n)
-            if err != E_OK:
-                return p, err
-        elif k == K_BP:
-            if c == 34 and p + 2 < n and buf[p + 1] == 101 and buf[p + 2] == 34:
-                ints[I_BP, ev] = 1
-                ipres[I_BP, ev] = 1
-            p, err = _skip_value(buf, p, n)
-            if err != E_OK:
-                return p, err
-        elif k == K_ARGS:
-            if c == 123:
-                p, err = _parse_args(buf, p, n, ev, ints, ipres, sdata, soffs, spres, cap,
-                                     counters, arg_tab, arg_offs, arg_kind, arg_slot, errfield)
-                if err != E_OK:
-                    return p, err
-            elif c == 110:
-                p, err = _skip_value(buf, p, n)
-                if err != E_OK:
-                    return p, err
-            else:
-                return p, E_TYPE_OBJ
-        else:
-            p, err = _skip_value(buf, p, n)
-            if err != E_OK:
-                return p, err
-        errfield[0] = FIELD_NONE
-        p, err = _member_end(buf, p, n)
-        if err != _NEXT:
-            return p, err
-
-
-@numba.njit(cache=True, nogil=True)
-def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta,
-         top_tab, top_offs, arg_tab, arg_offs, arg_kind, arg_slot, partial):
-    """Scan from res[R_POS] in state res[R_STATE] until the batch is full or the document ends.
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial, start):
+    """Scan from res[R_POS] in state res[R_STATE] until the batch is full or the document ends,
+    writing events from row ``start`` of the batch on (rows before it were filled by an earlier
+    call: the batch's buffers were full and have been grown). res[R_FULL] says why a call
+    stopped early: 1 no row left, 2 no room left for strings.
 
     With ``partial`` set, ``buf`` is the part of the document inflated so far: running out of
     input returns E_MORE with the position rolled back to the start of the unfinished event (or
@@ -721,44 +482,50 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta,
 
     On return res holds the new position and state, the number of events in this batch, and an
     error code with its byte position and field id. meta[i] = (key start, key end, value start,
-    value end) of the top-level keys other than traceEvents (res[R_NMETA] of them)."""
+    value end) of the top-level keys other than traceEvents (res[R_NMETA] of them).
+
+    One function, the event's members and its args parsed in line: the batch's arrays are
+    bound once per call, so nothing is reference-counted per event or per field."""
     n = buf.shape[0]
     bmax = ints.shape[1]
     cap = sdata.shape[1]
-    p = res[R_POS]
-    state = res[R_STATE]
-    nev = 0
-    errfield = np.full(1, FIELD_NONE, np.int64)
-    for c in range(NS):
-        soffs[c, 0] = 0
-    ipres[:, :] = 0
-    res[R_ERR] = E_OK
+    p = res[_U(R_POS)]
+    state = res[_U(R_STATE)]
+    nev = start
+    errfield = FIELD_NONE
+    if start == 0:
+        for c in range(NS):
+            soffs[_U(c), _U(0)] = 0
+    res[_U(R_ERR)] = E_OK
+    res[_U(R_FULL)] = 0
+    p_safe = p
+    state_safe = state
     while True:
         p_safe = p
         state_safe = state
         if state == ST_START:
             p = _ws(buf, p, n)
             if p >= n:
-                res[R_ERR] = E_EMPTY
+                res[_U(R_ERR)] = E_EMPTY
                 break
-            c = buf[p]
+            c = buf[_U(p)]
             if c == 123:
-                res[R_TOPOBJ] = 1
+                res[_U(R_TOPOBJ)] = 1
                 state = ST_TOPKEY
                 p += 1
             elif c == 91:
-                res[R_TOPOBJ] = 0
+                res[_U(R_TOPOBJ)] = 0
                 state = ST_EVENTS
                 p += 1
             else:
-                res[R_ERR] = E_NOTTRACE
+                res[_U(R_ERR)] = E_NOTTRACE
                 break
         elif state == ST_TOPKEY:
             p = _ws(buf, p, n)
             if p >= n:
-                res[R_ERR] = E_EOF
+                res[_U(R_ERR)] = E_EOF
                 break
-            c = buf[p]
+            c = buf[_U(p)]
             if c == 125:
                 p += 1
                 state = ST_DONE
@@ -767,94 +534,344 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta,
                 p += 1
                 continue
             if c != 34:
-                res[R_ERR] = E_SYNTAX
+                res[_U(R_ERR)] = E_SYNTAX
                 break
             ks = p + 1
             q = _skip_string(buf, p, n)
             if q < 0:
-                res[R_ERR] = E_EOF
+                res[_U(R_ERR)] = E_EOF
                 p = n
                 break
             ke = q - 1
             p = _ws(buf, q, n)
-            if p >= n or buf[p] != 58:
-                res[R_ERR] = E_EOF if p >= n else E_SYNTAX
+            if p >= n or buf[_U(p)] != 58:
+                res[_U(R_ERR)] = E_EOF if p >= n else E_SYNTAX
                 break
             p = _ws(buf, p + 1, n)
             is_events = ke - ks == 11
             if is_events:
                 for i in range(11):
-                    if buf[ks + i] != _TRACE_EVENTS[i]:
+                    if buf[_U(ks + i)] != _TRACE_EVENTS[i]:
                         is_events = False
                         break
-            if is_events and p < n and buf[p] == 91:
-                res[R_SAWEV] = 1
+            if is_events and p < n and buf[_U(p)] == 91:
+                res[_U(R_SAWEV)] = 1
                 p += 1
                 state = ST_EVENTS
                 continue
             vs = p
             p, err = _skip_value(buf, p, n)
             if err != E_OK:
-                res[R_ERR] = err
+                res[_U(R_ERR)] = err
                 break
-            m = res[R_NMETA]
+            m = res[_U(R_NMETA)]
             if m < meta.shape[0]:
-                meta[m, 0] = ks
-                meta[m, 1] = ke
-                meta[m, 2] = vs
-                meta[m, 3] = p
-                res[R_NMETA] = m + 1
+                meta[_U(m), _U(0)] = ks
+                meta[_U(m), _U(1)] = ke
+                meta[_U(m), _U(2)] = vs
+                meta[_U(m), _U(3)] = p
+                res[_U(R_NMETA)] = m + 1
         elif state == ST_EVENTS:
             p = _ws(buf, p, n)
             if p >= n:
-                res[R_ERR] = E_EOF
+                res[_U(R_ERR)] = E_EOF
                 break
-            c = buf[p]
+            c = buf[_U(p)]
             if c == 93:
                 p += 1
-                state = ST_TOPKEY if res[R_TOPOBJ] == 1 else ST_DONE
+                state = ST_TOPKEY if res[_U(R_TOPOBJ)] == 1 else ST_DONE
                 continue
             if c == 44:
                 p += 1
                 continue
             if c != 123:
-                errfield[0] = FIELD_EVENT
-                res[R_ERR] = E_TYPE_OBJ
+                errfield = FIELD_EVENT
+                res[_U(R_ERR)] = E_TYPE_OBJ
                 break
             if nev >= bmax:
+                res[_U(R_FULL)] = 1
                 break
+            ev = nev
             for j in range(NS):
-                spres[nev, j] = 0
-                soffs[j, nev + 1] = soffs[j, nev]
+                spres[_U(ev), _U(j)] = 0
+                soffs[_U(j), _U(ev + 1)] = soffs[_U(j), _U(ev)]
+            for j in range(NI):
+                ipres[_U(j), _U(ev)] = 0
             p0 = p
-            p, err = _parse_event(buf, p, n, nev, ints, ipres, sdata, soffs, spres, cap,
-                                  counters, top_tab, top_offs, arg_tab, arg_offs, arg_kind,
-                                  arg_slot, errfield)
+            # ---- one event: its members, and those of its args object, in one loop ----
+            err = E_OK
+            in_args = False
+            expect_end = False  # after a value: ',' or '}' next
+            p = _ws(buf, p + 1, n)
+            if p >= n:
+                p = n
+                err = E_EOF
+            elif buf[_U(p)] == 125:
+                p += 1
+            else:
+                while True:
+                    if expect_end:
+                        p = _ws(buf, p, n)
+                        if p >= n:
+                            p = n
+                            err = E_EOF
+                            break
+                        c = buf[_U(p)]
+                        if c == 44:
+                            p += 1
+                            expect_end = False
+                            continue
+                        if c == 125:
+                            p += 1
+                            if in_args:  # the args object ends: so does the "args" member
+                                in_args = False
+                                errfield = FIELD_NONE
+                                continue
+                            break
+                        err = E_SYNTAX
+                        break
+                    # "key":
+                    p = _ws(buf, p, n)
+                    if p >= n:
+                        p = n
+                        err = E_EOF
+                        break
+                    if buf[_U(p)] != 34:
+                        err = E_SYNTAX
+                        break
+                    kstart = p + 1
+                    q = _skip_string(buf, p, n)
+                    if q < 0:
+                        p = n
+                        err = E_EOF
+                        break
+                    p = _ws(buf, q, n)
+                    if p >= n:
+                        p = n
+                        err = E_EOF
+                        break
+                    if buf[_U(p)] != 58:
+                        err = E_SYNTAX
+                        break
+                    p = _ws(buf, p + 1, n)
+                    if p >= n:
+                        p = n
+                        err = E_EOF
+                        break
+                    c = buf[_U(p)]
+                    k = _lookup(buf, kstart, q - 1 - kstart, not in_args)
+                    slot = 0
+                    if in_args:
+                        if k < 0:
+                            act = A_SKIP
+                        else:
+                            errfield = ARG_FIELD_BASE + k
+                            act = ARG_ACT[_U(k)]
+                            slot = ARG_SLOT[_U(k)]
+                    else:
+                        errfield = k
+                        if k < 0:
+                            act = A_SKIP
+                        else:
+                            act = TOP_ACT[_U(k)]
+                            slot = TOP_SLOT[_U(k)]
+                    # the value: each action either finishes it here, or names what to do
+                    num_slot = -1   # parse a number into ints[_U(num_slot)]
+                    as_ns = False   # ... converting microseconds to nanoseconds
+                    str_col = -1    # copy a string into string column str_col
+                    skip = False    # skip the value
+                    if act == A_SKIP:
+                        skip = True
+                    elif act == A_PH:
+                        if c != 34:
+                            err = E_TYPE_STR
+                            break
+                        if p + 1 < n:
+                            ints[_U(I_PH), _U(ev)] = buf[_U(p + 1)]
+                            ipres[_U(I_PH), _U(ev)] = 1
+                        q = _skip_string(buf, p, n)
+                        if q < 0:
+                            p = n
+                            err = E_EOF
+                            break
+                        p = q
+                    elif act == A_STR:  # cat, name
+                        if c == 34:
+                            str_col = slot
+                        elif c == 110:
+                            skip = True
+                        else:
+                            err = E_TYPE_STR
+                            break
+                    elif act == A_NS:  # ts, dur
+                        if (48 <= c <= 57) or c == 45:
+                            num_slot = slot
+                            as_ns = True
+                        elif c == 110:
+                            skip = True
+                        else:
+                            err = E_TYPE_NUM
+                            break
+                    elif act == A_PIDTID or act == A_IDLIKE or act == A_ARGINT:
+                        # integers, given as a number or as a string of digits (old Kineto
+                        # writes ids both ways)
+                        if (48 <= c <= 57) or c == 45:
+                            num_slot = slot
+                        elif c == 34:
+                            q, ok, v = _digits_in_string(buf, p, n)
+                            if q < 0:
+                                p = n
+                                err = E_EOF
+                                break
+                            if ok:
+                                ints[_U(slot), _U(ev)] = v
+                                ipres[_U(slot), _U(ev)] = 1
+                                p = q
+                            elif act == A_PIDTID:  # "stream 7", "Spans": kept as a string
+                                str_col = TOP_COL[_U(k)]
+                            else:  # not a plain integer: counted, left null
+                                counters[_U(slot)] += 1
+                                p = q
+                        elif act == A_PIDTID:
+                            err = E_TYPE_NUMSTR
+                            break
+                        elif act == A_IDLIKE or c == 110:
+                            skip = True
+                        else:
+                            err = E_TYPE_NUM
+                            break
+                    elif act == A_BP:
+                        if (c == 34 and p + 2 < n and buf[_U(p + 1)] == 101
+                                and buf[_U(p + 2)] == 34):
+                            ints[_U(I_BP), _U(ev)] = 1
+                            ipres[_U(I_BP), _U(ev)] = 1
+                        skip = True
+                    elif act == A_ARGS:
+                        if c == 123:
+                            p = _ws(buf, p + 1, n)
+                            if p >= n:
+                                p = n
+                                err = E_EOF
+                                break
+                            if buf[_U(p)] == 125:  # empty args
+                                p += 1
+                                errfield = FIELD_NONE
+                                expect_end = True
+                            else:
+                                in_args = True
+                            continue
+                        if c == 110:
+                            skip = True
+                        else:
+                            err = E_TYPE_OBJ
+                            break
+                    elif act == A_ARGSTR:
+                        if c == 34:
+                            str_col = slot
+                        else:
+                            skip = True
+                    elif act == A_RAW:  # the value's JSON text as it is
+                        q, err = _skip_value(buf, p, n)
+                        if err != E_OK:
+                            p = q
+                            break
+                        o = soffs[_U(slot), _U(ev)]
+                        if o + (q - p) + 4 >= cap:
+                            p = q
+                            err = -1
+                            break
+                        for i in range(p, q):
+                            sdata[_U(slot), _U(o)] = buf[_U(i)]
+                            o += 1
+                        soffs[_U(slot), _U(ev + 1)] = o
+                        spres[_U(ev), _U(slot)] = 1
+                        p = q
+                    else:  # A_ARR3: grid, block
+                        if c == 91:
+                            p += 1
+                            j = 0
+                            while True:
+                                p = _ws(buf, p, n)
+                                if p >= n:
+                                    p = n
+                                    err = E_EOF
+                                    break
+                                c = buf[_U(p)]
+                                if c == 93:
+                                    p += 1
+                                    break
+                                if c == 44:
+                                    p += 1
+                                    continue
+                                if not ((48 <= c <= 57) or c == 45):
+                                    err = E_TYPE_NUM
+                                    break
+                                p, err, neg, ip, fr, fd, ex, hx = _parse_number(buf, p, n)
+                                if err == E_OK:
+                                    v, err = _to_int(neg, ip, fr, fd, ex, hx)
+                                if err != E_OK:
+                                    break
+                                if j < 3:  # a 4th dimension is parsed (so checked), not kept
+                                    ints[_U(slot + j), _U(ev)] = v
+                                    ipres[_U(slot + j), _U(ev)] = 1
+                                j += 1
+                            if err != E_OK:
+                                break
+                        else:
+                            # e.g. Triton cpu_op args carry "grid" as a string: not geometry
+                            counters[_U(slot)] += 1
+                            skip = True
+                    if num_slot >= 0:
+                        p, err, neg, ip, fr, fd, ex, hx = _parse_number(buf, p, n)
+                        if err == E_OK:
+                            if as_ns:
+                                v, err = _to_ns(neg, ip, fr, fd, ex, hx)
+                            else:
+                                v, err = _to_int(neg, ip, fr, fd, ex, hx)
+                        if err != E_OK:
+                            break
+                        ints[_U(num_slot), _U(ev)] = v
+                        ipres[_U(num_slot), _U(ev)] = 1
+                    elif str_col >= 0:
+                        o0 = soffs[_U(str_col), _U(ev)]
+                        p, o, err = _copy_string(buf, p, n, sdata, str_col, o0, cap)
+                        if err != E_OK:
+                            break
+                        soffs[_U(str_col), _U(ev + 1)] = o
+                        spres[_U(ev), _U(str_col)] = 1
+                    elif skip:
+                        p, err = _skip_value(buf, p, n)
+                        if err != E_OK:
+                            break
+                    if not in_args or k >= 0:
+                        errfield = FIELD_NONE
+                    expect_end = True
             if err == -1:
                 # string buffers full: hand back this batch and redo the event in the next
                 p = p0
+                res[_U(R_FULL)] = 2
                 if nev == 0:
-                    res[R_ERR] = E_BIGEVENT
+                    res[_U(R_ERR)] = E_BIGEVENT
                 break
             if err != E_OK:
-                res[R_ERR] = err
+                res[_U(R_ERR)] = err
                 break
             nev += 1
         else:
             p = _ws(buf, p, n)
             if p < n:
-                res[R_ERR] = E_TRAILING
+                res[_U(R_ERR)] = E_TRAILING
             elif partial:
-                res[R_ERR] = E_MORE  # trailing data can only be ruled out at the very end
+                res[_U(R_ERR)] = E_MORE  # trailing data can only be ruled out at the very end
             break
-    if partial and (res[R_ERR] == E_EOF or res[R_ERR] == E_EMPTY):
+    if partial and (res[_U(R_ERR)] == E_EOF or res[_U(R_ERR)] == E_EMPTY):
         p = p_safe
         state = state_safe
-        res[R_ERR] = E_MORE
-        errfield[0] = FIELD_NONE
-    res[R_POS] = p
-    res[R_STATE] = state
-    res[R_N] = nev
-    res[R_ERRPOS] = p
-    res[R_ERRFIELD] = errfield[0]
+        res[_U(R_ERR)] = E_MORE
+        errfield = FIELD_NONE
+    res[_U(R_POS)] = p
+    res[_U(R_STATE)] = state
+    res[_U(R_N)] = nev
+    res[_U(R_ERRPOS)] = p
+    res[_U(R_ERRFIELD)] = errfield
     return nev

@@ -137,15 +137,18 @@ def _inflate_to_tempfile(path: Path) -> np.ndarray:
 
 
 class Inflating:
-    """A gzipped file inflated by a background thread into one preallocated buffer (memory for
-    small files, a memory-mapped temporary file for large ones), so that scanning can start on
-    the first megabytes while the rest is still being inflated. ISA-L releases the GIL, and so
-    does the compiled scanner: on two cores the two overlap.
+    """A gzipped file inflated into one preallocated buffer (memory for small files, a
+    memory-mapped temporary file for large ones), so that scanning can start on the first
+    megabytes while the rest is still being inflated. For a large file a background thread
+    inflates: ISA-L releases the GIL, and so does the compiled scanner, so on two cores the two
+    overlap. A small one is inflated by ``wait`` itself, chunk by chunk as the scanner asks,
+    in the same chunks: a thread would only add its start and a wake-up per chunk.
 
     ``avail`` bytes of ``buf`` are ready; ``wait(n)`` blocks until more than ``n`` are, or the
     end. A damaged stream raises TraceFormatError from ``wait``."""
 
     CHUNK = 4 << 20
+    THREAD_BYTES = 16 << 20  # inflated sizes from which a thread inflates
 
     def __init__(self, path: Path, size: int):
         self.path = path
@@ -162,10 +165,14 @@ class Inflating:
         self.done = False
         self.error: Exception | None = None
         self._cv = threading.Condition()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._steps = self._inflate()
+        self._thread = None
+        if size > self.THREAD_BYTES:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
 
-    def _run(self) -> None:
+    def _inflate(self):
+        """Inflate the file, publishing ``avail`` after each chunk; yields after each."""
         try:
             d = isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS)
             out = memoryview(self.buf)
@@ -187,21 +194,29 @@ class Inflating:
                         with self._cv:
                             self.avail = pos
                             self._cv.notify_all()
+                        yield
                     if d.eof:
                         break
             if not d.eof:
                 raise EOFError("compressed data ends before the end-of-stream marker")
             if pos != self.size:
                 raise _SizeMismatch()
-        except Exception as e:  # handed to the reader thread by wait()
+        except Exception as e:  # handed to the reader by wait()
             self.error = e
         finally:
             with self._cv:
                 self.done = True
                 self._cv.notify_all()
 
+    def _run(self) -> None:
+        for _ in self._steps:
+            pass
+
     def wait(self, have: int) -> tuple[int, bool]:
         """Block until more than ``have`` bytes are ready or inflation ended: (avail, done)."""
+        if self._thread is None:  # all inflated is not done: the end is checked after
+            while not self.done and (self.avail <= have or self.avail == self.size):
+                next(self._steps, None)
         with self._cv:
             while not self.done and self.avail <= have:
                 self._cv.wait()

@@ -16,6 +16,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from ingest.model import Converted
 
 DEFAULT_STORE = Path(".daydream")
 PART = "part-0.parquet"
+PARALLEL_ROWS = 200_000  # tables of a trace with fewer rows in all are written in turn
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,8 @@ def trace_table(conv: Converted, file: str, file_bytes: int, job: str | None) ->
 def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
                  job: str | None) -> dict[str, pa.Table]:
     """Write every table of a converted trace under ``staged/<table>/part-0.parquet``. Returns
-    the tables as written (with their declared schemas)."""
+    the tables as written (with their declared schemas). Large tables are written on threads
+    (Parquet encoding and compression run without the GIL), the largest first."""
     out = {}
     tables = dict(conv.tables)
     tables["trace"] = trace_table(conv, file, file_bytes, job)
@@ -201,8 +204,18 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
         if t is None:
             t = schema.empty(name)
         t = t.cast(schema.TABLES[name].schema) if t.schema != schema.TABLES[name].schema else t
-        d = staged / name
-        d.mkdir(parents=True, exist_ok=True)
-        pq.write_table(t, d / PART, compression="zstd", write_statistics=True)
+        (staged / name).mkdir(parents=True, exist_ok=True)
         out[name] = t
+
+    def write(name: str) -> None:
+        pq.write_table(out[name], staged / name / PART, compression="zstd",
+                       write_statistics=True)
+
+    order = sorted(out, key=lambda name: -out[name].nbytes)
+    if sum(t.num_rows for t in out.values()) < PARALLEL_ROWS:
+        for name in order:
+            write(name)
+    else:
+        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+            list(pool.map(write, order))
     return out

@@ -73,6 +73,7 @@ CASES = {
     "args_list": (None, "field args: expected an object, found an array"),
     "correlation_object": (None, "field args.correlation: expected a number, found an object"),
     "deep_nesting": (None, "nested deeper than"),
+    "call_without_name": (None, "field name: missing name"),
 }
 
 
@@ -86,6 +87,16 @@ def _make(case: str, tmp_path: Path) -> tuple[Path, int | None]:
     elif case == "truncated_json":
         text = _good_text()
         data = text[: len(text) * 2 // 3].encode()
+        name = "t.json"
+    elif case == "call_without_name":  # was an Arrow error from the Parquet writer
+        holder = {}
+
+        def mutate(ev):
+            i = next(i for i, e in enumerate(ev) if e.get("cat") == "cuda_runtime")
+            holder["i"] = i
+            ev[i]["name"] = None
+        data = _events_with(mutate).encode()
+        record = holder["i"]
         name = "t.json"
     elif case in ("ts_string", "args_list", "correlation_object"):
         holder = {}
