@@ -30,7 +30,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from daydream import jobs
+from daydream import gates, jobs
 from daydream.traces import ensure_graphs, resolve_trace
 from graphstore.job import JobGraph, Member, build_job, device_ranks, job_activity
 from graphstore.schema import GPU_KINDS
@@ -238,8 +238,9 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
     ``opts`` (the spec), ``notes`` (modelling choices), ``predicted_ms`` (slack kept),
     ``speedup``, ``predicted_explained_ms`` (slack at zero), ``predicted_interval_ms``,
     ``speedup_interval``, [job: ``predicted_straggler``], ``phases`` (busy ms per phase,
-    baseline and predicted), [trace: ``predicted_critical_path``]. A new key is added at the
-    end of its section below, so every entry point reports it."""
+    baseline and predicted), [trace: ``predicted_critical_path``], ``gates`` (the plausibility
+    gates, ``daydream.gates``: name, ok, note; a failed gate also adds a note). A new key is
+    added at the end of its section below, so every entry point reports it."""
     jg = s.job
     out: dict = {"trace_id": s.name}
     # -- what the trace (or job) is
@@ -318,6 +319,9 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
                      "predicted": phase_ms(rewritten, pred, ranks)}
     if jg is None:
         out["predicted_critical_path"] = pred.critical_path
+    out["gates"] = gates.check(spec, out["notes"], out["baseline_ms"], out["predicted_ms"],
+                               s.tables, base, rewritten, pred)
+    out["notes"] += gates.failed_notes(out["gates"])
     return out
 
 

@@ -375,7 +375,13 @@ class Graph:
         unit_new = np.empty(n + k, np.int64)
         unit_new[newid[:n]] = unit
         unit_new[ins_ids] = tu
-        todo = [j for j in np.argsort(ins_ids) if splice[j] and tu[j] == unit[at[j]]]
+        # tasks placed before one task chain up in input order as they are processed in id
+        # order; those placed after one take over its out-edges, so they are processed in
+        # reverse id order to chain up the same way (at -> first -> second -> ...)
+        todo = [j for j in np.argsort(ins_ids) if splice[j] and tu[j] == unit[at[j]]
+                and not after[j]]
+        todo += [j for j in np.argsort(-ins_ids) if splice[j] and tu[j] == unit[at[j]]
+                 and after[j]]
         if todo:
             src = e["src"].to_list()
             dst = e["dst"].to_list()
