@@ -231,6 +231,9 @@ DISTRIBUTED = {
     "p3_slice_kb": {"value": 200, "source": "Jayarajan et al., 'Priority-based Parameter "
                     "Propagation for Distributed DNN Training', MLSys 2019: slices of 50,000 "
                     "parameters (200 KB of FP32) in their evaluation"},
+    "launch_ns": {"value": 5000, "source": "estimate, used only where the trace has no "
+                  "cudaLaunchKernel to measure: the host cost of launching a collective or "
+                  "kernel a distributed what-if inserts"},
     "p3_max_slices": {"value": 64, "source": "estimate: a bound on a collective's slices so "
                       "that a transform never multiplies the graph's collectives without limit "
                       "(a 25 MB DDP bucket at 200 KB would be 125)"},

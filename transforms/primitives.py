@@ -427,8 +427,8 @@ class Graph:
         if edges is not None and edges.height:
             ed = edges
             for c, v in _EDGE_DEFAULTS:
-                if c not in ed.columns:
-                    ed = ed.with_columns(pl.lit(v).alias(c))
+                ed = ed.with_columns(pl.col(c).fill_null(v) if c in ed.columns else
+                                     pl.lit(v).alias(c))
 
             def m(col):
                 a = ed[col].to_numpy().astype(np.int64)
@@ -445,8 +445,8 @@ class Graph:
             return self
         ed = edges
         for c, v in _EDGE_DEFAULTS:
-            if c not in ed.columns:
-                ed = ed.with_columns(pl.lit(v).alias(c))
+            ed = ed.with_columns(pl.col(c).fill_null(v) if c in ed.columns else
+                                 pl.lit(v).alias(c))
         n = self.n_tasks
         bad = ed.filter((pl.col("src") < 0) | (pl.col("src") >= n) | (pl.col("dst") < 0) |
                         (pl.col("dst") >= n))

@@ -34,13 +34,17 @@ class Context:
       that read one fall back to their parameters);
     - ``world_size``: ranks of the traced job (a trace's distributedInfo; a job graph's own
       ranks count instead);
-    - ``param_bytes``: the model's parameter bytes, when the user gives them."""
+    - ``param_bytes``: the model's parameter bytes, when the user gives them;
+    - ``link``: the communication link (``transforms.comm.Link``) an optimization earlier in the
+      chain put the job on (``ddp``), for the distributed what-ifs after it: they must not fit
+      a bandwidth to collectives that the chain itself inserted."""
 
     device: dict | None = None
     notes: list[str] = field(default_factory=list)
     activity: Callable[[str], pa.Table] | None = None
     world_size: int | None = None
     param_bytes: int | None = None
+    link: object | None = None
 
 
 @dataclass

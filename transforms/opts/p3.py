@@ -76,36 +76,41 @@ def forward_targets(task: pl.DataFrame, ready: np.ndarray, it: np.ndarray,
 
 
 @register("p3")
-def p3(g: Graph, ctx: Context, *, slice_kb: float = 200.0, max_slices: int = 0) -> Graph:
-    """P3: gradient all-reduces cut into slices of SLICE_KB (default 50,000 FP32 parameters, as
-    the paper) sent on a PRIORITY channel per rank, the layers nearest the input first; each
-    layer's next forward kernel waits for its slices instead of the optimizer waiting for
-    every gradient. Slices come from the collectives' message bytes (an error without them),
-    at most MAX_SLICES per collective (0: constants.DISTRIBUTED p3_max_slices) and no more than
-    keep the added per-slice latency under p3_max_overhead of the transfer; each slice is the
+def p3(g: Graph, ctx: Context, *, slice_kb: float = 0.0, max_slices: int = 0) -> Graph:
+    """P3: gradient all-reduces cut into slices of SLICE_KB (0: the paper's 50,000 FP32
+    parameters, constants.DISTRIBUTED p3_slice_kb) sent on a PRIORITY channel per rank, the
+    layers nearest the input first; each layer's next forward kernel waits for its slices
+    instead of the optimizer waiting for every gradient. Slices come from the collectives'
+    message bytes (NCCL args); a trace whose collectives carry none keeps each collective whole
+    (rescheduled and gating the next forward, a note says so), and asking it for a SLICE_KB is
+    an error. At most MAX_SLICES per collective (0: p3_max_slices) and no more than keep the
+    added per-slice latency under p3_max_overhead of the transfer; each slice is the
     communication model's latency plus its share of the transfer. Chain after ddp(...) for a
     single-GPU trace."""
-    if slice_kb <= 0:
+    if slice_kb < 0:
         raise DaydreamError(f"p3: slice_kb must be > 0, got {slice_kb}")
     if max_slices < 0:
         raise DaydreamError(f"p3: max_slices must be >= 0, got {max_slices}")
     cap = max_slices or int(C["p3_max_slices"]["value"])
     n, c = gradient_allreduces(g, ctx, "p3")
-    if c["bytes"].null_count():
+    sized = not c["bytes"].null_count()
+    if not sized and slice_kb > 0:
         miss = c.filter(pl.col("bytes").is_null())
         raise DaydreamError(
-            f"p3: {miss.height} of {c.height} all-reduces carry no message size (task "
-            f"{int(miss['task_id'][0])}, {miss['type'][0]}): the trace's NCCL kernels have no "
-            "element count and dtype args (profile with a PyTorch that records them, >= 1.13, "
-            "or chain after ddp(...), which sizes its buckets)")
+            f"p3: slice_kb={slice_kb:g} asked, but {miss.height} of {c.height} all-reduces carry "
+            f"no message size (task {int(miss['task_id'][0])}): slices are cut from bytes, and "
+            "the trace's NCCL kernels have no element count and dtype args (profile with a "
+            "PyTorch that records them, or chain after ddp(...), which sizes its buckets); "
+            "without slice_kb, p3 keeps each collective whole")
+    slice_kb = slice_kb or float(C["p3_slice_kb"]["value"])
     cur = current_link(g, ctx, n)
     parts = comm.split(c, n, cur)
     is_job = "rank" in g.task.columns
-    nbytes = parts["bytes"].to_numpy().astype(np.float64)
+    nbytes = parts["bytes"].fill_null(0).to_numpy().astype(np.float64)
     lat = parts["lat_ns"].to_numpy()
     xfer = parts["xfer_ns"].to_numpy()
     rest = parts["rest_ns"].to_numpy()
-    k = (np.ones(c.height, np.int64) if is_job else
+    k = (np.ones(c.height, np.int64) if is_job or not sized else
          slice_counts(nbytes, lat, xfer, slice_kb, cap, C["p3_max_overhead"]["value"]))
     # each slice: one latency, 1/k of the transfer and of what the model does not explain
     one = np.rint(lat + (xfer + rest) / k).astype(np.int64)
@@ -141,9 +146,10 @@ def p3(g: Graph, ctx: Context, *, slice_kb: float = 200.0, max_slices: int = 0) 
     full = g.task["dur_ns"].to_numpy().copy()
     full[ids] = one
     g = g.set_duration(ids, full)
-    b = np.zeros(g.n_tasks, np.int64)
-    b[ids] = np.rint(nbytes / k).astype(np.int64)
-    g = g.set_bytes(ids, b)
+    if sized:
+        b = np.zeros(g.n_tasks, np.int64)
+        b[ids] = np.rint(nbytes / k).astype(np.int64)
+        g = g.set_bytes(ids, b)
     pr = np.zeros(g.n_tasks, np.int64)
     pr[ids] = prio
     g = g.set_priority(ids, pr)
@@ -158,12 +164,17 @@ def p3(g: Graph, ctx: Context, *, slice_kb: float = 200.0, max_slices: int = 0) 
     ed = pl.DataFrame(new_e, schema=["src", "dst", "kind", "anchor", "lag_ns"], orient="row")
     g = g.connect(ed)
     ctx.notes.append(
-        f"p3: {c.height} all-reduces ({nbytes.sum() / 1e6:.1f} MB) cut into {int(k.sum())} "
+        f"p3: {c.height} all-reduces" + (f" ({nbytes.sum() / 1e6:.1f} MB)" if sized else "")
+        + f" cut into {int(k.sum())} "
         f"slices" + (" (a job graph: collectives rescheduled, not sliced)" if is_job else
+                     " (no message sizes in the trace: collectives kept whole, rescheduled)"
+                     if not sized else
                      f" of at most {slice_kb:g} KB (<= {cap} per collective, added latency "
                      f"<= {100 * C['p3_max_overhead']['value']:g}% of its transfer)")
         + f" on {len(chan_of)} priority channel(s); {len(gated)} gate the next forward pass "
-        "instead of the optimizer")
+        "instead of the optimizer" + ("" if len(gated) else
+                                      " (no next iteration in the trace to gate: the step is "
+                                      "unchanged)"))
     return g
 
 
