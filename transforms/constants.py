@@ -254,3 +254,21 @@ GPU_MEMORY_GBPS = {
     "achieved": {"value": 0.7, "source": "estimate: a streaming kernel reaches ~70% of peak "
                  "memory bandwidth (STREAM-like kernels on V100/A100)"},
 }
+
+# The profiler's own CPU cost (transforms/profiler.py), per event it records.
+PROFILER = {
+    "per_op_ns": {"value": 1780, "source": "bench/profiler_overhead.py on the CPU pairs of "
+                  "tests/data/whatif (torch 2.13 CPU profiler, a shared 2-vCPU VM): (profiled "
+                  "minus unprofiled step) / recorded ops per step, median of 12 variants "
+                  "(1.39-3.26 us; one data-loader variant -1.70, noise); run 2026-12-01. A "
+                  "server CPU runs the same callbacks faster: this is an upper estimate there"},
+    "per_call_ns": {"value": 0, "source": "not fitted: the CPU pairs trace no CUDA runtime "
+                    "calls, and no shared trace records the profiler's own overhead (the "
+                    "Nsight export's CUPTI_ACTIVITY_KIND_OVERHEAD rows are 'command buffer "
+                    "full' waits, a CUDA cost); CUPTI's per-record cost is left out until GPU "
+                    "pairs with unprofiled step times (bench/gpu_pairs.py) fit it"},
+    "min_host_share": {"value": 0.1, "source": "estimate: a thread's host time in an iteration "
+                       "is never cut below a tenth of itself (the estimate is a median over "
+                       "other machines; a thread whose host time it exceeds is mostly not "
+                       "profiler time)"},
+}
