@@ -76,7 +76,8 @@ def forward_targets(task: pl.DataFrame, ready: np.ndarray, it: np.ndarray,
 
 
 @register("p3")
-def p3(g: Graph, ctx: Context, *, slice_kb: float = 0.0, max_slices: int = 0) -> Graph:
+def p3(g: Graph, ctx: Context, *, slice_kb: float = 0.0, max_slices: int = 0,
+       max_overhead: float = 0.0) -> Graph:
     """P3: gradient all-reduces cut into slices of SLICE_KB (0: the paper's 50,000 FP32
     parameters, constants.DISTRIBUTED p3_slice_kb) sent on a PRIORITY channel per rank, the
     layers nearest the input first; each layer's next forward kernel waits for its slices
@@ -84,14 +85,17 @@ def p3(g: Graph, ctx: Context, *, slice_kb: float = 0.0, max_slices: int = 0) ->
     message bytes (NCCL args); a trace whose collectives carry none keeps each collective whole
     (rescheduled and gating the next forward, a note says so), and asking it for a SLICE_KB is
     an error. At most MAX_SLICES per collective (0: p3_max_slices) and no more than keep the
-    added per-slice latency under p3_max_overhead of the transfer; each slice is the
+    added per-slice latency under MAX_OVERHEAD of the transfer (0: p3_max_overhead); each
+    slice is the
     communication model's latency plus its share of the transfer. Chain after ddp(...) for a
     single-GPU trace."""
     if slice_kb < 0:
         raise DaydreamError(f"p3: slice_kb must be > 0, got {slice_kb}")
-    if max_slices < 0:
-        raise DaydreamError(f"p3: max_slices must be >= 0, got {max_slices}")
+    if max_slices < 0 or max_overhead < 0:
+        raise DaydreamError(f"p3: max_slices and max_overhead must be >= 0, got {max_slices} "
+                            f"and {max_overhead}")
     cap = max_slices or int(C["p3_max_slices"]["value"])
+    overhead = max_overhead or float(C["p3_max_overhead"]["value"])
     n, c = gradient_allreduces(g, ctx, "p3")
     sized = not c["bytes"].null_count()
     if not sized and slice_kb > 0:
@@ -111,7 +115,7 @@ def p3(g: Graph, ctx: Context, *, slice_kb: float = 0.0, max_slices: int = 0) ->
     xfer = parts["xfer_ns"].to_numpy()
     rest = parts["rest_ns"].to_numpy()
     k = (np.ones(c.height, np.int64) if is_job or not sized else
-         slice_counts(nbytes, lat, xfer, slice_kb, cap, C["p3_max_overhead"]["value"]))
+         slice_counts(nbytes, lat, xfer, slice_kb, cap, overhead))
     # each slice: one latency, 1/k of the transfer and of what the model does not explain
     one = np.rint(lat + (xfer + rest) / k).astype(np.int64)
     ids = c["task_id"].to_numpy()
@@ -158,11 +162,12 @@ def p3(g: Graph, ctx: Context, *, slice_kb: float = 0.0, max_slices: int = 0) ->
     g = g.drop_edges(pl.col("src").is_in(gated.tolist()) & (pl.col("kind") == "wait"))
     new_e = [(int(cid), int(tg), "wait", "end_start", 0)
              for cid, tg in zip(ids, targets, strict=True) if tg >= 0]
-    extra = int((k - 1).sum())
-    if extra:
-        g = _insert_slices(g, ids, k, one, nbytes, prio, chans, targets)
     ed = pl.DataFrame(new_e, schema=["src", "dst", "kind", "anchor", "lag_ns"], orient="row")
-    g = g.connect(ed)
+    if int((k - 1).sum()):
+        # the slices' insert renumbers the tasks: the collectives' own gating edges go with it
+        g = _insert_slices(g, ids, k, one, nbytes, prio, chans, targets, ed)
+    else:
+        g = g.connect(ed)
     ctx.notes.append(
         f"p3: {c.height} all-reduces" + (f" ({nbytes.sum() / 1e6:.1f} MB)" if sized else "")
         + f" cut into {int(k.sum())} "
@@ -170,7 +175,7 @@ def p3(g: Graph, ctx: Context, *, slice_kb: float = 0.0, max_slices: int = 0) ->
                      " (no message sizes in the trace: collectives kept whole, rescheduled)"
                      if not sized else
                      f" of at most {slice_kb:g} KB (<= {cap} per collective, added latency "
-                     f"<= {100 * C['p3_max_overhead']['value']:g}% of its transfer)")
+                     f"<= {100 * overhead:g}% of its transfer)")
         + f" on {len(chan_of)} priority channel(s); {len(gated)} gate the next forward pass "
         "instead of the optimizer" + ("" if len(gated) else
                                       " (no next iteration in the trace to gate: the step is "
@@ -180,10 +185,10 @@ def p3(g: Graph, ctx: Context, *, slice_kb: float = 0.0, max_slices: int = 0) ->
 
 def _insert_slices(g: Graph, ids: np.ndarray, k: np.ndarray, one: np.ndarray,
                    nbytes: np.ndarray, prio: np.ndarray, chans: np.ndarray,
-                   targets: np.ndarray) -> Graph:
+                   targets: np.ndarray, own: pl.DataFrame) -> Graph:
     """The k - 1 further slices of each collective: on its channel after it, with its
     in-edges (its gradients' readiness) and its out-edges (the forward kernel it gates, and
-    whatever else waited for it)."""
+    whatever else waited for it); OWN: edges between existing tasks to add with them."""
     e = g.edge
     idl = ids.tolist()
     in_e = e.filter(pl.col("dst").is_in(idl), pl.col("kind") != "stream")
@@ -217,7 +222,7 @@ def _insert_slices(g: Graph, ids: np.ndarray, k: np.ndarray, one: np.ndarray,
         pl.col("new").alias("src"), "dst", pl.lit("wait").alias("kind"),
         pl.lit("end_start").alias("anchor"), pl.lit(0, pl.Int64).alias("lag_ns"))
     ed = pl.concat([x.select(cols).cast({"src": pl.Int64, "dst": pl.Int64, "lag_ns": pl.Int64})
-                    for x in (ein, eout, gate)])
+                    for x in (ein, eout, gate, own)])
     g, _ = g.insert(pl.DataFrame(rows), ed)
     return g
 
