@@ -13,29 +13,35 @@ import pyarrow as pa
 
 from graphstore.schema import GPU_KINDS
 
-# Kernel classes by name, first match wins: the classes the AMP model uses
-# (transforms.opts.amp.CLASSES), and the kinds no name decides.
-SPECIAL = (("communication", re.compile(r"nccl|rccl")),
-           ("optimizer", re.compile(r"multi_tensor_apply|fused_adam|fused_sgd|_fused_")))
+# The classes a GPU task is compared by rest on the one kernel classification
+# (transforms.kernels.classify: matrix kernels, bandwidth-bound ones, collectives); by name
+# beside it only what it does not tell apart: the optimizer's kernels, and normalizations and
+# reductions among the bandwidth-bound kernels.
+OPTIMIZER = re.compile(r"multi_tensor_apply|fused_adam|fused_sgd|_fused_")
+NORM_REDUCE = re.compile(r"bn_fw|bn_bw|batch_norm|batchnorm|layer_norm|layernorm|group_norm|"
+                         r"softmax|reduce_kernel|reduce_wgrad|welford|norm_kernel|"
+                         r"cross_entropy|nll_loss")
 
 
 def kernel_class(kind: str, name: str | None) -> str:
     """The class a GPU task is compared by: memcpy, memset, communication, optimizer, gemm
-    (matrix products and convolutions), norm_reduce, memory_bound (element-wise, layout), or
-    other; a class survives a rewrite that renames its kernels (AMP's half-precision ones)."""
+    (matrix kernels: products, convolutions, attention), norm_reduce (normalization, softmax,
+    reduction, loss), memory_bound (the other bandwidth-bound kernels: element-wise, layout);
+    a class survives a rewrite that renames its kernels (AMP's half-precision ones)."""
     if kind in ("memcpy", "memset"):
         return kind
     if kind == "comm":
         return "communication"
-    from transforms.opts.amp import CLASSES
+    from transforms.kernels import classify
+    k = classify(name)
+    if k.op == "comm":
+        return "communication"
     low = (name or "").lower()
-    for c, r in SPECIAL:
-        if r.search(low):
-            return c
-    for c, pat in CLASSES:
-        if re.search(pat, low):
-            return "memory_bound" if c == "layout" else c
-    return "other"
+    if OPTIMIZER.search(low):
+        return "optimizer"
+    if k.matrix:
+        return "gemm"
+    return "norm_reduce" if NORM_REDUCE.search(low) else "memory_bound"
 
 
 def work_frame(tables: dict[str, pa.Table], rep, ranks: int = 1) -> tuple[pl.DataFrame, float]:

@@ -30,7 +30,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from daydream import jobs
+from daydream import gates, jobs
 from daydream.traces import ensure_graphs, resolve_trace
 from graphstore.job import JobGraph, Member, build_job, device_ranks, job_activity
 from graphstore.schema import GPU_KINDS
@@ -39,10 +39,12 @@ from ingest.store import Store
 from simulate.job import JobReplay, replay_job
 from simulate.replay import Replay, replay
 from transforms import Context, rewrite
+from transforms.registry import removes_cpu
 
 # What the prediction of a trace that is a job by itself (several devices) takes from the
 # trace's own replay: what describes the unmodified trace, not the job's timing.
-TRACE_KEYS = ("critical_path", "units", "slack", "inferred_edges", "iterations_from")
+TRACE_KEYS = ("critical_path", "units", "slack", "inferred_edges", "profiler",
+              "iterations_from")
 
 
 # ---- 1. subjects ----------------------------------------------------------------------------
@@ -77,6 +79,35 @@ class Subject:
             self._cache[key] = simulate_graph(self.tables, self.job is not None, slack,
                                               inferred)
         return self._cache[key]
+
+    def unprofiled(self, slack=True) -> Replay | JobReplay:
+        """The replay of the job without the profiler (``no_profiler``), the reference of
+        predictions that remove CPU work; simulated once."""
+        key = ("unprofiled", slack)
+        if key not in self._cache:
+            if "unprofiled_tables" not in self._cache:
+                self._cache["unprofiled_tables"] = rewrite(self.tables, "no_profiler",
+                                                           context(self))
+            self._cache[key] = simulate_graph(self._cache["unprofiled_tables"],
+                                              self.job is not None, slack)
+        return self._cache[key]
+
+    def profiler(self, used: list[int], step_ms: float | None) -> dict | None:
+        """The profiler's estimated cost per used iteration (transforms.profiler.estimate);
+        None without op ranges, or for a job."""
+        if self.job is not None or self.activity is None:
+            return None
+        if "profiler" not in self._cache:
+            from transforms.primitives import Graph
+            from transforms.profiler import estimate
+            try:
+                ranges = self.activity("range")
+            except DaydreamError:
+                ranges = None
+            self._cache["profiler"] = (None if ranges is None else
+                                       estimate(Graph.from_tables(self.tables), ranges, used,
+                                                step_ms))
+        return self._cache["profiler"]
 
     def device_job(self) -> Subject | None:
         """For a trace whose GPU work ran on several devices (an Nsight export of several
@@ -208,16 +239,28 @@ def predict(s: Subject, spec: str | None = None, *, param_bytes: int | None = No
         raise DaydreamError(f"{s.file or s.name}: no iteration with work to time (the graph "
                             f"has {s.tables['task'].num_rows} tasks)")
     explained = {k: s.baseline(*v) for k, v in EXPLAINED.items()}
-    pred = rewritten = pred0 = None
+    pred = rewritten = pred0 = reference = None
     notes: list[str] = []
     if spec:
         ctx = context(s, param_bytes)
-        rewritten = rewrite(s.tables, spec, ctx)
+        # an optimization that removes CPU work is judged on the job without the profiler:
+        # the profiled host time it removes held the profiler's own cost, which the job
+        # without the profiler never had (transforms/profiler.py)
+        unprof = removes_cpu(spec) and "no_profiler" not in spec
+        rewritten = rewrite(s.tables, f"no_profiler+{spec}" if unprof else spec, ctx)
         pred = simulate_graph(rewritten, s.job is not None)
         pred0 = simulate_graph(rewritten, s.job is not None, slack=False)
         notes = ctx.notes
+        if unprof:
+            reference = (s.unprofiled(), s.unprofiled(slack=False))
+            notes.append(
+                f"profiler: {spec} removes host work whose profiled time includes the "
+                "profiler's own cost; the prediction is the job without the profiler and its "
+                f"speedup is against that job's replay "
+                f"({reference[0].headline('simulated_ns') / 1e6:.2f} ms, the trace's "
+                f"{base.headline('simulated_ns') / 1e6:.2f} ms)")
     out = result(s, base, pred, spec=spec, notes=notes, rewritten=rewritten,
-                 explained=explained, pred_explained=pred0)
+                 explained=explained, pred_explained=pred0, reference=reference)
     graphs = [s.job] if s.job is not None else []
     return Prediction(s, out, base, pred, rewritten, graphs)
 
@@ -243,7 +286,8 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
            spec: str | None = None, notes: list[str] | None = None,
            rewritten: dict[str, pa.Table] | None = None,
            explained: dict[str, Replay | JobReplay] | None = None,
-           pred_explained: Replay | JobReplay | None = None) -> dict:
+           pred_explained: Replay | JobReplay | None = None,
+           reference: tuple[Replay | JobReplay, Replay | JobReplay] | None = None) -> dict:
     """The result dict of one prediction (the CLI's report and ``--json``, the API's return
     value; a fleet's rows are read from it, see ``daydream.fleet.row``).
 
@@ -266,8 +310,13 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
     ``opts`` (the spec), ``notes`` (modelling choices), ``predicted_ms`` (slack kept),
     ``speedup``, ``predicted_explained_ms`` (slack at zero), ``predicted_interval_ms``,
     ``speedup_interval``, [job: ``predicted_straggler``], ``phases`` (busy ms per phase,
-    baseline and predicted), [trace: ``predicted_critical_path``]. A new key is added at the
-    end of its section below, so every entry point reports it."""
+    baseline and predicted), [trace: ``predicted_critical_path``], ``gates`` (the plausibility
+    gates, ``daydream.gates``: name, ok, note; a failed gate also adds a note),
+    ``reference_ms`` (the step the speedup is against: ``baseline_ms``, or the replay of the
+    job without the profiler for a chain that removes CPU work). Beside the replay, [trace:
+    ``profiler`` (the profiler's estimated cost per iteration, ``transforms.profiler``)]. A
+    new key is
+    added at the end of its section below, so every entry point reports it."""
     jg = s.job
     out: dict = {"trace_id": s.name}
     # -- what the trace (or job) is
@@ -317,6 +366,8 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
     if jg is None:
         out["slack"] = slack_ms(s.tables, [i.index for i in base.iterations if i.used])
         out["inferred_edges"] = inferred_edges(s.tables)
+        out["profiler"] = s.profiler([i.index for i in base.iterations if i.used],
+                                     out["measured_ms"])
     out["iterations_from"] = iterations_from(s.tables)
     if pred is None:
         return out
@@ -326,13 +377,19 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
     by_idx = {i.index: i for i in pred.iterations}
     by_idx0 = {i.index: i for i in pred_explained.iterations} if pred_explained else {}
     out["predicted_ms"] = _ms(pred.headline("simulated_ns"))
-    out["speedup"] = ratio(out["baseline_ms"], out["predicted_ms"])
+    # the step the speedup is against: the baseline, or for an optimization that removes CPU
+    # work the job without the profiler (``reference``)
+    ref_ms = out["baseline_ms"] if reference is None else _ms(
+        reference[0].headline("simulated_ns"))
+    ref0_ms = out.get("explained_ms") if reference is None else _ms(
+        reference[1].headline("simulated_ns"))
+    out["speedup"] = ratio(ref_ms, out["predicted_ms"])
     out["predicted_explained_ms"] = (_ms(pred_explained.headline("simulated_ns"))
                                      if pred_explained is not None else None)
     lo_hi = [v for v in (out["predicted_explained_ms"], out["predicted_ms"]) if v is not None]
     out["predicted_interval_ms"] = [min(lo_hi), max(lo_hi)] if lo_hi else None
-    sp = [v for v in (out["speedup"], ratio(out.get("explained_ms"),
-                                            out["predicted_explained_ms"])) if v is not None]
+    sp = [v for v in (out["speedup"], ratio(ref0_ms, out["predicted_explained_ms"]))
+          if v is not None]
     out["speedup_interval"] = [min(sp), max(sp)] if sp else None
     for it in out["iterations"]:
         p = by_idx.get(it["index"])
@@ -349,6 +406,10 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
                      "predicted": phase_ms(rewritten, pred, ranks)}
     if jg is None:
         out["predicted_critical_path"] = pred.critical_path
+    out["reference_ms"] = ref_ms
+    out["gates"] = gates.check(spec, out["notes"], ref_ms, out["predicted_ms"],
+                               s.tables, base, rewritten, pred)
+    out["notes"] += gates.failed_notes(out["gates"])
     return out
 
 

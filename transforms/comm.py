@@ -141,7 +141,10 @@ def fit(task: pl.DataFrame, n: int, latency_ns: float, algo: str = "ring") -> Fi
     fastest one waited least). The per-step latency is ``latency_ns`` (the link's): on a
     single-rank trace the fixed part also holds waiting, so it cannot be taken for latency.
     Needs collectives of at least two sizes for the slope; with one, fixed = 0."""
-    c = comm_table(task).filter(pl.col("bytes").is_not_null())
+    # only the trace's own collectives: a chain's inserted ones (ddp's buckets) carry the
+    # model's times, and a fit to them would only return the model's bandwidth
+    recorded = task.filter(~pl.col("name").fill_null("").str.ends_with("(inserted)"))
+    c = comm_table(recorded).filter(pl.col("bytes").is_not_null())
     if n < 2 or not c.height:
         return Fit(None, 0, "no collective with a message size in the trace" if n >= 2 else
                    "one rank: nothing to fit")

@@ -6,86 +6,59 @@ a modelling choice derived as stated, not a published measurement; tune it here,
 
 from __future__ import annotations
 
-_NV_MP = ("NVIDIA Deep Learning Performance docs, 'Train With Mixed Precision' "
-          "(docs.nvidia.com/deeplearning/performance/mixed-precision-training)")
-_DAYDREAM = ("Zhu et al., Daydream, USENIX ATC 2020, sec. 5 (AMP model: tensor-core-eligible "
-             "kernels shrink most, memory-bound kernels ~2x from halved bytes)")
-
-# AMP: per-GPU-family speedup of each kernel class (old duration / new duration).
-# Classes: gemm_fp32 (GEMM/conv run in FP32 without tensor cores in the trace), gemm_tf32
-# (GEMM/conv already on TF32 tensor cores, Ampere+ default for cuDNN convs), memory_bound
-# (element-wise, pooling, layout transposes: bytes halve in FP16), norm_reduce (batch/layer
-# norm, softmax, reductions: FP16 I/O, FP32 statistics), and 1.0 for copies, collectives
-# (gradients of FP32 parameters stay FP32 under autocast) and the optimizer (FP32 master
-# weights).
-AMP_SPEEDUP = {
-    "v100": {
-        "gemm_fp32": {"value": 3.0, "source": "V100 datasheet: 125 TFLOPS FP16 tensor core vs "
-                      "15.7 TFLOPS FP32 (8x peak); " + _NV_MP + " reports 2-3x on convs/GEMMs "
-                      "in practice; " + _DAYDREAM},
-        "gemm_tf32": {"value": 3.0, "source": "no TF32 on Volta; same as gemm_fp32"},
-        "memory_bound": {"value": 2.0, "source": _DAYDREAM + "; half the bytes of FP32"},
-        "norm_reduce": {"value": 1.8, "source": "estimate: FP16 input/output, FP32 "
-                        "statistics (cuDNN BN under autocast) -> a bit under the 2x of halved "
-                        "bytes"},
-    },
-    "a100": {
-        "gemm_fp32": {"value": 3.0, "source": "A100 datasheet: 312 TFLOPS FP16 TC vs 19.5 "
-                      "FP32 (16x peak); practical GEMM/conv gains capped like V100 " + _NV_MP},
-        "gemm_tf32": {"value": 1.6, "source": "A100 datasheet: 312 TFLOPS FP16 vs 156 TF32 "
-                      "(2x peak); estimate 1.6 achieved (NVIDIA A100 whitepaper shows FP16 "
-                      "1.4-1.8x over TF32 for training networks)"},
-        "memory_bound": {"value": 2.0, "source": _DAYDREAM + "; half the bytes of FP32"},
-        "norm_reduce": {"value": 1.8, "source": "estimate, as v100"},
-    },
-    "h100": {
-        "gemm_fp32": {"value": 3.5, "source": "H100 SXM datasheet: 989 TFLOPS FP16 dense vs 67 "
-                      "FP32; estimate of the achieved gain on mixed GEMM sizes"},
-        "gemm_tf32": {"value": 1.7, "source": "H100 SXM datasheet: 989 FP16 vs 495 TF32 "
-                      "dense (2x peak); estimate 1.7 achieved"},
-        "memory_bound": {"value": 2.0, "source": _DAYDREAM + "; half the bytes of FP32"},
-        "norm_reduce": {"value": 1.8, "source": "estimate, as v100"},
-    },
-    "turing": {
-        "gemm_fp32": {"value": 2.5, "source": "RTX 2080 Ti: 13.4 TFLOPS FP32 vs 53.8 FP16 TC "
-                      "with FP32 accumulate (GeForce rate, 4x peak); estimate 2.5 achieved"},
-        "gemm_tf32": {"value": 2.5, "source": "no TF32 on Turing; same as gemm_fp32"},
-        "memory_bound": {"value": 2.0, "source": _DAYDREAM + "; half the bytes of FP32"},
-        "norm_reduce": {"value": 1.8, "source": "estimate, as v100"},
-    },
-    "mi300x": {
-        "gemm_fp32": {"value": 2.5, "source": "AMD MI300X datasheet: 163.4 TFLOPS FP32 matrix "
-                      "vs 1307 FP16 dense (8x peak); estimate 2.5 achieved with rocBLAS/MIOpen"},
-        "gemm_tf32": {"value": 2.5, "source": "PyTorch does not use XF32 by default on ROCm; "
-                      "same as gemm_fp32"},
-        "memory_bound": {"value": 2.0, "source": _DAYDREAM + "; half the bytes of FP32"},
-        "norm_reduce": {"value": 1.8, "source": "estimate, as v100"},
-    },
-    "default": {
-        "gemm_fp32": {"value": 2.0, "source": "estimate: conservative when the GPU is unknown"},
-        "gemm_tf32": {"value": 1.6, "source": "estimate, as a100"},
-        "memory_bound": {"value": 1.8, "source": "estimate: a bit under the 2x of halved bytes"},
-        "norm_reduce": {"value": 1.6, "source": "estimate"},
-    },
+# AMP (transforms/opts/amp.py): the model's figures beside the GPU table's peaks
+# (transforms/hardware.py) and autocast's op lists (transforms/kernels.py).
+AMP = {
+    "reduced_share": {"value": 0.5, "source": "definition: a trace whose matrix kernels spend "
+                      "at least half their time in FP16/BF16/FP8 already runs mixed precision "
+                      "(autocast leaves the rest FP32 by design); amp does not apply to it"},
+    "fixed_percentile": {"value": 10, "source": "definition: a kernel's fixed cost (launch to "
+                         "first block, last block to completion) is the trace's own 10th "
+                         "percentile kernel duration, what its smallest kernels take; it does "
+                         "not shrink with the data type"},
+    "byte_ratio": {"value": 0.5, "source": "IEEE 754 binary16/bfloat16 are 2 bytes, binary32 "
+                   "4: a bandwidth-bound kernel whose operands autocast makes 16-bit moves "
+                   "half the bytes"},
+    "achieved_bandwidth": {"value": 0.7, "source": "as GPU_MEMORY_GBPS achieved: a streaming "
+                           "kernel reaches ~70% of the datasheet's memory bandwidth"},
+    "cast_bytes_per_param_byte": {"value": 1.5, "source": "a cast reads the 4-byte FP32 weight "
+                                  "and writes its 2-byte copy: 6 bytes per 4 parameter bytes "
+                                  "(and the same for the gradient's cast back)"},
+    "launch_ns": {"value": 5000, "source": "estimate, used only where the trace has no "
+                  "cudaLaunchKernel to measure: the host cost of one launch"},
+    "sync_ns": {"value": 5000, "source": "estimate, used only where the trace has no blocking "
+                "call to measure: a blocking call's own cost after its wait"},
 }
 
-AMP = {
-    "min_kernel_ns": {"value": 2000, "source": "estimate: a kernel is not made shorter than "
-                      "~2 us (launch/latency-bound on V100-H100); kernels already shorter keep "
-                      "their duration"},
-    "cast_kernel_ns": {"value": 5000, "source": "estimate: autocast casts each weight to FP16 "
-                       "once per forward (cached per autocast region, torch.autocast docs); "
-                       "ResNet-50 conv weights are 0.04-9.4 MB, a cast moves 1.5x that at "
-                       "~0.9-2 TB/s, i.e. 1-15 us"},
-    "cast_cpu_ns": {"value": 8000, "source": "estimate: one eager aten::to/_to_copy dispatch "
-                    "plus cudaLaunchKernel on the host, 5-10 us in PyTorch eager mode"},
-    "unscale_frac": {"value": 0.4, "source": "estimate: GradScaler.unscale_ reads and writes "
-                     "every gradient once (2 passes) where an SGD-momentum/Adam step makes "
-                     "~5-7 passes over params, grads and state"},
-    "scale_kernel_ns": {"value": 3000, "source": "estimate: one small kernel (loss*scale, "
-                        "_amp_update_scale_)"},
-    "sync_ns": {"value": 10000, "source": "estimate: found_inf.item() in GradScaler.step "
-                "(a device-to-host copy that blocks until the GPU is done)"},
+# Arithmetic intensity (FLOPs per FP32 byte) of the matrix kernels of real workloads, by
+# class: (intensity, share of the class's work time) per log-spaced bin. A matrix kernel whose
+# trace records no shapes is scaled by the work-weighted mean of the roofline ratios of these
+# intensities on its own device (transforms/opts/amp.py class_ratio). Measured by
+# bench/amp_calibration.py on traces with recorded shapes that the AMP accuracy check does not
+# judge.
+AMP_INTENSITY = {
+    "conv": {"value": [(7.5, 0.0549), (13.34, 0.0765), (23.71, 0.1182), (42.17, 0.1097),
+                       (74.99, 0.156), (133.35, 0.1954), (237.14, 0.0879), (421.7, 0.1197),
+                       (749.89, 0.0532), (1333.52, 0.0285)],
+             "source": "bench/amp_calibration.py: the convolutions of "
+             "kineto-tb-plugin/resnet50_v100_nw0_run1 (ResNet-50, batch 32, V100, "
+             "record_shapes; 750 kernels), work = duration minus the fixed cost; run 2026-12-01"},
+    "gemm": {"value": [(0.42, 0.0015), (4.22, 0.0256), (7.5, 0.0803), (13.34, 0.2921),
+                       (23.71, 0.0502), (42.17, 0.1501), (74.99, 0.0663), (133.35, 0.19),
+                       (237.14, 0.1439)],
+             "source": "bench/amp_calibration.py: the GEMMs (addmm, mm, bmm, "
+             "linear) of hta/recsys_a100_rank3_of8, hta/torchrec_a100_rank0_of16 and "
+             "param/dlrm_8ranks (record_shapes; 1875 kernels); run 2026-12-01"},
+}
+
+# Passes over parameter-sized tensors of one optimizer step in torch.optim's for-loop (and
+# foreach) form and of its fused kernel (unfused, fused): the derivation above FUSED_OPTIMIZER.
+FUSED_OPTIMIZER_PASSES = {
+    "adam": {"value": (18, 7), "source": "derivation in the comment of FUSED_OPTIMIZER"},
+    "adamw": {"value": (20, 7), "source": "derivation in the comment of FUSED_OPTIMIZER"},
+    "sgd": {"value": (8, 5), "source": "derivation in the comment of FUSED_OPTIMIZER "
+            "(momentum)"},
+    "adagrad": {"value": (11, 5), "source": "derivation in the comment of FUSED_OPTIMIZER"},
 }
 
 # Fused optimizers: fused kernel duration = sum(removed kernels) * traffic factor.
@@ -258,6 +231,16 @@ DISTRIBUTED = {
     "p3_slice_kb": {"value": 200, "source": "Jayarajan et al., 'Priority-based Parameter "
                     "Propagation for Distributed DNN Training', MLSys 2019: slices of 50,000 "
                     "parameters (200 KB of FP32) in their evaluation"},
+    "launch_ns": {"value": 5000, "source": "estimate, used only where the trace has no "
+                  "cudaLaunchKernel to measure: the host cost of launching a collective or "
+                  "kernel a distributed what-if inserts"},
+    "p3_max_slices": {"value": 64, "source": "estimate: a bound on a collective's slices so "
+                      "that a transform never multiplies the graph's collectives without limit "
+                      "(a 25 MB DDP bucket at 200 KB would be 125)"},
+    "p3_max_overhead": {"value": 0.05, "source": "estimate: slicing stops where the latency the "
+                        "extra slices add (one collective latency each, transforms.comm) would "
+                        "exceed 5% of the collective's transfer: P3's slices pay for themselves "
+                        "by overlap, which a slice's latency eats"},
 }
 
 # GPU memory bandwidth (GB/s) by family, for kernels a model inserts that stream over gradients.
@@ -270,4 +253,22 @@ GPU_MEMORY_GBPS = {
     "default": {"value": 900.0, "source": "as v100"},
     "achieved": {"value": 0.7, "source": "estimate: a streaming kernel reaches ~70% of peak "
                  "memory bandwidth (STREAM-like kernels on V100/A100)"},
+}
+
+# The profiler's own CPU cost (transforms/profiler.py), per event it records.
+PROFILER = {
+    "per_op_ns": {"value": 1780, "source": "bench/profiler_overhead.py on the CPU pairs of "
+                  "tests/data/whatif (torch 2.13 CPU profiler, a shared 2-vCPU VM): (profiled "
+                  "minus unprofiled step) / recorded ops per step, median of 12 variants "
+                  "(1.39-3.26 us; one data-loader variant -1.70, noise); run 2026-12-01. A "
+                  "server CPU runs the same callbacks faster: this is an upper estimate there"},
+    "per_call_ns": {"value": 0, "source": "not fitted: the CPU pairs trace no CUDA runtime "
+                    "calls, and no shared trace records the profiler's own overhead (the "
+                    "Nsight export's CUPTI_ACTIVITY_KIND_OVERHEAD rows are 'command buffer "
+                    "full' waits, a CUDA cost); CUPTI's per-record cost is left out until GPU "
+                    "pairs with unprofiled step times (bench/gpu_pairs.py) fit it"},
+    "min_host_share": {"value": 0.1, "source": "estimate: a thread's host time in an iteration "
+                       "is never cut below a tenth of itself (the estimate is a median over "
+                       "other machines; a thread whose host time it exceeds is mostly not "
+                       "profiler time)"},
 }

@@ -1,17 +1,22 @@
-"""GPU families: the key every device-dependent constant is given by (AMP speedups, PCIe and
-memory bandwidths, the usual interconnect), found from a trace's device entry.
+"""GPU families: the key every device-dependent constant is given by (PCIe and memory
+bandwidths, the usual interconnect), found from a trace's device entry.
 
 A trace names its GPU in the ``devices`` JSON of the trace table (Kineto ``deviceProperties``,
 Nsight's GPU table): ``{"name": "Tesla V100-DGXS-32GB", "computeMajor": 7, ...}``. Constants
 are measured per family, not per product: the GPUs of one family share the architecture that
 decides them (tensor cores, HBM generation, NVLink generation).
 
-The device itself is looked up in one place, the GPU table (``transforms.hardware``); a family
-is its architecture. Only an entry the table does not know (a part it lacks, or properties
-without a usable name) falls back to the compute capability.
+The device itself is looked up in one place, the GPU table (``transforms.hardware``,
+``device_from_properties``: the name decides, so an MI300X, which reports compute capability
+9.x like an H100, is an MI300X); a family is its architecture. Only an entry the table does not
+know (a part it lacks, or properties without a usable name) falls back to its name's words and
+then its compute capability, an AMD name never by a CUDA compute capability. Models that need
+a figure of the GPU itself (AMP's and the roofline's peaks) read the table's device directly.
 """
 
 from __future__ import annotations
+
+import re
 
 from transforms.hardware import device_from_properties
 
@@ -25,6 +30,11 @@ ARCHITECTURE_FAMILY = {"volta": "v100", "turing": "turing", "ampere": "a100", "a
                        "hopper": "h100", "blackwell": "default", "cdna2": "mi300x",
                        "cdna3": "mi300x"}
 
+# Names of parts the table lacks: a CDNA2/CDNA3 part (keyed as the table's), or another AMD
+# part (whose compute capability, HIP's gfx version, is no CUDA one).
+_CDNA = re.compile(r"mi2\d\d|mi3\d\d|gfx90a|gfx94\d")
+_AMD = re.compile(r"\bamd\b|instinct|radeon|gfx\d")
+
 
 def family(device: dict | None) -> str:
     """The GPU family of a trace's device entry (one of FAMILIES): the architecture of its
@@ -36,14 +46,16 @@ def family(device: dict | None) -> str:
         return ARCHITECTURE_FAMILY[d.architecture]
     name = str(device.get("name", "")).lower()
     major, minor = device.get("computeMajor"), device.get("computeMinor")
+    if _CDNA.search(name):
+        return "mi300x"
+    if _AMD.search(name):
+        return "default"
     if "v100" in name or (major == 7 and minor == 0):
         return "v100"
     if "h100" in name or "h200" in name or "h800" in name or major == 9:
         return "h100"
-    if "mi300" in name or "mi250" in name or "mi2" in name or "gfx9" in name:
-        return "mi300x"
     if "a100" in name or "a800" in name or major == 8:
         return "a100"
-    if major == 7 and minor == 5 or "2080" in name or "t4" in name.split():
+    if (major == 7 and minor == 5) or "2080" in name or "t4" in name.split():
         return "turing"
     return "default"

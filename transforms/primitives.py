@@ -375,7 +375,13 @@ class Graph:
         unit_new = np.empty(n + k, np.int64)
         unit_new[newid[:n]] = unit
         unit_new[ins_ids] = tu
-        todo = [j for j in np.argsort(ins_ids) if splice[j] and tu[j] == unit[at[j]]]
+        # tasks placed before one task chain up in input order as they are processed in id
+        # order; those placed after one take over its out-edges, so they are processed in
+        # reverse id order to chain up the same way (at -> first -> second -> ...)
+        todo = [j for j in np.argsort(ins_ids) if splice[j] and tu[j] == unit[at[j]]
+                and not after[j]]
+        todo += [j for j in np.argsort(-ins_ids) if splice[j] and tu[j] == unit[at[j]]
+                 and after[j]]
         if todo:
             src = e["src"].to_list()
             dst = e["dst"].to_list()
@@ -421,8 +427,8 @@ class Graph:
         if edges is not None and edges.height:
             ed = edges
             for c, v in _EDGE_DEFAULTS:
-                if c not in ed.columns:
-                    ed = ed.with_columns(pl.lit(v).alias(c))
+                ed = ed.with_columns(pl.col(c).fill_null(v) if c in ed.columns else
+                                     pl.lit(v).alias(c))
 
             def m(col):
                 a = ed[col].to_numpy().astype(np.int64)
@@ -439,8 +445,8 @@ class Graph:
             return self
         ed = edges
         for c, v in _EDGE_DEFAULTS:
-            if c not in ed.columns:
-                ed = ed.with_columns(pl.lit(v).alias(c))
+            ed = ed.with_columns(pl.col(c).fill_null(v) if c in ed.columns else
+                                 pl.lit(v).alias(c))
         n = self.n_tasks
         bad = ed.filter((pl.col("src") < 0) | (pl.col("src") >= n) | (pl.col("dst") < 0) |
                         (pl.col("dst") >= n))

@@ -40,7 +40,10 @@ class Context:
       ``amp`` does not rewrite) says so;
     - ``memory``: what the chain did so far to a step's memory (``transforms.memory``: batch
       scale, checkpointed layers, offloaded bytes, AMP), so that each memory note is of the
-      whole chain."""
+      whole chain;
+    - ``link``: the communication link (``transforms.comm.Link``) an optimization earlier in the
+      chain put the job on (``ddp``), for the distributed what-ifs after it: they must not fit
+      a bandwidth to collectives that the chain itself inserted."""
 
     device: dict | None = None
     notes: list[str] = field(default_factory=list)
@@ -49,6 +52,7 @@ class Context:
     param_bytes: int | None = None
     applied: list[str] = field(default_factory=list)
     memory: dict = field(default_factory=dict)
+    link: object | None = None
 
 
 @dataclass
@@ -65,6 +69,8 @@ class Opt:
     fn: Callable
     params: list[Param]
     doc: str
+    # removes CPU work the profiler inflated: predictions compare it without the profiler
+    removes_cpu: bool = False
 
     @property
     def summary(self) -> str:
@@ -83,7 +89,10 @@ _REGISTRY: dict[str, Opt] = {}
 _LOADED = False
 
 
-def register(name: str):
+def register(name: str, removes_cpu: bool = False):
+    """Register an optimization; ``removes_cpu``: it removes host work (launch calls, the
+    Python between ops) whose profiled cost includes the profiler's own, so its predictions are
+    made on the job without the profiler (``daydream.pipeline``)."""
     def deco(fn: Callable) -> Callable:
         sig = inspect.signature(fn)
         hints = inspect.get_annotations(fn, eval_str=True)
@@ -91,7 +100,7 @@ def register(name: str):
         for p in list(sig.parameters.values())[2:]:
             t = hints.get(p.name, str)
             params.append(Param(p.name, t, p.default))
-        _REGISTRY[name] = Opt(name, fn, params, inspect.getdoc(fn) or "")
+        _REGISTRY[name] = Opt(name, fn, params, inspect.getdoc(fn) or "", removes_cpu)
         return fn
     return deco
 
@@ -160,6 +169,11 @@ def bind(term: _spec.Term) -> tuple[Opt, dict]:
             raise DaydreamError(f"{opt.name}: missing parameter {p.name!r}; usage: "
                                 f"{opt.signature()}")
     return opt, out
+
+
+def removes_cpu(spec: str | None) -> bool:
+    """Whether a spec chain has an optimization registered with ``removes_cpu``."""
+    return bool(spec) and any(o.removes_cpu for o, _ in check(spec))
 
 
 def check(spec: str) -> list[tuple[Opt, dict]]:

@@ -32,7 +32,7 @@ def test_cli_json_and_timeline(store, tmp_path):
     trace = json.loads(tl.read_text())
     procs = {e["args"]["name"] for e in trace["traceEvents"]
              if e["ph"] == "M" and e["name"] == "process_name"}
-    assert procs == {"measured", "simulated (baseline)"}
+    assert procs == {"measured", "replayed (baseline)"}
     xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert len(xs) % 2 == 0 and xs
 

@@ -17,7 +17,8 @@ def stored(tmp_path_factory):
     store = tmp_path_factory.mktemp("transforms_store")
     files = {key: DATA / "kineto" / f"{f}.json.gz" for key, f in (
         ("v100", "resnet50_v100_nw0_run1"), ("a100", "resnet50_ddp_a100_rank0"),
-        ("alexnet", "alexnet_fwd_a100"))}
+        ("alexnet", "alexnet_fwd_a100"), ("v100_hta", "resnet50_v100_rank0"),
+        ("mi300x", "resnet_actckpt_mi300x_rank0_of8"))}
     ids = stored_graphs(list(files.values()), store)
     return store, {key: ids[f] for key, f in files.items()}
 
@@ -42,4 +43,4 @@ def activity(stored):
 @pytest.fixture(scope="session")
 def baselines(graphs):
     from simulate.replay import replay
-    return {k: replay(g) for k, g in graphs.items() if k != "alexnet"}
+    return {k: replay(g) for k, g in graphs.items() if k in ("v100", "a100")}

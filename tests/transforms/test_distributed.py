@@ -173,8 +173,14 @@ def test_ddp_buckets_and_durations_exactly():
     ids = dict(zip(t["name"].to_list(), t["task_id"].to_list(), strict=False))
     e = pl.from_arrow(g2["edge"])
     b0, b1 = ins["task_id"].to_list()
-    assert e.filter(pl.col("dst") == b0)["src"].to_list() == [ids["bwd A"]]
-    assert e.filter(pl.col("dst") == b1)["src"].to_list() == [ids["bwd B"]]
+    dep = e.filter(pl.col("kind") != "launch")
+    assert dep.filter(pl.col("dst") == b0)["src"].to_list() == [ids["bwd A"]]
+    assert dep.filter(pl.col("dst") == b1)["src"].to_list() == [ids["bwd B"]]
+    # each bucket is launched by a call after the one that launched its ready kernel
+    la = e.filter(pl.col("kind") == "launch", pl.col("dst").is_in([b0, b1])).sort("dst")
+    calls = t.filter(pl.col("task_id").is_in(la["src"].to_list())).sort("task_id")
+    assert calls["name"].to_list() == ["cudaLaunchKernel (inserted)"] * 2
+    assert calls["unit_id"].to_list() == [1, 1] and calls["dur_ns"].to_list() == [5_000] * 2
     opt = ids["multi_tensor_apply_kernel"]
     assert sorted(e.filter(pl.col("dst") == opt, pl.col("kind") == "wait")["src"]) == [b0, b1]
     assert any("param_bytes=30000000 given" in n for n in notes)
@@ -251,11 +257,13 @@ DDP8 = "ddp(world=8,bandwidth=25GB/s)"
 
 
 def test_p3_slices_priorities_and_schedule():
-    """slice_kb=1000: bucket 0 -> 4 slices, bucket 1 -> 2, each 70 + 1.75 x 1e6 / 25 = 140 us.
+    """slice_kb=1000, max_overhead=1 (the latency the extra slices add may reach the
+    transfer: at most 1 + 280/70 = 5 and 1 + 140/70 = 3 slices): bucket 0 -> 4 slices, bucket
+    1 -> 2, each one latency and its share of the transfer, 70 + 280/4 = 70 + 140/2 = 140 us.
     Priority: bucket 1 (ready last: the layers nearest the input) first. Channel: a bucket-0
     slice 120-260 us; then bucket 1's two (260-540) before bucket 0's other three (540-960);
     one iteration only: the optimizer still waits for every slice."""
-    g2 = rewrite(toy(comm=False, layer_bytes=SIZES), DDP8 + "+p3(slice_kb=1000)")
+    g2 = rewrite(toy(comm=False, layer_bytes=SIZES), DDP8 + "+p3(slice_kb=1000,max_overhead=1)")
     t = pl.from_arrow(g2["task"])
     sl = t.filter(pl.col("kind") == "comm").sort("task_id")
     assert sl.height == 6 and set(sl["dur_ns"]) == {140_000}
@@ -330,3 +338,45 @@ def test_ddp_param_bytes_from_the_command_line_override():
     ins = pl.from_arrow(g2["task"]).filter(pl.col("name").str.starts_with("ddp:"))
     assert ins["dur_ns"].to_list() == [2_170_000, 2_170_000]
     assert any("--param-bytes 30000000" in n for n in notes)
+
+
+def test_p3_bounds_slices_by_the_latency_they_add():
+    """By default a slice may add at most 5% of the transfer in latency: bucket 0's 280 us
+    transfer allows 1 + floor(0.05 x 280 / 70) = 1 slice; so P3 reschedules without slicing,
+    and the channel's time equals the buckets' (350 + 210 us)."""
+    notes = []
+    g2 = rewrite(toy(comm=False, layer_bytes=SIZES), DDP8 + "+p3", Context(notes=notes))
+    sl = pl.from_arrow(g2["task"]).filter(pl.col("kind") == "comm")
+    assert sl["dur_ns"].sort().to_list() == [210_000, 350_000]
+    assert any("2 all-reduces (6.0 MB) cut into 2 slices of at most 200 KB" in n for n in notes)
+    from transforms.opts.p3 import slice_counts
+    # 10 MB at 200 KB: 50 slices wanted; latency 10 us, transfer 20 ms: 1 + 0.05 x 2000 = 101
+    assert slice_counts([10e6], [10e3], [20e6], 200, 64, 0.05).tolist() == [50]
+    assert slice_counts([10e6], [10e3], [20e6], 200, 16, 0.05).tolist() == [16]
+    assert slice_counts([10e6], [10e3], [200e3], 200, 64, 0.05).tolist() == [2]
+
+
+def test_p3_without_message_sizes():
+    """A trace whose all-reduces carry no sizes keeps them whole (rescheduled, a note says
+    so); asking it for slices is an error naming what is missing."""
+    from ingest.errors import DaydreamError
+    t = toy()
+    t["task"] = t["task"].set_column(t["task"].schema.get_field_index("bytes"), "bytes",
+                                     pa.array([None] * t["task"].num_rows, pa.int64()))
+    notes = []
+    g2 = rewrite(t, "p3", Context(world_size=8, notes=notes))
+    assert pl.from_arrow(g2["task"]).filter(pl.col("kind") == "comm").height == 1
+    assert any("no message sizes in the trace: collectives kept whole" in n for n in notes)
+    with pytest.raises(DaydreamError, match=r"slice_kb=100 asked, but 1 of 1 all-reduces carry "
+                       "no message size"):
+        rewrite(t, "p3(slice_kb=100)", Context(world_size=8))
+
+
+def test_ddp_then_p3_takes_ddps_link_not_a_fit_to_its_buckets():
+    """The collectives ddp inserted carry its model's times: p3 after it uses ddp's link and
+    says so, instead of 'fitting' a bandwidth to them."""
+    notes = []
+    rewrite(toy(comm=False, layer_bytes=SIZES), DDP8 + "+p3", Context(notes=notes))
+    assert not any("fitted bandwidth" in n for n in notes)
+    assert any(n.startswith("comm: the link set earlier in the chain, 25GB/s as given") and
+               "(25.00 GB/s" in n for n in notes)

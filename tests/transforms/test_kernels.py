@@ -31,7 +31,7 @@ def rows() -> list[tuple[str, str, str, str]]:
 
 def test_every_name_has_its_hand_checked_class():
     table = rows()
-    assert len(table) == 694
+    assert len(table) == 695
     wrong = [(name[:90], (math, op), (k.math, k.op)) for math, op, _, name in table
              if (k := classify(name)) and (k.math, k.op) != (math, op)]
     assert not wrong
@@ -40,10 +40,10 @@ def test_every_name_has_its_hand_checked_class():
 
 def _shared_kernel_names() -> set[str]:
     names: set[str] = set()
-    for p in SHARED.rglob("*.json.gz"):
+    for p in [*SHARED.rglob("*.json.gz"), *SHARED.rglob("*.json")]:
         if ".et." in p.name:
             continue
-        with gzip.open(p) as f:
+        with (gzip.open(p) if p.suffix == ".gz" else p.open("rb")) as f:
             d = orjson.loads(f.read())
         ev = d["traceEvents"] if isinstance(d, dict) else d
         names |= {e["name"] for e in ev if str(e.get("cat", "")).lower() == "kernel"}
@@ -62,29 +62,28 @@ def test_the_table_covers_every_shared_kernel_name():
 
 @pytest.mark.parametrize("name, expected", [
     # FP32 on CUDA cores: a cuBLAS sgemm, a cuDNN scudnn conv, CUTLASS SIMT, XMMA ffma
-    ("volta_sgemm_128x64_nn", Kernel("fp32", "gemm", "float")),
-    ("volta_scudnn_128x64_relu_interior_nn_v1", Kernel("fp32", "conv", "float")),
+    ("volta_sgemm_128x64_nn", Kernel("fp32", "gemm", "fp32")),
+    ("volta_scudnn_128x64_relu_interior_nn_v1", Kernel("fp32", "conv", "fp32")),
     ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x256x8_stage3_warpsize1x4x1_ffma_"
-     "aligna4_alignc4_execute_kernel__5x_cublas", Kernel("fp32", "gemm", "float")),
+     "aligna4_alignc4_execute_kernel__5x_cublas", Kernel("fp32", "gemm", "fp32")),
     # FP16 storage, FP32 math without an MMA shape: still the CUDA cores
-    ("ampere_fp16_sgemm_fp16_32x128_tn", Kernel("fp32", "gemm", "half")),
+    ("ampere_fp16_sgemm_fp16_32x128_tn", Kernel("fp32", "gemm", "fp16")),
     # tensor cores: FP16 in with FP32 accumulate (the 's' before the MMA shape)
     ("ampere_fp16_s16816gemm_fp16_128x64_ldg8_relu_f2f_stages_32x6_tn",
-     Kernel("fp16", "gemm", "half")),
+     Kernel("fp16", "gemm", "fp16")),
     # TF32 spelled out, and a bare s1688 MMA shape (FP32 in on Ampere tensor cores)
     ("sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize64x128x32_"
      "stage5_warpsize2x2x1_g1_tensor16x8x8_execute_kernel_cudnn_infer",
-     Kernel("tf32", "conv", "float")),
+     Kernel("tf32", "conv", "fp32")),
     ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>("
      "cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4::Params)",
      Kernel("tf32", "gemm", None)),
     # ROCm: Tensile BBS = BF16 in, FP32 compute; MIOpen igemm bf16 convolution
     ("Cijk_Ailk_Bljk_BBS_BH_MT32x32x64_MI16x16x16x1_SN_1LDSB0", Kernel("bf16", "gemm", None)),
-    ("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt64x128x32_wt32x32x8", Kernel("bf16", "conv",
-                                                                      "bfloat16")),
+    ("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt64x128x32_wt32x32x8", Kernel("bf16", "conv", "bf16")),
     # library names that only move data: split-K reduction, cuDNN BN, offsets, gemv
     ("void splitKreduce_kernel<32, 16, int, __half, __half, float, __half, true, true, false>"
-     "(cublasSplitKParams<float>)", Kernel("memory", "memory", "half")),
+     "(cublasSplitKParams<float>)", Kernel("memory", "memory", "fp16")),
     ("cask_cudnn::computeOffsetsKernel(cask_cudnn::ComputeOffsetsParams)",
      Kernel("memory", "memory", None)),
     ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", Kernel("comm", "comm")),
@@ -99,7 +98,7 @@ def test_op_decides_conv_against_gemm_and_types_the_dtype():
         == "conv"
     assert classify("volta_scudnn_128x64_relu_interior_nn_v1", "aten::addmm").op == "gemm"
     assert classify("triton__0d1d2d", "aten::mm").op == "memory"  # not a library GEMM name
-    assert classify("SomeKernel", None, '["c10::BFloat16", "float"]').dtype == "bfloat16"
+    assert classify("SomeKernel", None, '["c10::BFloat16", "float"]').dtype == "bf16"
     assert op_kind("aten::convolution_backward") == "conv"
     assert op_kind("aten::addmm") == op_kind("aten::linear") == op_kind("aten::bmm") == "gemm"
     assert op_kind("aten::add_") is None and op_kind(None) is None

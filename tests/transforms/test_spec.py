@@ -24,7 +24,7 @@ def test_check_binds_types():
 
 @pytest.mark.parametrize("spec, msg", [
     ("amq", "unknown optimization 'amq'; known: amp, "),
-    ("amp(x=1)", "amp: unknown parameter 'x'; parameters: casts, loss_scaling"),
+    ("amp(x=1)", "amp: unknown parameter 'x'; parameters: dtype, casts, loss_scaling, gpu"),
     ("dataloader(workers=four)", "dataloader: parameter 'workers' must be int, got 'four'"),
     ("dataloader(workers=1.5)", "parameter 'workers' must be int"),
     ("scale(factor=0.5)", "scale: missing parameter 'select'"),

@@ -32,7 +32,7 @@ def cpu_graphs(tmp_path_factory):
     from tests.conftest import stored_graphs
     store = tmp_path_factory.mktemp("whatif_store")
     names = ("adam_foreach_false", "adagrad_foreach_false", "sgd_foreach_false",
-             "dataloader_w0")
+             "dataloader_w0", "adam_fused")
     ids = stored_graphs([WHATIF / f"{f}.json.gz" for f in names], store)
     return {f: read_graph(store, ids[WHATIF / f"{f}.json.gz"]) for f in names}
 
@@ -235,3 +235,15 @@ def test_cpu_step_segments_hand_drawn():
     s = fo_mod.cpu_plan(seg, "sgd")  # no step counter: add_ (6) and addcdiv_ (6) count whole
     assert [(p["keep"], p["drop"], p["var_ns"]) for p in s] == [([], [2, 3, 4, 5, 6], 12),
                                                                 ([], [9, 10, 11], 6)]
+
+
+def test_fused_adam_on_a_fused_trace_changes_nothing(cpu_graphs):
+    """adam_fused runs torch's fused=True Adam (aten::_fused_adam_ in its Optimizer.step):
+    fused_adam does not apply, says so, and the graph is unchanged."""
+    from transforms import Context
+    notes = []
+    g = cpu_graphs["adam_fused"]
+    g2 = rewrite(g, "fused_adam", Context(notes=notes))
+    assert np.array_equal(T(g2)["dur_ns"].to_numpy(), T(g)["dur_ns"].to_numpy())
+    assert notes and notes[0].startswith("fused_adam: does not apply, its weight update runs "
+                                         "'aten::_fused_adam_'")

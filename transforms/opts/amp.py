@@ -1,182 +1,738 @@
-"""Automatic mixed precision (torch.autocast + GradScaler)."""
+"""Automatic mixed precision (torch.autocast + GradScaler), from the kernels, the ops and the
+device.
+
+Outline (``amp``):
+
+1. the device: the GPU table's entry for the trace's device (``transforms.hardware``: the name
+   decides, so an MI300X is an MI300X), else the architecture its kernel names spell
+   (``volta_sgemm`` ...), else ``amp(gpu=NAME)``;
+2. what the trace computes in (``transforms.kernels.kernel_precision``): a trace whose matrix
+   kernels already run mostly in FP16/BF16/FP8, or that runs GradScaler's kernels, is left
+   unchanged with a note;
+3. what autocast does to each kernel (``transforms.kernels.autocast_policy``) from the op that
+   launched it (its profiler ranges, outermost listed op first): ops on autocast's float16
+   list and their backward run in FP16; ops on its float32 list stay FP32; parameters,
+   gradients and the optimizer stay FP32; every other op runs in the type of its input, taken
+   as that of the last listed op before it on its thread. Without op ranges, the kernels'
+   own classes stand in (matrix kernels FP16, softmax/norm/loss kernels FP32);
+4. each converted kernel scaled by the roofline of its architecture (``speedup``): its
+   fixed cost ``t0`` is kept and its work ``t - t0`` shrinks by the ratio of its roofline times
+   ``max(F / P_old, B / BW) / max(F / P_new, B' / BW)``: the fraction of its roofline it
+   achieved in the trace is carried over. F and B come from the op's recorded shapes; P_old is
+   the peak of the precision it ran in (FP32 on CUDA cores, or TF32), P_new the FP16 (BF16)
+   tensor peak, B' = B / 2 (16-bit operands), BW the memory bandwidth, every figure from the
+   GPU table. Without shapes, a matrix kernel's arithmetic intensity F / B is unknown: its
+   class's work-weighted distribution of intensities measured on a calibration trace with
+   shapes (constants.AMP_INTENSITY) gives the expected ratio on this device. Bandwidth-bound
+   kernels moving FP32 data that autocast turns into FP16 move half the bytes (ratio 2);
+5. autocast's weight casts (one FP32 -> FP16 copy per weighted op in forward, its FP16 -> FP32
+   gradient copy in backward) and GradScaler as torch runs it: ``scale(loss)`` (one scalar
+   multiply before backward), ``unscale_`` (``_amp_foreach_non_finite_check_and_unscale_``, one
+   pass reading and writing every gradient), the host's read of ``found_inf`` (a 4-byte
+   device-to-host copy and a stream synchronize: the host waits for the GPU there, which the
+   graph's sync edge makes cost only its wait), then ``update`` (``_amp_update_scale_``).
+"""
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
+import orjson
 import polars as pl
+import pyarrow as pa
 
-from graphstore.schema import GPU_KINDS
-from transforms import memory
-from transforms.constants import AMP, AMP_SPEEDUP
-from transforms.devices import family
+from graphstore.latency import LATENCY
+from graphstore.schema import LOCAL_GPU_KINDS
+from ingest.errors import DaydreamError
+from transforms import hardware, memory
+from transforms.constants import AMP, AMP_INTENSITY, FUSED_OPTIMIZER_PASSES
+from transforms.kernels import KernelPrecision, autocast_policy, kernel_precision, op_kind
 from transforms.primitives import Graph
 from transforms.registry import Context, register
 from transforms.work import ranges_of
 
-# Kernel classes by name, first match wins (lower-cased names).
-CLASSES = (
-    ("layout", r"nchwtonhwc|nhwctonchw|transpose|copy_kernel|direct_copy|scalepackedtensor"),
-    ("norm_reduce", r"bn_fw|bn_bw|batch_norm|batchnorm|layer_norm|layernorm|group_norm|"
-                    r"softmax|reduce_kernel|reduce_wgrad|welford|norm_kernel|cross_entropy|"
-                    r"nll_loss"),
-    ("gemm", r"gemm|conv|xmma|cutlass|scudnn|wgrad|dgrad|fprop|winograd|cublas|gemv|"
-             r"splitk|sm\d\d_|ampere_|volta_|turing_|hopper_|cudnn_infer|cudnn_train|"
-             r"mfma|igemm|dot_kernel"),
-    ("memory_bound", r"elementwise|functor|threshold|pool|relu|fill|cat_|index|dropout|"
-                     r"where|scatter|gather|upsample|embedding|add|mul|unrolled"),
-)
-_CLASS_RE = [(c, re.compile(p)) for c, p in CLASSES]
-TF32 = re.compile(r"tf32|s1688|s16816|tensorop_s|xf32")
+# the table's device that stands for an architecture a kernel name spells (cuBLAS/cuDNN
+# prefixes), used when the trace records no device
+ARCH_DEVICE = (("volta", "v100-sxm2-32gb"), ("turing", "rtx-2080-ti"),
+               ("ampere", "a100-sxm4-80gb"), ("sm80", "a100-sxm4-80gb"),
+               ("hopper", "h100-sxm"), ("sm90", "h100-sxm"))
+_ARCH_RE = re.compile(r"(?:^|_)(volta|turing|ampere|hopper|sm80|sm90)_")
+DTYPES = {"fp16": "fp16_tflops", "bf16": "bf16_tflops"}
+OLD_PEAK = {"fp32": "fp32_tflops", "tf32": "tf32_tflops"}
+PHASES = ("forward", "backward")
 
 
-def classify(kind: list, name: list, phase: list) -> list[str]:
-    """AMP class of every task: gemm_fp32, gemm_tf32, memory_bound, norm_reduce or keep."""
-    out = []
-    for k, n, ph in zip(kind, name, phase, strict=False):
-        if k != "kernel" or ph == "weight_update" or n is None:
-            out.append("keep")
-            continue
-        low = n.lower()
-        if "nccl" in low or "multi_tensor_apply" in low:
-            out.append("keep")
-            continue
-        c = next((c for c, r in _CLASS_RE if r.search(low)), "keep")
-        if c == "layout":
-            c = "memory_bound"
-        elif c == "gemm":
-            c = "gemm_tf32" if TF32.search(low) else "gemm_fp32"
-        out.append(c)
+# ---- 1. the device ---------------------------------------------------------------------------
+
+def amp_device(ctx: Context, names: list[str], gpu: str = "") -> tuple[hardware.Device, str]:
+    """The GPU the model takes its peaks from, and how it was found."""
+    if gpu:
+        return hardware.device(gpu), f"amp(gpu={gpu})"
+    dev = hardware.device_from_properties(ctx.device)
+    if dev is not None:
+        return dev, f"the trace's device {ctx.device.get('name')!r}"
+    seen = {}
+    for n in names:
+        m = _ARCH_RE.search((n or "").lower())
+        if m:
+            seen[m.group(1)] = seen.get(m.group(1), 0) + 1
+    if seen:
+        arch = max(seen, key=seen.get)
+        key = dict(ARCH_DEVICE)[arch]
+        return hardware.DEVICES[key], (f"no device in the trace; its kernel names are "
+                                       f"{arch} kernels: {hardware.DEVICES[key].name} assumed")
+    what = (f"its device {ctx.device.get('name')!r} is not in the GPU table" if ctx.device
+            else "it records no device")
+    raise DaydreamError(f"amp: {what} and its kernel names name no GPU architecture; give the "
+                        "GPU: amp(gpu=V100) (names as in transforms/hardware.py, e.g. A100, "
+                        "H100, MI300X, 2080ti)")
+
+
+def peaks(dev: hardware.Device, dtype: str) -> dict[str, float]:
+    """Peaks the model needs (FLOP/s, bytes/s), from the GPU table; a clear error where the
+    device lacks one."""
+    new = getattr(dev, DTYPES[dtype])
+    if new is None:
+        raise DaydreamError(f"amp: {dev.name} has no {dtype.upper()} tensor/matrix rate in the "
+                            f"GPU table ({dev.source(DTYPES[dtype])}); try amp(dtype=fp16)")
+    if dev.fp32_tflops is None or dev.memory_gbps is None:
+        raise DaydreamError(f"amp: the GPU table has no FP32 peak or memory bandwidth for "
+                            f"{dev.name}")
+    out = {"fp32": dev.fp32_tflops * 1e12, "new": new * 1e12, "bw": dev.memory_gbps * 1e9}
+    # TF32 kernels only run where the device has TF32; a TF32 name on a device without it
+    # (amp(gpu=...) on another GPU) is taken at the FP32 rate
+    out["tf32"] = (dev.tf32_tflops or dev.fp32_tflops) * 1e12
     return out
 
 
-def new_durations(dur: np.ndarray, cls: list[str], fam: str) -> np.ndarray:
-    """dur / speedup of the class, not below min_kernel_ns (kernels already shorter keep their
-    duration)."""
-    sp = AMP_SPEEDUP[fam]
-    floor = AMP["min_kernel_ns"]["value"]
-    s = np.array([sp[c]["value"] if c in sp else 1.0 for c in cls], np.float64)
-    new = np.rint(dur / s).astype(np.int64)
-    return np.where(s == 1.0, dur, np.maximum(new, np.minimum(dur, floor)))
+# ---- 4. the roofline -------------------------------------------------------------------------
 
+def roofline_ratio(flops, nbytes, p_old: float, p_new: float, bw: float,
+                   byte_ratio: float = 0.5):
+    """Old roofline time over new: ``max(F/p_old, B/bw) / max(F/p_new, byte_ratio*B/bw)``
+    (arrays or scalars; FLOP/s and bytes/s). The kernel's achieved fraction of its roofline
+    is the same before and after, so it cancels."""
+    f = np.asarray(flops, np.float64)
+    b = np.asarray(nbytes, np.float64)
+    old = np.maximum(f / p_old, b / bw)
+    new = np.maximum(f / p_new, byte_ratio * b / bw)
+    return np.where(new > 0, old / np.where(new > 0, new, 1.0), 1.0)
+
+
+def class_ratio(op: str, p_old: float, p_new: float, bw: float) -> float:
+    """The expected roofline ratio of a matrix kernel of class OP (conv, gemm, attention)
+    whose shapes are unknown: the harmonic mean, weighted by work time, of the ratios of a
+    calibration workload's intensities (constants.AMP_INTENSITY) on this device."""
+    hist = AMP_INTENSITY[op if op in AMP_INTENSITY else "gemm"]["value"]
+    ai = np.array([a for a, _ in hist], np.float64)
+    share = np.array([s for _, s in hist], np.float64)
+    r = roofline_ratio(ai, np.ones_like(ai), p_old, p_new, bw)
+    return float(share.sum() / np.sum(share / r))
+
+
+def speedup(dur_ns: np.ndarray, ratio: np.ndarray, t0_ns: float) -> np.ndarray:
+    """New durations: the fixed cost t0 kept, the work ``dur - t0`` divided by RATIO."""
+    d = dur_ns.astype(np.float64)
+    work = np.maximum(d - t0_ns, 0.0)
+    return np.rint(np.minimum(d, d - work + work / np.maximum(ratio, 1.0))).astype(np.int64)
+
+
+# ---- op shapes: FLOPs and bytes of a matrix op ------------------------------------------------
+
+_CONV_FWD = re.compile(r"(^|::)(cudnn_convolution|miopen_convolution|_convolution|convolution|"
+                       r"conv[123]d|conv_transpose[123]d)$")
+_CONV_BWD = re.compile(r"(^|::)(convolution_backward|cudnn_convolution_backward|"
+                       r"miopen_convolution_backward)$")
+_GEMM_OPS = re.compile(r"(^|::)(addmm|mm|bmm|baddbmm|linear|matmul|addbmm)$")
+
+
+def _tensors(dims) -> list[list[int]]:
+    return [d for d in dims if isinstance(d, list) and d and all(isinstance(x, int) for x in d)]
+
+
+def _prod(xs) -> int:
+    return int(math.prod(xs)) if xs else 0
+
+
+def op_work(name: str, dims_json: str | None, out_dims: list[int] | None = None
+            ) -> tuple[float, float, int] | None:
+    """(FLOPs of one pass, FP32 bytes, passes) of a matrix op from its recorded input shapes,
+    else None. Convolutions: 2 N K P Q (C/g) R S FLOPs, input + weight + output bytes; the
+    output's spatial size is OUT_DIMS' (the next op's input) where given, else the input's.
+    ``convolution_backward`` makes two passes (data and weight gradient). GEMMs: 2 M N K
+    (batched: times the batch), A + B + C bytes."""
+    if not dims_json:
+        return None
+    try:
+        dims = orjson.loads(dims_json)
+    except orjson.JSONDecodeError:
+        return None
+    low = name.lower()
+    ts = _tensors(dims)
+    if _CONV_BWD.search(low) and len(ts) >= 3:
+        go, x, w = ts[0], ts[1], ts[2]
+        if len(go) < 3 or len(x) < 3 or len(w) < 3:
+            return None
+        f = 2.0 * _prod(go) * _prod(w[1:])
+        return f, 4.0 * (_prod(go) + _prod(x) + _prod(w)), 2
+    if _CONV_FWD.search(low) and len(ts) >= 2:
+        x, w = ts[0], ts[1]
+        if len(x) < 3 or len(w) != len(x):
+            return None
+        n, k = x[0], w[0]
+        spatial = x[2:]
+        if out_dims and len(out_dims) == len(x) and out_dims[0] == n and out_dims[1] == k:
+            spatial = out_dims[2:]
+        out = n * k * _prod(spatial)
+        return 2.0 * out * _prod(w[1:]), 4.0 * (_prod(x) + _prod(w) + out), 1
+    if _GEMM_OPS.search(low):
+        op = low.rsplit("::", 1)[-1]
+        if op in ("addmm", "baddbmm", "addbmm") and len(ts) >= 3:
+            a, b = ts[1], ts[2]
+        elif op == "linear" and len(ts) >= 2:
+            x, w = ts[0], ts[1]
+            if len(w) != 2 or x[-1] != w[1]:
+                return None
+            m = _prod(x[:-1])
+            return 2.0 * m * w[0] * w[1], 4.0 * (_prod(x) + _prod(w) + m * w[0]), 1
+        elif len(ts) >= 2:
+            a, b = ts[0], ts[1]
+        else:
+            return None
+        if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+            return None
+        batch = max(_prod(a[:-2]) if len(a) > 2 else 1, _prod(b[:-2]) if len(b) > 2 else 1)
+        m, kk, n = a[-2], a[-1], b[-1]
+        return (2.0 * batch * m * n * kk,
+                4.0 * (_prod(a) + _prod(b) + batch * m * n), 1)
+    return None
+
+
+# ---- 3. what autocast does to each kernel ------------------------------------------------------
+
+class Ops:
+    """The trace's op ranges (the ``range`` activity table): each range's name, parent,
+    shapes, and the next op's input shape on its thread (a convolution's output)."""
+
+    def __init__(self, ranges: pa.Table | None):
+        self.ok = ranges is not None and ranges.num_rows > 0
+        if not self.ok:
+            return
+        cols = [c for c in ("range_id", "tid", "kind", "name", "parent", "start_ns", "dur_ns",
+                            "input_dims", "input_types") if c in ranges.column_names]
+        r = pl.from_arrow(ranges.select(cols))
+        for c in ("kind", "name"):
+            if r.schema[c] != pl.String:
+                r = r.with_columns(pl.col(c).cast(pl.String))
+        if "input_dims" not in r.columns:
+            r = r.with_columns(pl.lit(None, pl.String).alias("input_dims"))
+        r = r.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"]))
+        # op ranges say what autocast would do only where they name aten ops (an Nsight
+        # export's NVTX ranges do not)
+        self.ok = bool(r.filter(pl.col("kind") == "cpu_op").height)
+        self.name = dict(zip(r["range_id"].to_list(), r["name"].to_list(), strict=True))
+        self.parent = dict(zip(r["range_id"].to_list(), r["parent"].to_list(), strict=True))
+        self.dims = dict(zip(r["range_id"].to_list(), r["input_dims"].to_list(), strict=True))
+        self.has_shapes = r["input_dims"].drop_nulls().len() > 0
+        self._r = r
+        self._policy: dict[int, tuple[str | None, int | None]] = {}
+        self._next: dict[int, list[int] | None] | None = None
+
+    def chain(self, rid: int | None) -> list[int]:
+        """The range and its ancestors, innermost first (op ranges only)."""
+        out = []
+        while rid is not None and rid in self.name and len(out) < 64:
+            out.append(rid)
+            rid = self.parent.get(rid)
+        return out
+
+    def policy(self, rid: int | None) -> tuple[str | None, int | None]:
+        """(autocast policy, the op range that decided it) of a launch in range RID: the
+        outermost listed op of its ancestry decides (autocast acts where the op is called)."""
+        if rid is None:
+            return None, None
+        if rid not in self._policy:
+            pol, by = None, None
+            for a in reversed(self.chain(rid)):
+                p = autocast_policy(self.name[a])
+                if p is not None:
+                    pol, by = p, a
+                    break
+            self._policy[rid] = (pol, by)
+        return self._policy[rid]
+
+    def shape_op(self, rid: int | None) -> int | None:
+        """The innermost ancestor of RID whose shapes op_work can read (a conv/GEMM op)."""
+        for a in self.chain(rid):
+            n = self.name[a].lower()
+            if (self.dims.get(a) and (_CONV_FWD.search(n) or _CONV_BWD.search(n)
+                                      or _GEMM_OPS.search(n))):
+                return a
+        return None
+
+    def out_dims(self, rid: int) -> list[int] | None:
+        """The first input shape of the first later op on the thread whose first input is
+        4-d or more: a convolution's output as the next op (batch norm, ReLU) sees it."""
+        if self._next is None:
+            self._next = {}
+            self._by_tid = {}
+            r = self._r.filter(pl.col("input_dims").is_not_null()).sort("tid", "start_ns")
+            for (tid,), grp in r.group_by(["tid"], maintain_order=True):
+                self._by_tid[tid] = (grp["start_ns"].to_numpy(), grp["input_dims"].to_list())
+            self._end = dict(zip(self._r["range_id"].to_list(),
+                                 zip(self._r["tid"].to_list(),
+                                     (self._r["start_ns"] + self._r["dur_ns"]).to_list(),
+                                     strict=True), strict=True))
+        if rid in self._next:
+            return self._next[rid]
+        out = None
+        if rid in self._end:
+            tid, end = self._end[rid]
+            starts, dims = self._by_tid.get(tid, (np.empty(0, np.int64), []))
+            lo = int(np.searchsorted(starts, end, "left"))
+            for j in range(lo, min(lo + 20, len(dims))):
+                try:
+                    d = _tensors(orjson.loads(dims[j]))
+                except orjson.JSONDecodeError:
+                    d = []
+                if d and len(d[0]) >= 4:
+                    out = d[0]
+                    break
+        self._next[rid] = out
+        return out
+
+
+# kernel names whose op autocast runs in FP32, for traces without op ranges
+_FP32_KERNEL_RE = re.compile(r"softmax|layer_norm|layernorm|group_norm|nll_loss|cross_entropy|"
+                             r"log_softmax|cunn_softmax|mse|exp_kernel|log_kernel|pow_")
+
+
+def kernel_dtypes(g: Graph, kern: pl.DataFrame, prec: list[KernelPrecision], ops: Ops
+                  ) -> tuple[list[str], list[int | None]]:
+    """Per kernel of KERN: the dtype autocast gives it (``reduced``, ``fp32`` or ``keep``) and
+    the op range that launched it (None without ranges). ``keep``: not autocast's business
+    (parameters, gradients, optimizer, integer or FP64 data)."""
+    la = g.edge.filter(pl.col("kind") == "launch").select(pl.col("src").alias("api"),
+                                                          pl.col("dst").alias("id"))
+    k = kern.join(la, on="id", how="left")
+    rid_of = dict(zip(g.task["task_id"].to_list(), g.task["range_id"].to_list(), strict=True))
+    unit_of = g.task["unit_id"].to_numpy()
+    start_of = g.task["start_ns"].to_numpy()
+    api = k["api"].to_list()
+    ids = k["id"].to_list()
+    # program order of the launching calls, per thread (the stream's for unlaunched kernels)
+    order = sorted(range(len(ids)), key=lambda j: (
+        int(unit_of[api[j]]) if api[j] is not None else -1 - int(unit_of[ids[j]]),
+        int(start_of[api[j] if api[j] is not None else ids[j]])))
+    dtype = ["keep"] * len(ids)
+    op_rid: list[int | None] = [None] * len(ids)
+    last: dict[int, str] = {}
+    for j in order:
+        p = prec[j]
+        key = int(unit_of[api[j]]) if api[j] is not None else -1 - int(unit_of[ids[j]])
+        if ops.ok and api[j] is not None:
+            rid = rid_of.get(api[j])
+            pol, by = ops.policy(rid)
+            op_rid[j] = rid
+        else:  # the kernel's own class stands in for its op
+            low = (k["name"][j] or "").lower()
+            pol = ("lower" if p.math else "fp32" if _FP32_KERNEL_RE.search(low) else None)
+        if pol == "param":
+            dtype[j] = "keep"
+            continue
+        if pol == "lower":
+            d = "reduced"
+        elif pol == "fp32":
+            d = "fp32"
+        else:
+            d = last.get(key, "fp32")
+        if pol in ("lower", "fp32"):
+            last[key] = d
+        if p.precision in ("int", "fp64") or p.op == "comm":
+            d = "keep"
+        dtype[j] = d
+    return dtype, op_rid
+
+
+def op_class(ops: Ops, rid: int | None, p: KernelPrecision) -> str:
+    """conv or gemm: the class of a matrix kernel's op where its ranges name one (cuDNN runs
+    1x1 convolutions as sgemm kernels: ``transforms.kernels.op_kind``), else its name's."""
+    if ops.ok and rid is not None:
+        for a in ops.chain(rid):
+            kind = op_kind(ops.name[a])
+            if kind is not None:
+                return kind
+    return "conv" if p.op == "conv" else "gemm"
+
+
+def matrix_work(kern: pl.DataFrame, prec: list[KernelPrecision], ops: Ops,
+                op_rid: list[int | None]) -> list[tuple[float, float, int] | None]:
+    """Per kernel of KERN: (FLOPs, FP32 bytes, passes) of its op where it is a matrix kernel
+    whose op's shapes are recorded (``op_work``), else None."""
+    out: list[tuple[float, float, int] | None] = [None] * kern.height
+    if not (ops.ok and ops.has_shapes):
+        return out
+    for j, p in enumerate(prec):
+        if not p.math:
+            continue
+        sop = ops.shape_op(op_rid[j])
+        if sop is None:
+            continue
+        name = ops.name[sop]
+        out_dims = ops.out_dims(sop) if _CONV_FWD.search(name.lower()) else None
+        out[j] = op_work(name, ops.dims[sop], out_dims)
+    return out
+
+
+# ---- 2. what the trace computes in -------------------------------------------------------------
+
+def reduced_share(dur: np.ndarray, prec: list[KernelPrecision]) -> tuple[float, float]:
+    """(share of matrix-kernel time in 16-bit or narrower precision, matrix-kernel time ns)."""
+    math_ = np.array([p.math for p in prec], bool)
+    red = np.array([p.math and p.reduced for p in prec], bool)
+    tot = float(dur[math_].sum())
+    return (float(dur[red].sum()) / tot if tot > 0 else 0.0), tot
+
+
+_SCALER_RE = re.compile(r"non_finite_check_and_unscale|amp_update_scale")
+
+
+# ---- the optimization --------------------------------------------------------------------------
 
 @register("amp")
-def amp(g: Graph, ctx: Context, *, casts: bool = True, loss_scaling: bool = True) -> Graph:
-    """Automatic mixed precision: GPU kernels shrink by their class's FP16 speedup.
+def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
+        loss_scaling: bool = True, gpu: str = "") -> Graph:
+    """Automatic mixed precision (torch.autocast to DTYPE fp16 or bf16, and GradScaler).
 
-    Kernels are classed by name (GEMM/convolution on FP32 or TF32, element-wise/layout,
-    normalization/reduction); each class has a speedup per GPU family (v100, a100, h100,
-    turing, mi300x; 'default' when the device is unknown), see transforms.constants.AMP_SPEEDUP
-    with sources. Copies, collectives and optimizer kernels keep their time (FP32 gradients and
-    master weights). No kernel is made shorter than AMP min_kernel_ns. With CASTS, a weight
-    cast (one kernel and its launch call) is inserted before each run of forward GEMM/conv
-    kernels; with LOSS_SCALING, each iteration's weight update gets GradScaler's unscale
-    kernel, a found_inf.item() sync that blocks the host until it ends, and the scale update
-    kernel."""
-    fam = family(ctx.device)
-    ctx.notes.append(f"amp: GPU family {fam}")
-    t = g.task
-    cls = classify(t["kind"].to_list(), t["name"].to_list(), t["phase"].to_list())
-    dur = t["dur_ns"].to_numpy()
-    g = g.set_duration(np.ones(g.n_tasks, bool), new_durations(dur, cls, fam))
+    Kernels of the ops autocast runs in reduced precision (its float16 list and their backward,
+    and the ops that follow them on their inputs' dtype) shrink by the roofline of the GPU (its
+    FP32/TF32 and FP16/BF16 peaks and memory bandwidth from transforms/hardware.py): the work
+    beyond a kernel's fixed cost by max(F/P_old, B/BW) / max(F/P_new, B/2/BW), F and B from the
+    op's recorded shapes, else from the intensity distribution of its class
+    (constants.AMP_INTENSITY); bandwidth-bound kernels whose FP32 data become FP16 by 2.
+    Softmax, norms, losses and the other ops of autocast's float32 list, the optimizer,
+    gradients and collectives keep their time. With CASTS, each weighted op's weight cast
+    (forward) and gradient cast (backward) are inserted; with LOSS_SCALING, GradScaler's
+    kernels and its found_inf read (a device-to-host copy and a stream sync, which makes the
+    host wait for the GPU once per step). GPU: the GPU table's name of the device, where the
+    trace names none (or to predict on another GPU's peaks). A trace already in reduced
+    precision is left unchanged with a note."""
+    if dtype not in DTYPES:
+        raise DaydreamError(f"amp: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    t = g.task.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+    kern = t.filter(pl.col("kind") == "kernel")
+    if not kern.height:
+        ctx.notes.append("amp: the trace has no GPU kernels (a CPU-only trace); autocast on "
+                         "CUDA does not apply; unchanged")
+        return g
+    names = kern["name"].fill_null("").to_list()
+    prec = [kernel_precision(n) for n in names]
+    dur = kern["dur_ns"].to_numpy()
+    share, math_ns = reduced_share(dur, prec)
+    scaler = any(_SCALER_RE.search(n) for n in names)
+    if share >= AMP["reduced_share"]["value"] or scaler:
+        why = (f"{100 * share:.0f}% of its matrix-kernel time already runs in FP16/BF16/FP8"
+               if share >= AMP["reduced_share"]["value"] else
+               "it already runs GradScaler's kernels")
+        ctx.notes.append(f"amp: does not apply, {why}: the trace is in mixed precision "
+                         "already; unchanged")
+        return g
+    if math_ns == 0:
+        ctx.notes.append("amp: no matrix (GEMM/convolution) kernels; only bandwidth-bound "
+                         "kernels change")
+    dev, how = amp_device(ctx, names, gpu)
+    pk = peaks(dev, dtype)
+    ranges = ranges_of(ctx)
+    ops = Ops(ranges)
+    region = kern["phase"].is_in(list(PHASES)).to_numpy() & kern["iteration"].is_not_null(
+    ).to_numpy()
+    dt, op_rid = kernel_dtypes(g, kern, prec, ops)
+    # the fixed cost of a kernel: the trace's own shortest kernels (10th percentile)
+    t0 = float(np.percentile(dur, AMP["fixed_percentile"]["value"])) if len(dur) else 0.0
+    work = matrix_work(kern, prec, ops, op_rid)
+    ratio = np.ones(kern.height)
+    shaped = by_class = 0
+    cls_r: dict[tuple[str, str], float] = {}
+    per_class: dict[str, list[int]] = {}
+    for j, p in enumerate(prec):
+        if not region[j] or dt[j] != "reduced" or p.reduced:
+            continue
+        if p.math:
+            if p.precision not in OLD_PEAK:
+                continue
+            p_old = pk[p.precision]
+            w = work[j]
+            if w is not None:
+                ratio[j] = float(roofline_ratio(w[0], w[1], p_old, pk["new"], pk["bw"]))
+                shaped += 1
+            else:
+                key = (op_class(ops, op_rid[j], p), p.precision)
+                if key not in cls_r:
+                    cls_r[key] = class_ratio(key[0], p_old, pk["new"], pk["bw"])
+                ratio[j] = cls_r[key]
+                by_class += 1
+            per_class.setdefault(f"{p.op} {p.precision}", []).append(j)
+        elif p.precision in ("fp32", None):
+            ratio[j] = 1.0 / AMP["byte_ratio"]["value"]
+            per_class.setdefault("bandwidth-bound", []).append(j)
+    new = speedup(dur, ratio, t0)
+    full = t["dur_ns"].to_numpy().copy()
+    ids = kern["id"].to_numpy()
+    full[ids] = new
+    g = g.set_duration(np.ones(g.n_tasks, bool), full)
+    parts = []
+    for c, js in sorted(per_class.items()):
+        js = np.asarray(js)
+        parts.append(f"{c} {dur[js].sum() / max(new[js].sum(), 1):.2f}x over "
+                     f"{len(js)} kernels")
+    ctx.notes.append(
+        f"amp: {dev.name} ({how}): {dtype.upper()} peak {pk['new'] / 1e12:g} vs FP32 "
+        f"{pk['fp32'] / 1e12:g}" + (f"/TF32 {pk['tf32'] / 1e12:g}" if dev.tf32_tflops else "")
+        + f" TFLOPS, {pk['bw'] / 1e9:g} GB/s; fixed kernel cost {t0 / 1e3:.1f} us kept; "
+        + ("; ".join(parts) or "no kernel runs in FP32 where autocast would change it: "
+                                 "unchanged")
+        + (f"; {shaped} matrix kernels from their recorded shapes" if shaped else "")
+        + (f"; {by_class} without shapes, by their class's intensity distribution "
+           f"({', '.join(f'{a} {b} {v:.2f}x' for (a, b), v in sorted(cls_r.items()))}; "
+           f"{AMP_INTENSITY['conv']['source'][:60]}...)" if by_class else "")
+        + ("; op ranges: autocast's op lists" if ops.ok else
+           "; no op ranges: the kernels' own classes stand in for their ops"))
+    kern = g.task.with_row_index("id").filter(pl.col("kind") == "kernel")
     if casts:
-        g = _insert_casts(g, cls)
+        g = _insert_casts(g, ctx, ops, pk, t0)
     if loss_scaling:
-        g = _insert_loss_scaling(g)
-    ctx.notes.extend(memory.notes(g, ctx, "amp", ranges=ranges_of(ctx), amp=True))
+        g = _insert_loss_scaling(g, ctx, pk, t0)
+    ctx.notes.extend(memory.notes(g, ctx, "amp", ranges=ranges, amp=True))
     return g
 
 
-def cast_sites(g: Graph, cls: list[str]) -> list[tuple[int, int, int]]:
-    """(gpu kernel, its launch api, launch lag) of each forward GEMM/conv kernel that starts a
-    run of GEMM/conv kernels on its stream."""
+# ---- 5. casts and GradScaler ------------------------------------------------------------------
+
+def _frame(rows: list[dict]) -> pl.DataFrame:
+    """Rows of tasks to insert, every key in every row (placed before, not blocking, no bytes
+    where a row does not say)."""
+    default = {"place": "before", "blocking": False, "bytes": None}
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    return pl.DataFrame([{k: r.get(k, default.get(k)) for k in keys} for r in rows])
+
+
+def _host_costs(g: Graph) -> dict[str, int]:
+    """Own costs the inserted calls take, measured in the trace: the median cudaLaunchKernel,
+    cudaMemcpyAsync and blocking call (after its wait)."""
+    t = g.task.filter(pl.col("kind") == "api")
+    out = {}
+    for key, expr, fallback in (
+            ("launch", pl.col("name").str.contains("LaunchKernel"), AMP["launch_ns"]),
+            ("copy", pl.col("name").str.contains("Memcpy") & ~pl.col("blocking"),
+             AMP["launch_ns"]),
+            ("sync", pl.col("blocking"), AMP["sync_ns"])):
+        s = t.filter(expr)["dur_ns"]
+        out[key] = int(s.median()) if s.len() else int(fallback["value"])
+    return out
+
+
+def _launch_lags(g: Graph) -> dict[int, int]:
+    la = g.edge.filter(pl.col("kind") == "launch")
+    return dict(zip(la["dst"].to_list(), la["lag_ns"].to_list(), strict=True))
+
+
+def _launch_of(g: Graph) -> dict[int, int]:
+    la = g.edge.filter(pl.col("kind") == "launch")
+    return dict(zip(la["dst"].to_list(), la["src"].to_list(), strict=True))
+
+
+def param_bytes_estimate(g: Graph, ctx: Context, bw_eff: float) -> tuple[float, str]:
+    """FP32 parameter bytes: given (--param-bytes), from the layer table's recorded weights,
+    else from the optimizer's kernels (their time at the achieved bandwidth over the passes its
+    update makes over parameter-sized tensors, constants.FUSED_OPTIMIZER_PASSES)."""
+    if ctx.param_bytes:
+        return float(ctx.param_bytes), "--param-bytes"
+    lay = g.layer
+    if "param_bytes" in lay.columns:
+        s = lay["param_bytes"].drop_nulls()
+        if s.len() and s.sum() > 0:
+            return float(s.sum()), "the layers' recorded weight shapes"
     t = g.task
-    is_gemm = np.array([c.startswith("gemm") for c in cls])
-    fwd = (t["phase"] == "forward").to_numpy()
-    unit = t["unit_id"].to_numpy()
-    prev_gemm = np.zeros(g.n_tasks, bool)
-    for u in np.unique(unit[is_gemm]):
-        ids = np.flatnonzero((unit == u) & (t["kind"].is_in(GPU_KINDS).to_numpy()))
-        prev_gemm[ids[1:]] = is_gemm[ids[:-1]]
-    first = np.flatnonzero(is_gemm & fwd & ~prev_gemm)
-    la = g.edge.filter(pl.col("kind") == "launch", pl.col("dst").is_in(first.tolist()))
-    return [(int(d), int(s), int(lag)) for s, d, lag in
-            zip(la["src"].to_list(), la["dst"].to_list(), la["lag_ns"].to_list(), strict=False)]
+    wu = t.filter(pl.col("kind") == "kernel", pl.col("phase") == "weight_update",
+                  pl.col("iteration").is_not_null())
+    its = wu["iteration"].n_unique()
+    if not its:
+        return 0.0, "unknown (no optimizer kernels)"
+    kind, _ = optimizer_kind(g)
+    passes = FUSED_OPTIMIZER_PASSES.get(kind or "sgd", FUSED_OPTIMIZER_PASSES["sgd"])["value"]
+    per_it = float(wu["dur_ns"].sum()) / its
+    return per_it * 1e-9 * bw_eff / passes[0], (
+        f"the optimizer's kernels ({per_it / 1e6:.2f} ms per step at "
+        f"{bw_eff / 1e9:.0f} GB/s over {passes[0]} passes of {kind or 'sgd'})")
 
 
-def _insert_casts(g: Graph, cls: list[str]) -> Graph:
-    sites = cast_sites(g, cls)
-    if not sites:
+def optimizer_kind(g: Graph) -> tuple[str | None, str | None]:
+    """(adam, adamw, sgd, adagrad or None; the Optimizer.step class name as the trace shows
+    it) from the host tasks' ``Optimizer.step#X.step`` labels."""
+    from transforms.opts.fused_optimizer import trace_optimizer
+    return trace_optimizer(g)
+
+
+def _insert_casts(g: Graph, ctx: Context, ops: Ops, pk: dict, t0: float) -> Graph:
+    """One weight cast per weighted FP16 op: before the op's first kernel in forward (FP32
+    weight read, FP16 copy written: 6 bytes a parameter), and its gradient's cast back after
+    the op's backward node's last kernel (the same bytes). The casts share the parameter
+    bytes evenly; each costs t0 plus its bytes at the achieved bandwidth, and one launch."""
+    if not ops.ok:
+        ctx.notes.append("amp: no op ranges, weight casts not inserted")
         return g
-    unit = g.task["unit_id"].to_numpy()
-    k = len(sites)
-    rows = []
-    for _kern, api, _ in sites:
-        rows.append({"at": api, "kind": "api", "unit_id": int(unit[api]),
-                     "name": "cudaLaunchKernel", "dur_ns": AMP["cast_cpu_ns"]["value"]})
-    for kern, _api, _ in sites:
-        rows.append({"at": kern, "kind": "kernel", "unit_id": int(unit[kern]),
-                     "name": "amp: cast weight fp32->fp16 (inserted)",
-                     "dur_ns": AMP["cast_kernel_ns"]["value"]})
-    edges = pl.DataFrame({"src": [-1 - i for i in range(k)],
-                          "dst": [-1 - k - i for i in range(k)],
-                          "kind": ["launch"] * k, "anchor": ["start_start"] * k,
-                          "lag_ns": [lag for _, _, lag in sites], "binding": [False] * k})
-    g2, _ = g.insert(pl.DataFrame(rows), edges)
-    return g2
-
-
-def loss_scaling_sites(g: Graph) -> list[tuple[int, int, int, int]]:
-    """Per iteration: (first optimizer kernel, its launch api, launch lag, sum of the
-    iteration's optimizer kernel durations)."""
-    t = g.task
-    wu = t.with_row_index("i").filter(pl.col("phase") == "weight_update",
-                                      pl.col("kind") == "kernel",
-                                      pl.col("iteration").is_not_null())
-    if not wu.height:
-        return []
-    first = wu.group_by("iteration").agg(pl.col("i").min().alias("k"),
-                                         pl.col("dur_ns").sum().alias("sum")).sort("iteration")
-    la = g.edge.filter(pl.col("kind") == "launch").select(
-        pl.col("src").alias("api"), pl.col("dst").alias("k"), "lag_ns")
-    j = first.join(la, on="k", how="inner").sort("iteration")
-    return [(int(r["k"]), int(r["api"]), int(r["lag_ns"]), int(r["sum"])) for r in j.iter_rows(
-        named=True)]
-
-
-def _insert_loss_scaling(g: Graph) -> Graph:
-    sites = loss_scaling_sites(g)
-    if not sites:
+    t = g.task.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+    kern = t.filter(pl.col("kind") == "kernel", pl.col("phase").is_in(list(PHASES)),
+                    pl.col("iteration").is_not_null())
+    launch = _launch_of(g)
+    lag = _launch_lags(g)
+    rid_of = dict(zip(t["id"].to_list(), t["range_id"].to_list(), strict=True))
+    weighted = re.compile(r"conv|linear|addmm|prelu|_cell")
+    first: dict[tuple[int, int], tuple[int, int]] = {}  # (iteration, op range) -> (kernel, api)
+    lastb: dict[tuple[int, int], tuple[int, int]] = {}
+    # in launch order (task ids are in start order): a cast goes before the op's first launch
+    # and after its last, so that it never precedes work launched before it
+    rows_k = [(launch[kid], kid, it, ph) for kid, it, ph in zip(
+        kern["id"].to_list(), kern["iteration"].to_list(), kern["phase"].to_list(),
+        strict=True) if kid in launch]
+    for api, kid, it, ph in sorted(rows_k):
+        pol, by = ops.policy(rid_of.get(api))
+        if pol != "lower" or by is None or not weighted.search(ops.name[by].lower()):
+            continue
+        key = (it, by)
+        if ph == "forward":
+            first.setdefault(key, (kid, api))
+        else:
+            lastb[key] = (kid, api)
+    n_fwd = len({k for k in first})
+    if not n_fwd:
         return g
+    its = max(len({k[0] for k in first}), 1)
+    bw_eff = pk["bw"] * AMP["achieved_bandwidth"]["value"]
+    pbytes, src = param_bytes_estimate(g, ctx, bw_eff)
+    per = pbytes / max(n_fwd / its, 1)
+    cast_ns = int(round(t0 + per * AMP["cast_bytes_per_param_byte"]["value"] / bw_eff * 1e9))
+    host = _host_costs(g)
     unit = g.task["unit_id"].to_numpy()
     rows, edges = [], []
-    c = AMP
-    for kern, api, lag, opt_sum in sites:
-        b = len(rows)
-        th, st = int(unit[api]), int(unit[kern])
-        unscale = max(int(round(opt_sum * c["unscale_frac"]["value"])), 1)
-        rows += [
-            {"at": api, "kind": "api", "unit_id": th, "name": "cudaLaunchKernel",
-             "dur_ns": c["cast_cpu_ns"]["value"], "blocking": False},
-            {"at": api, "kind": "api", "unit_id": th,
-             "name": "cudaMemcpyAsync (GradScaler found_inf.item, inserted)",
-             "dur_ns": c["sync_ns"]["value"], "blocking": True},
-            {"at": api, "kind": "api", "unit_id": th, "name": "cudaLaunchKernel",
-             "dur_ns": c["cast_cpu_ns"]["value"], "blocking": False},
-            {"at": kern, "kind": "kernel", "unit_id": st,
-             "name": "amp: _amp_foreach_non_finite_check_and_unscale_ (inserted)",
-             "dur_ns": unscale, "blocking": False},
-            {"at": kern, "kind": "kernel", "unit_id": st,
-             "name": "amp: _amp_update_scale_ (inserted)",
-             "dur_ns": c["scale_kernel_ns"]["value"], "blocking": False},
-        ]
-        r = [-1 - (b + i) for i in range(5)]
-        edges += [
-            (r[0], r[3], "launch", "start_start", lag),
-            (r[2], r[4], "launch", "start_start", lag),
-            (r[3], r[1], "sync", "end_end", 0),
-        ]
+    for (kid, api), where in ([(v, "before") for v in first.values()] +
+                              [(v, "after") for v in lastb.values()]):
+        k = len(rows)
+        rows.append({"at": api, "place": where, "kind": "api", "unit_id": int(unit[api]),
+                     "name": "cudaLaunchKernel", "dur_ns": host["launch"]})
+        rows.append({"at": kid, "place": where, "kind": "kernel", "unit_id": int(unit[kid]),
+                     "name": "amp: " + ("cast weight fp32->fp16" if where == "before" else
+                                        "cast weight grad fp16->fp32") + " (inserted)",
+                     "dur_ns": cast_ns})
+        edges.append((-1 - k, -2 - k, "launch", "start_start", int(lag.get(kid, 0))))
     ed = pl.DataFrame(edges, schema=["src", "dst", "kind", "anchor", "lag_ns"], orient="row")
-    g2, _ = g.insert(pl.DataFrame(rows), ed)
-    return g2
+    g, _ = g.insert(_frame(rows), ed)
+    ctx.notes.append(f"amp: {len(first)} weight casts and {len(lastb)} gradient casts of "
+                     f"{cast_ns / 1e3:.1f} us each ({pbytes / 1e6:.1f} MB of FP32 parameters "
+                     f"from {src}, {n_fwd // its} weighted FP16 ops per iteration)")
+    return g
+
+
+def _insert_loss_scaling(g: Graph, ctx: Context, pk: dict, t0: float) -> Graph:
+    """GradScaler per iteration, as torch.amp.GradScaler runs it: ``scale(loss)`` (one scalar
+    multiply) before the first backward kernel; ``unscale_`` before the first optimizer
+    kernel (one pass reading and writing every FP32 gradient: 8 bytes a parameter), then
+    ``found_inf.item()`` (a 4-byte cudaMemcpyAsync to the host and a cudaStreamSynchronize
+    that waits for it); ``update()`` (one small kernel) after the last optimizer kernel."""
+    t = g.task.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+    kern = t.filter(pl.col("kind").is_in(list(LOCAL_GPU_KINDS)),
+                    pl.col("iteration").is_not_null())
+    launch = _launch_of(g)
+    lag = _launch_lags(g)
+    wu = kern.filter(pl.col("phase") == "weight_update", pl.col("kind") == "kernel",
+                     pl.col("id").is_in(list(launch)))
+    bw = kern.filter(pl.col("phase") == "backward", pl.col("kind") == "kernel",
+                     pl.col("id").is_in(list(launch)))
+    if not wu.height:
+        ctx.notes.append("amp: no optimizer kernels launched in the trace: GradScaler not "
+                         "inserted")
+        return g
+    host = _host_costs(g)
+    bw_eff = pk["bw"] * AMP["achieved_bandwidth"]["value"]
+    pbytes, src = param_bytes_estimate(g, ctx, bw_eff)
+    unscale_ns = int(round(t0 + pbytes * 2 / bw_eff * 1e9))
+    unit = g.task["unit_id"].to_numpy()
+    # the first and last launched optimizer kernels, and the first launched backward kernel
+    # (launch calls' ids are in start order): GradScaler's work goes beside them in launch
+    # order, never before work launched earlier
+    def by_launch(df: pl.DataFrame) -> pl.DataFrame:
+        return df.with_columns(pl.col("id").replace_strict(launch, return_dtype=pl.Int64)
+                               .alias("api")).sort("api")
+    wu = by_launch(wu)
+    first_wu = wu.group_by("iteration").agg(pl.col("id").first().alias("k"),
+                                            pl.col("id").last().alias("last"))
+    first_bw = dict(by_launch(bw).group_by("iteration").agg(pl.col("id").first()).iter_rows())
+    # per stream, its tasks in order with their launch calls: the found_inf copy the host
+    # waits for goes after the last task launched before the wait, not merely before the
+    # optimizer's first kernel (another thread may have launched work onto the stream later
+    # that started earlier, and waits on this thread's later calls)
+    api_of = np.full(g.n_tasks, np.iinfo(np.int64).max, np.int64)
+    for d, a in launch.items():
+        api_of[d] = a
+    rows, edges = [], []
+    for it, k, last in first_wu.sort("iteration").iter_rows():
+        api, api_last = launch[k], launch[last]
+        th, st = int(unit[api]), int(unit[k])
+        on = np.flatnonzero((unit == st) & (api_of < api))
+        at_k, place_k = (int(on.max()), "after") if len(on) else (k, "before")
+
+        def add(row: dict) -> int:
+            rows.append(row)
+            return -len(rows)
+        b = first_bw.get(it)
+        if b is not None:
+            a0 = add({"at": launch[b], "kind": "api", "unit_id": int(unit[launch[b]]),
+                      "name": "cudaLaunchKernel", "dur_ns": host["launch"]})
+            k0 = add({"at": b, "kind": "kernel", "unit_id": int(unit[b]),
+                      "name": "amp: GradScaler.scale loss * scale (inserted)",
+                      "dur_ns": int(round(t0))})
+            edges.append((a0, k0, "launch", "start_start", int(lag.get(b, 0))))
+        a1 = add({"at": api, "kind": "api", "unit_id": th, "name": "cudaLaunchKernel",
+                  "dur_ns": host["launch"]})
+        k1 = add({"at": at_k, "place": place_k, "kind": "kernel", "unit_id": st,
+                  "name": "amp: _amp_foreach_non_finite_check_and_unscale_ (inserted)",
+                  "dur_ns": unscale_ns})
+        a2 = add({"at": api, "kind": "api", "unit_id": th,
+                  "name": "cudaMemcpyAsync (GradScaler found_inf.item, inserted)",
+                  "dur_ns": host["copy"]})
+        c2 = add({"at": at_k, "place": place_k, "kind": "memcpy", "unit_id": st, "bytes": 4,
+                  "name": "amp: found_inf DtoH (inserted)", "dur_ns": int(round(t0))})
+        s2 = add({"at": api, "kind": "api", "unit_id": th, "blocking": True,
+                  "name": "cudaStreamSynchronize (GradScaler found_inf.item, inserted)",
+                  "dur_ns": host["sync"]})
+        a3 = add({"at": api_last, "place": "after", "kind": "api", "unit_id": th,
+                  "name": "cudaLaunchKernel", "dur_ns": host["launch"]})
+        k3 = add({"at": last, "place": "after", "kind": "kernel", "unit_id": int(unit[last]),
+                  "name": "amp: _amp_update_scale_ (inserted)", "dur_ns": int(round(t0))})
+        edges += [(a1, k1, "launch", "start_start", int(lag.get(k, 0))),
+                  (a2, c2, "launch", "start_start", int(lag.get(k, 0))),
+                  (c2, s2, "sync", "end_end", LATENCY["sync"].ns),
+                  (a3, k3, "launch", "start_start", int(lag.get(last, 0)))]
+    # an inferred cross-stream wait whose source was launched after its destination cannot
+    # be a stream wait (cudaStreamWaitEvent waits for work recorded before it is enqueued):
+    # with a host that now waits for the GPU once per step it would close a cycle
+    e = g.edge
+    bad = (e["inferred"] & e["kind"].is_in(["wait", "contention"])).to_numpy()
+    if bad.any():
+        src_api = api_of[e["src"].to_numpy()]
+        dst_api = api_of[e["dst"].to_numpy()]
+        bad &= (src_api > dst_api) & (src_api != np.iinfo(np.int64).max)
+        if bad.any():
+            g = g.drop_edges(bad)
+            ctx.notes.append(f"amp: {int(bad.sum())} inferred cross-stream waits whose source "
+                             "was launched after their destination dropped (no stream wait "
+                             "can wait for later work; GradScaler's sync would deadlock on them)")
+    ed = pl.DataFrame(edges, schema=["src", "dst", "kind", "anchor", "lag_ns"], orient="row")
+    g, _ = g.insert(_frame(rows), ed)
+    ctx.notes.append(f"amp: GradScaler in {first_wu.height} steps: unscale_ "
+                     f"{unscale_ns / 1e3:.1f} us ({pbytes / 1e6:.1f} MB of gradients from "
+                     f"{src}), found_inf read back with a stream sync (the host waits for "
+                     "the GPU's backward once per step), update kernel")
+    return g

@@ -20,7 +20,7 @@ def region_tasks(g: Graph) -> np.ndarray:
             & t["iteration"].is_not_null() & ~t["blocking"]).to_numpy()
 
 
-@register("cuda_graphs")
+@register("cuda_graphs", removes_cpu=True)
 def cuda_graphs(g: Graph, ctx: Context) -> Graph:
     """CUDA graphs over forward+backward: the region's host time and launch calls vanish.
 

@@ -9,7 +9,7 @@ from graphstore.schema import LOCAL_GPU_KINDS
 from ingest.errors import DaydreamError
 from transforms import comm
 from transforms.constants import DISTRIBUTED as C
-from transforms.opts.distributed import assumed_link
+from transforms.opts.distributed import assumed_link, launch_calls, rows_frame
 from transforms.primitives import Graph
 from transforms.registry import Context, register
 
@@ -112,6 +112,7 @@ def ddp(g: Graph, ctx: Context, *, world: int = 8, bandwidth: str = "", bucket_m
                      f"{len(set(b[0] for b in bs))} iterations, {world} GPUs, {lk.source} "
                      f"({lk.gbps:.2f} GB/s, {lk.latency_ns / 1e3:.1f} us per step)")
     ctx.world_size = world  # the graph is now one rank of a WORLD-GPU job (for the chain)
+    ctx.link = lk  # and its collectives run on this link
     if world == 1:
         return g
     g, chan = g.add_unit("ddp all_reduce (inserted)", "channel", "fcfs")
@@ -121,7 +122,11 @@ def ddp(g: Graph, ctx: Context, *, world: int = 8, bandwidth: str = "", bucket_m
              "bytes": int(round(b))} for j, (_, at, b) in enumerate(bs)]
     edges = pl.DataFrame({"src": [at for _, at, _ in bs], "dst": [-1 - j for j in range(len(bs))],
                           "kind": ["inserted"] * len(bs)})
-    g, ins = g.insert(pl.DataFrame(rows), edges)
+    # DDP's reducer launches each bucket's all-reduce from the thread that ran the bucket's
+    # last gradient hook: a launch call after the call that launched the ready kernel
+    rows_l, edges_l = launch_calls(g, [at for _, at, _ in bs], len(rows))
+    g, ins = g.insert(rows_frame(rows + rows_l),
+                      pl.concat([edges, edges_l], how="diagonal_relaxed"))
     # the optimizer waits for its buckets: the iteration's first weight-update GPU task after
     # the bucket was ready (zero_grad at the iteration's start may be weight-update too)
     t = g.task

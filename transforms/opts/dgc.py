@@ -11,7 +11,13 @@ from transforms import comm
 from transforms.constants import DISTRIBUTED as C
 from transforms.constants import GPU_MEMORY_GBPS as MEM
 from transforms.devices import family
-from transforms.opts.distributed import current_link, gradient_allreduces, set_comm
+from transforms.opts.distributed import (
+    current_link,
+    gradient_allreduces,
+    launch_calls,
+    rows_frame,
+    set_comm,
+)
 from transforms.primitives import Graph
 from transforms.registry import Context, register
 
@@ -46,25 +52,35 @@ def dgc(g: Graph, ctx: Context, *, ratio: float = 0.001) -> Graph:
     sel_ns = np.maximum(np.rint(nbytes * C["dgc_select_frac"]["value"] / bw),
                         C["dgc_min_kernel_ns"]["value"]).astype(np.int64)
     e = g.edge
-    feed = (e.filter(pl.col("dst").is_in(c["task_id"].to_list()), pl.col("anchor") ==
-                     "end_start").sort("lag_ns").unique("dst", keep="first")
-            .select("src", "dst"))
     unit = g.task["unit_id"].to_numpy()
     kinds = g.task["kind"].to_numpy()
+    # the local GPU task whose end made each collective's gradients ready: among its
+    # end_start predecessors (stream order on the comm stream, the compute stream's wait,
+    # ddp's inserted edge), the local GPU tasks, the one closest before it
+    feed = e.filter(pl.col("dst").is_in(c["task_id"].to_list()), pl.col("anchor") ==
+                    "end_start")
     feed = feed.filter(pl.col("src").map_batches(
         lambda s: pl.Series(np.isin(kinds[s.to_numpy()], LOCAL_GPU_KINDS))))
+    feed = feed.sort("src", descending=True).unique("dst", keep="first").select("src", "dst")
     sel = dict(zip(c["task_id"].to_list(), sel_ns.tolist(), strict=True))
     rows, edges = [], []
-    for j, (src, dst) in enumerate(feed.iter_rows()):
+    for j, (src, dst) in enumerate(feed.sort("dst").iter_rows()):
         rows.append({"at": src, "place": "after", "kind": "kernel", "unit_id": int(unit[src]),
                      "name": "dgc: top-k gradient selection (inserted)", "dur_ns": sel[dst]})
         edges.append((-1 - j, dst))
+    ins_ns = np.array([r["dur_ns"] for r in rows], np.float64)
     ctx.notes.append(f"dgc: {c.height} all-reduces sparsified to ratio {ratio:g} "
-                     f"({n} ranks); {len(rows)} selection kernels inserted "
-                     f"({sel_ns.mean() / 1e3:.1f} us each on average)")
+                     f"({n} ranks); " + (
+                         f"{len(rows)} selection kernels inserted "
+                         f"({ins_ns.mean() / 1e3:.1f} us each on average)" if rows else
+                         "no GPU task feeds them in the graph: no selection kernel inserted")
+                     + (f"; {c.height - len(rows)} collectives have none" if rows and
+                        len(rows) < c.height else ""))
     if not rows:
         return g
     ed = pl.DataFrame(edges, schema=["src", "dst"], orient="row").with_columns(
         pl.lit("inserted").alias("kind"))
-    g2, _ = g.insert(pl.DataFrame(rows), ed)
+    rows_l, ed_l = launch_calls(g, [r["at"] for r in rows], len(rows))
+    g2, _ = g.insert(rows_frame(rows + rows_l),
+                     pl.concat([ed, ed_l], how="diagonal_relaxed"))
     return g2

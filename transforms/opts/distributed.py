@@ -7,15 +7,56 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from graphstore.latency import LATENCY
 from graphstore.schema import LOCAL_GPU_KINDS
 from ingest.errors import DaydreamError
 from transforms import comm
+from transforms.constants import DISTRIBUTED as C
 from transforms.devices import family
 from transforms.primitives import Graph
 from transforms.registry import Context, register
 
 # A link assumed for the trace when its collectives carry no message size, by GPU family.
 _ASSUMED = {"v100": "nvlink2", "a100": "nvlink3", "h100": "nvlink4"}
+
+
+def rows_frame(rows: list[dict]) -> pl.DataFrame:
+    """Tasks to insert as one frame, every key in every row (a row without ``place`` is placed
+    before, without ``splice`` spliced, without ``bytes`` has none)."""
+    default = {"place": "before", "splice": True, "bytes": None}
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    frame = pl.DataFrame([{k: r.get(k, default.get(k)) for k in keys} for r in rows])
+    return frame.with_columns(pl.col("bytes").cast(pl.Int64)) if "bytes" in keys else frame
+
+
+def launch_calls(g: Graph, beside: list[int], first: int) -> tuple[list[dict], pl.DataFrame]:
+    """Launch calls for GPU tasks a what-if inserts beside the GPU tasks BESIDE (the k-th new
+    task being number FIRST + k of the insert): each a cudaLaunchKernel after the call that
+    launched its BESIDE task, on that thread, at the trace's median launch cost, with a launch
+    edge to it. A GPU task without a launch would count as launched before the window."""
+    la = g.edge.filter(pl.col("kind") == "launch")
+    api_of = dict(zip(la["dst"].to_list(), la["src"].to_list(), strict=True))
+    calls = g.task.filter(pl.col("kind") == "api",
+                          pl.col("name").fill_null("").str.contains("LaunchKernel"))
+    cost = int(calls["dur_ns"].median()) if calls.height else int(
+        C["launch_ns"]["value"])
+    unit = g.task["unit_id"].to_numpy()
+    rows, src, dst = [], [], []
+    for k, b in enumerate(beside):
+        a = api_of.get(int(b))
+        if a is None:
+            continue
+        rows.append({"at": int(a), "place": "after", "splice": True, "kind": "api",
+                     "unit_id": int(unit[a]), "name": "cudaLaunchKernel (inserted)",
+                     "dur_ns": cost})
+        src.append(-1 - (first + len(rows) - 1))
+        dst.append(-1 - k)
+    edges = pl.DataFrame({"src": src, "dst": dst, "kind": ["launch"] * len(src),
+                          "anchor": ["start_start"] * len(src),
+                          "lag_ns": [LATENCY["launch"].ns] * len(src)},
+                         schema={"src": pl.Int64, "dst": pl.Int64, "kind": pl.Utf8,
+                                 "anchor": pl.Utf8, "lag_ns": pl.Int64})
+    return rows, edges
 
 
 def world_of(g: Graph, ctx: Context) -> int | None:
@@ -51,8 +92,15 @@ def assumed_link(ctx: Context) -> comm.Link:
 
 
 def current_link(g: Graph, ctx: Context, n: int, algo: str = "ring") -> comm.Link:
-    """The trace's link: bandwidth fitted from its collectives where they carry sizes, else
-    the link usual for its GPU; step latency from that link (a note says which)."""
+    """The trace's link: the one an optimization earlier in the chain set (``ddp``), else the
+    bandwidth fitted from the trace's recorded collectives where they carry sizes (never from
+    collectives the chain inserted), else the link usual for its GPU; step latency from that
+    link (a note says which)."""
+    if ctx.link is not None:
+        ctx.notes.append(f"comm: the link set earlier in the chain, {ctx.link.source} "
+                         f"({ctx.link.gbps:.2f} GB/s, {ctx.link.latency_ns / 1e3:.1f} us per "
+                         "step)")
+        return ctx.link
     base = assumed_link(ctx)
     f = comm.fit(g.task, n, base.latency_ns, algo)
     if f.link is not None:
@@ -115,6 +163,7 @@ def _rewrite_comm(g: Graph, ctx: Context, n_new: int | None, bandwidth: str | No
     parts = comm.split(c, n, cur, algo)
     dur = comm.rescale(parts, n, n_new or n, cur, new, algo)
     g = optimizer_waits(g)
+    ctx.link = new  # what the rest of the chain communicates over
     ctx.notes.append(f"{what}: {c.height} collectives, {n} -> {n_new or n} ranks, "
                      f"{cur.gbps:.2f} -> {new.gbps:.2f} GB/s; time in collectives "
                      f"{c['dur_ns'].sum() / 1e6:.3f} -> {dur.sum() / 1e6:.3f} ms")

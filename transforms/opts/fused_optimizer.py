@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import polars as pl
 
 from graphstore.schema import GPU_KINDS
+from ingest.errors import DaydreamError
 from transforms.constants import FUSED_OPTIMIZER as C
 from transforms.constants import FUSED_OPTIMIZER_CPU as C_CPU
 from transforms.primitives import Graph
@@ -13,6 +16,50 @@ from transforms.registry import Context, register
 
 # zero_grad's kernels (fills) are not part of the step
 ZERO_GRAD = r"(?i)fillfunctor|zero_grad|aten::zero_|aten::fill_"
+
+KINDS = ("adam", "adamw", "sgd", "adagrad")
+# The optimizer a trace runs, from torch's ``Optimizer.step#<Class>.step`` range (recorded by
+# torch.optim.Optimizer's profile hook) and, where that names a fused class, from the kernels
+# and ops of fused implementations: torch's fused=True (aten::_fused_adam_/_fused_adamw_/
+# _fused_sgd_/_fused_adagrad_, kernels FusedAdamMathFunctor, fused_sgd), apex and TorchRec's
+# FusedAdam/FusedLAMB/FusedSGD (multi_tensor_apply_kernel<..., AdamFunctor>), and FBGEMM's
+# table-batched embeddings, whose optimizer runs fused into backward
+# (split_embedding_backward_codegen_<optimizer>_...).
+_STEP_RE = re.compile(r"Optimizer\.step#(\w+)\.step")
+_CLASS_KIND = (("adamw", "adamw"), ("adam", "adam"), ("sgd", "sgd"), ("adagrad", "adagrad"))
+_FUSED_CLASS = re.compile(r"(?i)^fused|apex|^multitensor")
+_FUSED_WORK = re.compile(r"(?i)_fused_(adam|adamw|sgd|adagrad)_|fusedadammathfunctor|"
+                         r"fused_sgd|adamfunctor|lambfunctor|fusedsgd")
+
+
+def trace_optimizer(g: Graph) -> tuple[str | None, str | None]:
+    """(kind, class): the optimizer the trace's ``Optimizer.step#X.step`` ranges name (the most
+    frequent when several do), its kind one of KINDS (None for another optimizer: Shampoo, LAMB,
+    EMA ...) and the class name as recorded; (None, None) without such a range."""
+    names = g.task.filter(pl.col("name").fill_null("").str.contains("Optimizer.step#"))["name"]
+    counts: dict[str, int] = {}
+    for n in names.to_list():
+        m = _STEP_RE.search(n)
+        if m:
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    if not counts:
+        return None, None
+    cls = max(counts, key=counts.get)
+    low = cls.lower()
+    kind = next((k for key, k in _CLASS_KIND if key in low), None)
+    return kind, cls
+
+
+def already_fused(g: Graph, cls: str | None) -> str | None:
+    """Why the trace's optimizer is fused already (a fused class, or fused kernels or ops in
+    its weight update), else None."""
+    if cls and _FUSED_CLASS.search(cls):
+        return f"it runs {cls}.step, a fused optimizer"
+    t = g.task.filter(pl.col("phase") == "weight_update")
+    hit = t.filter(pl.col("name").fill_null("").str.contains(_FUSED_WORK.pattern))
+    if hit.height:
+        return f"its weight update runs {hit['name'][0][:60]!r}, a fused optimizer kernel"
+    return None
 
 
 def step_regions(g: Graph) -> pl.DataFrame:
@@ -211,11 +258,35 @@ def _fuse_cpu(g: Graph, ctx: Context, kind: str) -> Graph:
     return g
 
 
+def applies(g: Graph, ctx: Context, kind: str) -> bool:
+    """Whether fused_KIND applies to the trace: an error when the trace runs another optimizer
+    (naming it), False (with a note) when its optimizer is fused already."""
+    found, cls = trace_optimizer(g)
+    if cls is not None and found != kind:
+        raise DaydreamError(f"fused_{kind}: the trace runs {cls} (Optimizer.step#{cls}.step), "
+                            f"not {kind}; ask for " + (f"fused_{found}" if found else
+                                                       "an optimizer it runs") +
+                            f" (known: {', '.join('fused_' + k for k in KINDS)})")
+    why = already_fused(g, cls)
+    if why is not None:
+        ctx.notes.append(f"fused_{kind}: does not apply, {why}; unchanged")
+        return False
+    if cls is None:
+        ctx.notes.append(f"fused_{kind}: the trace names no optimizer (no Optimizer.step#... "
+                         f"range); {kind} assumed")
+    return True
+
+
 def _make(kind: str):
     def opt(g: Graph, ctx: Context) -> Graph:
+        if not applies(g, ctx, kind):
+            return g
         return fuse(g, ctx, kind)
     opt.__doc__ = (
         f"Fused {kind} optimizer: each step's per-parameter kernels become one kernel.\n\n"
+        f"The trace's optimizer is read from its Optimizer.step#X.step ranges: another one than "
+        f"{kind} is an error naming it; one that is fused already (a Fused* class, torch's "
+        "fused=True ops and kernels) leaves the trace unchanged with a note. "
         "The weight-update kernels of each iteration (zero_grad's fills excepted) and their "
         "launch calls are removed (predecessors rewired to successors); the host time of the "
         "step between the first and last launch is scaled to 0 (kept as tasks, since a CPU "
@@ -233,8 +304,9 @@ for _k in ("adam", "adamw", "sgd", "adagrad"):
 @register("fused_optimizer")
 def fused_optimizer(g: Graph, ctx: Context, *, kind: str = "adam") -> Graph:
     """Fused optimizer of KIND (adam, adamw, sgd, adagrad); see fused_adam."""
-    from ingest.errors import DaydreamError
-    if kind not in ("adam", "adamw", "sgd", "adagrad"):
-        raise DaydreamError(f"fused_optimizer: unknown kind {kind!r}; known: adam, adamw, "
-                            "sgd, adagrad")
+    if kind not in KINDS:
+        raise DaydreamError(f"fused_optimizer: unknown kind {kind!r}; known: "
+                            f"{', '.join(KINDS)}")
+    if not applies(g, ctx, kind):
+        return g
     return fuse(g, ctx, kind)

@@ -1,0 +1,156 @@
+"""Plausibility gates on every prediction (../shared/ACCURACY.md, section 5).
+
+``pipeline.result`` calls ``check`` for every prediction, so ``daydream predict``, the Python
+API and every ``predict --all`` worker report the same gates: a list of ``{"name", "ok",
+"note"}`` under the result's ``gates`` key, and a note for each failed gate in its ``notes``.
+
+- ``no_slowdown``: a chain whose optimizations only remove or shrink work (``SHRINKING``) does
+  not predict a slower step (by more than ``SLOWDOWN_TOL``); where it does, the gate fails and
+  its note names the tasks whose work grew most per iteration (inserted tasks included).
+- ``floor``: no prediction beats the work left in the rewritten graph: its step is at least
+  the busiest CPU thread's own work per used iteration (the floor when only the GPU got
+  faster) and the busiest GPU stream's busy time per used iteration (the floor when only the
+  CPU got faster), less ``FLOOR_TOL``. Both floors are reported.
+- ``applies``: an optimization that says it does not apply (a note with "does not apply")
+  changes nothing (the prediction equals the baseline); and a chain that changed nothing says
+  why (one of its notes says "unchanged" or "does not apply").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphstore.schema import CPU_KINDS, GPU_KINDS
+
+# Optimizations that only remove or shrink work (the rest insert work or change the machine:
+# ddp, world, bandwidth, checkpointing, offload, batch, gpu, scale with a factor above 1).
+SHRINKING = frozenset({"amp", "fused_adam", "fused_adamw", "fused_sgd", "fused_adagrad",
+                       "fused_optimizer", "cuda_graphs", "fusion", "bn_restructure",
+                       "dataloader", "p3", "dgc", "blueconnect", "no_straggler",
+                       "no_profiler"})
+SLOWDOWN_TOL = 0.01  # a slower step by more than 1% of the baseline fails no_slowdown
+FLOOR_TOL = 0.02     # a step more than 2% under the busiest unit's work fails floor
+SAME_TOL = 0.001     # "changes nothing": within 0.1% of the baseline
+
+
+def spec_names(spec: str | None) -> list[str]:
+    from transforms.spec import parse
+    return [t.name for t in parse(spec)] if spec else []
+
+
+def _used(rep, tables: dict[str, pa.Table]) -> tuple[np.ndarray, int]:
+    """Mask of the tasks of the replay's used iterations, and how many there are."""
+    used = [i.index for i in rep.iterations if i.used]
+    it = tables["task"]["iteration"].fill_null(-1).to_numpy(zero_copy_only=False)
+    return np.isin(it, used), max(len(used), 1)
+
+
+def _kinds(tables: dict[str, pa.Table]) -> np.ndarray:
+    k = tables["task"]["kind"].combine_chunks()
+    if pa.types.is_dictionary(k.type):
+        k = k.cast(pa.string())
+    return np.asarray(k.to_pylist(), dtype=object)
+
+
+def floors(tables: dict[str, pa.Table], rep) -> dict:
+    """The busiest CPU thread's own work and the busiest GPU stream's own work per used
+    iteration of REP (ms): the tasks' own costs (``dur_ns``) in TABLES, without the waiting
+    the graph keeps as slack (a collective waiting for its peers does no work)."""
+    mask, n = _used(rep, tables)
+    kind = _kinds(tables)
+    unit = tables["task"]["unit_id"].to_numpy(zero_copy_only=False)
+    work = tables["task"]["dur_ns"].to_numpy(zero_copy_only=False).astype(np.float64)
+    names = dict(zip(tables["unit"]["unit_id"].to_pylist(), tables["unit"]["name"].to_pylist(),
+                     strict=False))
+    out = {}
+    for key, kinds in (("cpu", CPU_KINDS), ("gpu", GPU_KINDS)):
+        sel = mask & np.isin(kind, kinds)
+        if not sel.any():
+            continue
+        per = np.bincount(unit[sel], weights=work[sel])
+        u = int(np.argmax(per))
+        out[f"{key}_ms"] = float(per[u]) / n / 1e6
+        out[f"{key}_unit"] = names.get(u, str(u))
+    return out
+
+
+def grown(base_tables: dict[str, pa.Table], base, tables: dict[str, pa.Table], pred,
+          top: int = 3) -> list[tuple[str, float]]:
+    """The task names whose time per used iteration grew most, ms: a GPU task's simulated
+    work, a CPU task's held time (its work and its waits: a sync that now waits longer)."""
+    def per_name(t, rep):
+        mask, n = _used(rep, t)
+        name = t["task"]["name"]
+        if pa.types.is_dictionary(name.type):
+            name = name.cast(pa.string())
+        arr = pc.fill_null(name.combine_chunks(), "?").to_numpy(zero_copy_only=False)
+        cpu = np.isin(_kinds(t), CPU_KINDS)
+        held = (rep.schedule.end_ns - rep.schedule.start_ns).astype(np.float64)
+        work = (np.asarray(rep.work_ns, np.float64) if rep.work_ns is not None else held)
+        w = np.where(cpu, held, work)
+        uniq, inv = np.unique(arr[mask].astype(str), return_inverse=True)
+        s = np.bincount(inv, weights=w[mask]) / n / 1e6 if len(uniq) else np.zeros(0)
+        return dict(zip(uniq.tolist(), s.tolist(), strict=True))
+    a, b = per_name(base_tables, base), per_name(tables, pred)
+    d = sorted(((k, v - a.get(k, 0.0)) for k, v in b.items()), key=lambda kv: -kv[1])
+    return [(k, v) for k, v in d[:top] if v > 0]
+
+
+def check(spec: str | None, notes: list[str], baseline_ms: float | None,
+          predicted_ms: float | None, base_tables: dict[str, pa.Table], base,
+          tables: dict[str, pa.Table] | None, pred) -> list[dict]:
+    """The gates of one prediction (see the module doc)."""
+    out: list[dict] = []
+    if not spec or pred is None or tables is None:
+        return out
+    names = spec_names(spec)
+    text = " ".join(notes)
+    if baseline_ms and predicted_ms and SHRINKING.issuperset(names):
+        slower = predicted_ms > baseline_ms * (1 + SLOWDOWN_TOL)
+        note = (f"{spec} only removes or shrinks work, yet predicts "
+                f"{baseline_ms:.2f} -> {predicted_ms:.2f} ms")
+        if slower:
+            g = grown(base_tables, base, tables, pred)
+            note += ("; tasks whose time grew per iteration: " + ", ".join(
+                f"{k[:70]} +{v:.2f} ms" for k, v in g) if g else
+                "; no task's time grew")
+        out.append({"name": "no_slowdown", "ok": not slower,
+                    "note": note if slower else f"{spec}: no slowdown"})
+    f = floors(tables, pred)
+    if predicted_ms and f:
+        floor = max(f.get("cpu_ms", 0.0), f.get("gpu_ms", 0.0))
+        ok = predicted_ms >= floor * (1 - FLOOR_TOL)
+        out.append({"name": "floor", "ok": ok, "floor": f,
+                    "note": (f"predicted {predicted_ms:.2f} ms vs the work left per iteration: "
+                             f"CPU {f.get('cpu_ms', 0):.2f} ms ({f.get('cpu_unit')}), GPU "
+                             f"{f.get('gpu_ms', 0):.2f} ms ({f.get('gpu_unit')})"
+                             + ("" if ok else ": the prediction beats the floor"))})
+    if baseline_ms and predicted_ms:
+        same = abs(predicted_ms - baseline_ms) <= SAME_TOL * baseline_ms
+        said = "does not apply" in text
+        unchanged_said = said or "unchanged" in text
+        if said:
+            out.append({"name": "applies", "ok": same,
+                        "note": ("does not apply and changes nothing" if same else
+                                 f"says it does not apply, yet predicts {baseline_ms:.2f} -> "
+                                 f"{predicted_ms:.2f} ms")})
+        elif same and not unchanged_said and _identical(base_tables, tables):
+            out.append({"name": "applies", "ok": False,
+                        "note": f"{spec} changed nothing in the graph and no note says why"})
+        else:
+            out.append({"name": "applies", "ok": True, "note": f"{spec} applies"})
+    return out
+
+
+def _identical(a: dict[str, pa.Table], b: dict[str, pa.Table]) -> bool:
+    ta, tb = a["task"], b["task"]
+    if ta.num_rows != tb.num_rows or a["edge"].num_rows != b["edge"].num_rows:
+        return False
+    return bool(np.array_equal(ta["dur_ns"].to_numpy(), tb["dur_ns"].to_numpy()))
+
+
+def failed_notes(gates: list[dict]) -> list[str]:
+    """One note per failed gate, for the result's notes."""
+    return [f"gate {g['name']} failed: {g['note']}" for g in gates if not g["ok"]]

@@ -1,0 +1,180 @@
+"""AMP from the kernels, the ops and the device (transforms/opts/amp.py).
+
+Expected figures are worked out here by hand from the V100 datasheet peaks (15.7 TFLOPS FP32,
+125 TFLOPS FP16 tensor, 900 GB/s; NVIDIA V100 datasheet, SXM2 column), the shapes the traces
+record and the documented formulas."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from ingest.errors import DaydreamError
+from simulate.replay import replay
+from tests.transforms.conftest import A100, V100
+from transforms import Context, rewrite
+from transforms.constants import AMP_INTENSITY
+from transforms.kernels import kernel_precision
+from transforms.opts import amp
+from transforms.primitives import Graph
+
+V100_SXM2 = {"name": "Tesla V100-SXM2-32GB", "computeMajor": 7, "computeMinor": 0}
+MI300X = {"name": "AMD Instinct MI300X", "computeMajor": 9, "computeMinor": 4}
+P32, P16, BW = 15.7e12, 125e12, 900e9
+
+
+def T(tables):
+    return pl.from_arrow(tables["task"])
+
+
+def test_roofline_ratio_by_hand():
+    # compute-bound before and after: the peak ratio 125 / 15.7
+    assert amp.roofline_ratio(1000.0, 1.0, P32, P16, BW) == pytest.approx(125 / 15.7)
+    # bandwidth-bound before and after: half the bytes
+    assert amp.roofline_ratio(7.5, 1.0, P32, P16, BW) == pytest.approx(2.0)
+    # 42.17 FLOP/B: compute-bound in FP32 (42.17 / 15.7e12 s per byte), bandwidth-bound in
+    # FP16 (0.5 / 900e9): 42.17 x 900e9 / (0.5 x 15.7e12) = 4.834
+    assert amp.roofline_ratio(42.17, 1.0, P32, P16, BW) == pytest.approx(4.834, rel=1e-3)
+
+
+def test_class_ratio_is_the_work_weighted_harmonic_mean():
+    """On a V100 a bin's ratio is 2 up to 15.7e12/900e9 = 17.44 FLOP/B, 2 ai x 900e9 /
+    15.7e12 up to 125e12/(2 x 900e9) = 69.4, and 125/15.7 beyond."""
+    def r(ai):
+        return 2.0 if ai <= 17.44 else (2 * ai * BW / P32 if ai <= 69.44 else P16 / P32)
+    hist = AMP_INTENSITY["conv"]["value"]
+    want = sum(s for _, s in hist) / sum(s / r(a) for a, s in hist)
+    assert amp.class_ratio("conv", P32, P16, BW) == pytest.approx(want, rel=1e-3)
+    assert 4 < want < 6
+
+
+def test_speedup_keeps_the_fixed_cost():
+    # 10 us at ratio 4 with a 2 us fixed cost: 2 + 8 / 4 = 4 us; a kernel shorter than the
+    # fixed cost keeps its time
+    got = amp.speedup(np.array([10_000, 1_000]), np.array([4.0, 4.0]), 2_000.0)
+    assert got.tolist() == [4_000, 1_000]
+
+
+def test_op_work_from_recorded_shapes():
+    # a 1x1 convolution 64 -> 256 at 56x56, batch 32 (ResNet-50's conv2_x expansion)
+    f, b, n = amp.op_work("aten::cudnn_convolution", "[[32, 64, 56, 56], [256, 64, 1, 1]]",
+                          [32, 256, 56, 56])
+    assert (f, b, n) == (2 * 32 * 256 * 56 * 56 * 64,
+                         4 * (32 * 64 * 56 * 56 + 256 * 64 + 32 * 256 * 56 * 56), 1)
+    f, b, n = amp.op_work("aten::convolution_backward",
+                          "[[32, 256, 56, 56], [32, 64, 56, 56], [256, 64, 1, 1]]")
+    assert (f, n) == (2 * 32 * 256 * 56 * 56 * 64, 2)
+    assert amp.op_work("aten::mm", "[[512, 1024], [1024, 256]]") == (
+        2 * 512 * 256 * 1024, 4 * (512 * 1024 + 1024 * 256 + 512 * 256), 1)
+    assert amp.op_work("aten::linear", "[[8, 128, 512], [1024, 512], [1024]]") == (
+        2 * 1024 * 1024 * 512, 4 * (8 * 128 * 512 + 1024 * 512 + 1024 * 1024), 1)
+    assert amp.op_work("aten::relu", "[[32, 64]]") is None
+
+
+def test_a_reduced_precision_trace_is_left_unchanged(graphs):
+    """The MI300X trace runs BF16 convolutions and GEMMs (MIOpen igemm_*_bf16, Tensile BBS,
+    composable kernels): amp does not apply, and says so."""
+    notes = []
+    g2 = rewrite(graphs["mi300x"], "amp", Context(device=MI300X, notes=notes))
+    assert np.array_equal(T(g2)["dur_ns"].to_numpy(), T(graphs["mi300x"])["dur_ns"].to_numpy())
+    assert any(n.startswith("amp: does not apply, 100% of its matrix-kernel time already runs "
+                            "in FP16/BF16/FP8") for n in notes)
+
+
+def test_mi300x_is_named_as_such():
+    dev, how = amp.amp_device(Context(device=MI300X), [])
+    assert dev.key == "mi300x" and dev.fp16_tflops == 1307.4
+
+
+def test_bf16_on_a_v100_is_an_error(graphs):
+    with pytest.raises(DaydreamError, match="has no BF16 tensor/matrix rate"):
+        rewrite(graphs["v100"], "amp(dtype=bf16)", Context(device=V100))
+
+
+def test_a_conv_from_its_shapes(graphs, activity):
+    """ResNet-50's first convolution (7x7, 3 -> 64, stride 2, batch 32 at 224x224) in the V100
+    trace with shapes: F = 2 x 32 x 64 x 112 x 112 x 3 x 7 x 7, B = 4 (input + weight +
+    output); 61.9 FLOP/B: compute-bound in FP32, bandwidth-bound in FP16, ratio
+    (F / 15.7e12) / (B / 2 / 900e9) = 7.09. Its work beyond the fixed cost shrinks by that."""
+    g = Graph.from_tables(graphs["v100"])
+    kern = g.task.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64)).filter(
+        pl.col("kind") == "kernel")
+    prec = [kernel_precision(n) for n in kern["name"].fill_null("").to_list()]
+    ops = amp.Ops(activity["v100"]("range"))
+    dt, rid = amp.kernel_dtypes(g, kern, prec, ops)
+    work = amp.matrix_work(kern, prec, ops, rid)
+    first = next(j for j, p in enumerate(prec) if p.math and kern["phase"][j] == "forward"
+                 and kern["iteration"][j] == 1)
+    f = 2 * 32 * 64 * 112 * 112 * 3 * 7 * 7
+    b = 4 * (32 * 3 * 224 * 224 + 64 * 3 * 7 * 7 + 32 * 64 * 112 * 112)
+    assert work[first][:2] == (f, b)
+    assert dt[first] == "reduced"
+    ratio = (f / P32) / (b / 2 / BW)
+    assert ratio == pytest.approx(7.09, abs=0.01)
+    g2 = rewrite(graphs["v100"], "amp(casts=false,loss_scaling=false)",
+                 Context(device=V100, activity=activity["v100"]))
+    d0 = kern["dur_ns"].to_numpy()
+    t0 = np.percentile(d0, 10)
+    new = T(g2)["dur_ns"][int(kern["id"][first])]
+    assert new == round(t0 + (d0[first] - t0) / ratio)
+
+
+def test_what_autocast_keeps_fp32(graphs, activity):
+    """Loss (cross_entropy: log_softmax, nll_loss) kernels, the optimizer's and the gradient
+    accumulation's keep their time; batch norm and ReLU after a convolution follow its FP16."""
+    g = graphs["v100"]
+    g2 = rewrite(g, "amp(casts=false,loss_scaling=false)", Context(device=V100,
+                                                                    activity=activity["v100"]))
+    t0, t1 = T(g), T(g2)
+    same = t0["dur_ns"] == t1["dur_ns"]
+    name = t0["name"].fill_null("")
+    kern = t0["kind"] == "kernel"
+    assert same.filter(kern & (t0["phase"] == "weight_update")).all()
+    assert same.filter(kern & name.str.contains("softmax|nll_loss")).all()
+    bn = kern & name.str.contains("bn_fw_tr") & (t0["phase"] == "forward")
+    assert (~same).filter(bn).all()
+
+
+def test_weight_casts_and_grad_scaler(graphs, activity):
+    """ResNet-50 has 54 weighted layers (53 convolutions, 1 linear): 54 weight casts per
+    iteration. Per step GradScaler: one unscale kernel and the found_inf copy before the
+    first optimizer kernel, the copy read back by a stream sync that waits for it, one update
+    kernel after the optimizer."""
+    g = graphs["v100"]
+    its = T(g)["iteration"].drop_nulls().n_unique()
+    g2 = rewrite(g, "amp", Context(device=V100, activity=activity["v100"]))
+    t = T(g2)
+    casts = t.filter(pl.col("name") == "amp: cast weight fp32->fp16 (inserted)")
+    assert casts.height == 54 * its and set(casts["phase"]) == {"forward"}
+    unscale = t.filter(pl.col("name").str.contains("non_finite_check_and_unscale"))
+    copies = t.filter(pl.col("name") == "amp: found_inf DtoH (inserted)")
+    syncs = t.filter(pl.col("name").str.starts_with("cudaStreamSynchronize (GradScaler"))
+    update = t.filter(pl.col("name") == "amp: _amp_update_scale_ (inserted)")
+    assert unscale.height == copies.height == syncs.height == update.height == its
+    assert syncs["blocking"].all() and set(copies["bytes"]) == {4}
+    e = pl.from_arrow(g2["edge"])
+    se = e.filter(pl.col("dst").is_in(syncs["task_id"].to_list()), pl.col("kind") == "sync")
+    assert sorted(se["src"].to_list()) == sorted(copies["task_id"].to_list())
+    assert set(se["anchor"]) == {"end_end"}
+    for u, c in zip(unscale["task_id"], copies["task_id"], strict=True):
+        assert u < c  # the copy of found_inf follows the unscale on the stream
+    r = replay(g2)
+    assert r.mean("simulated_ns") > 0
+
+
+def test_v100_resnet50_lands_in_the_published_range(graphs, activity):
+    """The HTA ResNet-50 V100 trace (GPU-bound, FP32, no shapes): the step predicted with AMP
+    is 2.15-3.26x faster, the range NVIDIA publishes for ResNet-50 v1.5 mixed precision
+    training on V100 (NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/resnet50v1.5
+    README: 2.15-2.35x at commit 3bbe228, 2019; 2.91-3.26x at 291f0d0, pytorch-21.03)."""
+    g = graphs["v100_hta"]
+    base = replay(g).headline("simulated_ns")
+    g2 = rewrite(g, "amp", Context(device=V100_SXM2, activity=activity["v100_hta"]))
+    s = base / replay(g2).headline("simulated_ns")
+    assert 2.15 <= s <= 3.26
+
+
+def test_chain_on_a100(graphs):
+    g2 = rewrite(graphs["a100"], "amp", Context(device=A100))
+    assert replay(g2).mean("simulated_ns") > 0

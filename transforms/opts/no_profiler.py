@@ -1,0 +1,31 @@
+"""The job as it runs without the profiler."""
+
+from __future__ import annotations
+
+from ingest.errors import DaydreamError
+from transforms import profiler
+from transforms.constants import PROFILER
+from transforms.primitives import Graph
+from transforms.registry import Context, register
+
+
+@register("no_profiler")
+def no_profiler(g: Graph, ctx: Context) -> Graph:
+    """The same job without the profiler: each thread's host time per iteration loses the
+    profiler's estimated cost (transforms.constants.PROFILER: per recorded op and per traced
+    runtime call; transforms/profiler.py). Needs the trace's op ranges (the range table) to
+    count the recorded ops."""
+    ranges = None
+    if ctx.activity is not None:
+        try:
+            ranges = ctx.activity("range")
+        except DaydreamError:
+            ranges = None
+    if ranges is None:
+        ctx.notes.append("no_profiler: the trace's op ranges are not available; unchanged")
+        return g
+    g2, removed = profiler.without_profiler(g, ranges)
+    ctx.notes.append(f"no_profiler: {removed / 1e6:.2f} ms of host time per iteration taken out "
+                     f"({PROFILER['per_op_ns']['value'] / 1e3:g} us per recorded op, "
+                     f"{PROFILER['per_call_ns']['value'] / 1e3:g} us per runtime call)")
+    return g2
