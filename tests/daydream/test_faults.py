@@ -150,7 +150,7 @@ def test_corrupt_files_in_a_batch_are_reported_and_the_rest_stored(traces, tmp_p
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert sorted(Path(e.split(": ", 2)[1]).name for e in errors) == sorted(broken)
     assert "Traceback" not in err
-    assert f"{len(traces)} ingested, 0 already stored, {len(broken)} failed" in err
+    assert f"{len(traces)} traces ingested, 0 already stored, {len(broken)} failed" in err
     ids = _check_store(tmp_path / "s")
     assert len(ids) == len(traces) and sorted(db.trace_ids(tmp_path / "s")) == ids
     rep = fleet.predict_all(tmp_path / "s", ["amp"], workers=1)
