@@ -500,7 +500,8 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     gpu_mask = (unit >= nthr) & (unit < origin_unit)
     stats.add("gpu_without_launch", int((gpu_mask & ~has_launch).sum()), severity="warning",
               detail="GPU tasks whose launching call is not in the trace (launched before the "
-                     "window, or by an untraced thread): their start is origin slack")
+                     "window, or by an untraced thread): bound by their stream predecessor, the gap its "
+                     "slack")
     ln = np.flatnonzero(has_launch)
     stats.add("gpu_before_launch", int((start[ln] < start[launch_of[ln]]).sum()),
               severity="warning", detail="GPU tasks that start before their launching call "
@@ -546,9 +547,12 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
                      "the SMs; inferred from that coincidence)")
     if len(c_src):
         offer(c_dst, end[c_src] + L["contention"], EK_CONTENTION)
-    # a GPU task with no launch in the trace whose start nothing else explains hangs off the
-    # trace start at its observed offset: origin slack
-    orphan = g_ids[~has_launch[g_ids] & ((start[g_ids] - cand_time[g_ids]) > UNEXPLAINED_NS)]
+    # a GPU task with no launch in the trace (launched before the window: a backlog the stream
+    # works through) keeps its stream predecessor as its binding edge, the gap as that edge's
+    # slack, so that it moves with the work before it; only one that nothing precedes hangs
+    # off the trace start at its observed offset (origin slack), where nothing can move it
+    orphan = g_ids[~has_launch[g_ids] & (cand_kind[g_ids] < 0)
+                   & ((start[g_ids] - cand_time[g_ids]) > UNEXPLAINED_NS)]
     offer(orphan, start[orphan], EK_ORIGIN)
 
     def gpu_edge(s, d, k, anchor_t, lag_ns, anchor, inferred):

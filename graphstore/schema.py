@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # 2: task.kind, edge.anchor and unit.policy are ENUMs; 3: lags are physical latencies, the
-# rest of each observed delay is edge.slack_ns; edge.inferred; the slack table
-GRAPH_SCHEMA_VERSION = 3
+# rest of each observed delay is edge.slack_ns; edge.inferred; the slack table; 4: GPU work
+# launched before the window is bound by its stream predecessor (its gap is slack), not pinned
+# to the trace start
+GRAPH_SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)

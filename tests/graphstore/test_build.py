@@ -121,31 +121,35 @@ def test_launch_stream_sync_inferred_wait(tmp_path):
 
 def test_nested_driver_call_and_kernel_without_launch(tmp_path):
     # Hand-made: a runtime call with a driver call inside it (the kernel carries the driver
-    # call's correlation), and a kernel whose launch is not in the trace.
+    # call's correlation), and kernels whose launch is not in the trace (launched before the
+    # window).
     #
     # thread 1: |cudaLaunchKernel 0-10 [cuLaunchKernel 2-8]|
     # stream 7:                 |k1 12-14|       |orphan 21-22|
-    # The orphan starts 6 us after k1's end + the stream latency: more than UNEXPLAINED_NS,
-    # and nothing else explains it: it hangs off the trace start at its offset (origin
-    # slack), and its stream edge keeps no slack.
+    # stream 9:                                          |first 30-31|
+    # The orphan starts 6 us after k1's end + the stream latency: more than UNEXPLAINED_NS.
+    # Its stream edge binds and holds what lies beyond the 1 us latency as slack (21 - 14 - 1
+    # = 6 us), so it moves with k1; "first" has no predecessor
+    # at all and hangs off the trace start at its offset (origin slack).
     ev = [
         X("cuda_runtime", "cudaLaunchKernel", 0, 10, correlation=1),
         X("cuda_driver", "cuLaunchKernel", 2, 6, correlation=2),
         X("kernel", "k1", 12, 2, pid=0, tid=7, stream=7, correlation=2, device=0),
         X("kernel", "orphan", 21, 1, pid=0, tid=7, stream=7, correlation=99, device=0),
+        X("kernel", "first", 30, 1, pid=0, tid=9, stream=9, correlation=98, device=0),
     ]
     g = build(read_trace(write(tmp_path, ev)).tables, LAT)
     assert edges(g, {"launch"}) == [("launch", "end_start", 0, 2000, True, "cudaLaunchKernel",
                                      "k1")]
     assert g.stats.get("nested_calls_merged") == 1
-    assert g.stats.get("gpu_without_launch") == 1
+    assert g.stats.get("gpu_without_launch") == 2
     origin = edges(g, {"origin"})
-    # the first CPU task hangs off the trace start at its offset (0); the orphan by slack
+    # the first CPU task hangs off the trace start at its offset (0); "first" by slack
     assert origin == sorted([("origin", "end_start", 0, 0, True, "<trace start>",
                               "cudaLaunchKernel"),
-                             ("origin", "end_start", 0, 21000, True, "<trace start>",
-                              "orphan")])
-    assert edges(g, {"stream"}) == [("stream", "end_start", 1000, 0, False, "k1", "orphan")]
+                             ("origin", "end_start", 0, 30000, True, "<trace start>",
+                              "first")])
+    assert edges(g, {"stream"}) == [("stream", "end_start", 1000, 6000, True, "k1", "orphan")]
 
 
 def test_event_sync_single_stream_real():
