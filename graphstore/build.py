@@ -500,8 +500,8 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     gpu_mask = (unit >= nthr) & (unit < origin_unit)
     stats.add("gpu_without_launch", int((gpu_mask & ~has_launch).sum()), severity="warning",
               detail="GPU tasks whose launching call is not in the trace (launched before the "
-                     "window, or by an untraced thread): bound by their stream predecessor, the gap its "
-                     "slack")
+                     "window, or by an untraced thread): bound by their stream predecessor, "
+                     "the gap its slack")
     ln = np.flatnonzero(has_launch)
     stats.add("gpu_before_launch", int((start[ln] < start[launch_of[ln]]).sum()),
               severity="warning", detail="GPU tasks that start before their launching call "
