@@ -68,6 +68,16 @@ def discover() -> dict[str, Section]:
     return dict(sorted(SECTIONS.items(), key=lambda kv: (kv[1].order, kv[0])))
 
 
+def shown(path: str | Path) -> str:
+    """A trace's path as the docs write it: relative to the repository (tests/data/...), or
+    to the folder beside it (../shared/traces/...), never this machine's own path."""
+    p = Path(path).resolve()
+    for base, prefix in ((ROOT, ""), (ROOT.parent, "../")):
+        if p.is_relative_to(base):
+            return prefix + p.relative_to(base).as_posix()
+    return p.name
+
+
 def reason(e: BaseException) -> str:
     """One line for a table cell: why something is missing."""
     return f"{type(e).__name__}: {e}".splitlines()[0][:200].replace("|", "\\|")

@@ -3,7 +3,7 @@ the ``gates`` field of the predict results (added with the optimization models).
 
 from __future__ import annotations
 
-from bench.accuracy import NA, Context, Result, reason, section
+from bench.accuracy import NA, Context, Result, reason, section, shown
 from bench.accuracy import traces as tr
 
 # optimizations asked of every training trace when the api reports gates
@@ -68,9 +68,9 @@ def run(ctx: Context) -> Result:
             total += n
             failed_total += k
             cell = ", ".join(names)
-        data["rows"].append({"trace": trace, "opt": opt, "checked": n, "failed": k,
+        data["rows"].append({"trace": shown(trace), "opt": opt, "checked": n, "failed": k,
                              "failed_names": names})
-        lines.append(f"| {label_of.get(trace, trace)} | `{opt}` | "
+        lines.append(f"| {label_of.get(trace, shown(trace))} | `{opt}` | "
                      f"{NA if n is None else n} | {NA if k is None else k} | {cell} |")
     data.update(available=True, checked=total, failed=failed_total)
     lines += ["", f"Gates checked: {total}, failed: **{failed_total}**.", ""]

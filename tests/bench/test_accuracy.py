@@ -195,3 +195,15 @@ def test_judge_without_steps_reads_the_key_asked_for():
     # [max(5, 4), 5 + 6 + 1] = [5, 12]
     assert (p["predicted_ms"], p["lo_ms"], p["hi_ms"], p["ok"]) == (10.0, 5.0, 12.0, True)
     assert response.judge(b, [], {}, "gpu", 1.0)["predicted_ms"] is None
+
+
+def test_traces_are_shown_by_relative_paths(tmp_path):
+    """Docs name traces relative to the repository or to ../shared, never by this machine's
+    path; the committed docs hold no absolute path of a trace file."""
+    assert acc.shown(acc.ROOT / "tests" / "data" / "x.json.gz") == "tests/data/x.json.gz"
+    assert acc.shown(acc.ROOT.parent / "shared" / "traces" / "a.json") == "../shared/traces/a.json"
+    assert acc.shown(tmp_path / "elsewhere" / "b.json.gz") == "b.json.gz"
+    absolute = re.compile(r"(?<![\w.])/(?:[\w.-]+/){2,}[\w.-]+\.(?:json|gz|sqlite)")
+    for name in ("accuracy.md", "accuracy.json"):
+        text = (acc.ROOT / "docs" / name).read_text()
+        assert not absolute.search(text), absolute.search(text).group(0)
