@@ -449,8 +449,8 @@ def _part_codes(g: dict[str, pa.Table], sg: SimGraph, seg_task: np.ndarray,
         pos = np.empty(len(d), np.int64)
         _report.edge_of(sg.indptr, sg.dst, seg_src[d], seg_task[d], pos)
         edge = g["edge"]
-        if not _source_ordered(edge):  # CSR positions -> table rows
-            rows = np.argsort(edge["src"].to_numpy(), kind="stable")
+        rows = _per_table("csr_rows", edge, _csr_rows)
+        if rows is not None:  # CSR positions -> table rows
             pos = np.where(pos >= 0, rows[np.maximum(pos, 0)], -1)
         hit = pos >= 0
         # only the edges on the path: their kinds, encoded
@@ -465,9 +465,13 @@ def _part_codes(g: dict[str, pa.Table], sg: SimGraph, seg_task: np.ndarray,
     return code, names
 
 
-def _source_ordered(edge: pa.Table) -> bool:
+def _csr_rows(edge: pa.Table) -> np.ndarray | None:
+    """The edge table's row of each CSR position (the CSR orders edges by source, stably);
+    None where the table is in source order already."""
     src = edge["src"].to_numpy()
-    return bool((np.diff(src) >= 0).all()) if len(src) > 1 else True
+    if len(src) < 2 or bool((np.diff(src) >= 0).all()):
+        return None
+    return np.argsort(src, kind="stable")
 
 
 def _offsets(col: pa.ChunkedArray) -> list[tuple[int, pa.Array]]:
@@ -632,18 +636,25 @@ def replay(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Replay:
                   scan.anchors)
 
 
-def _task_kinds(g: dict[str, pa.Table]) -> np.ndarray:
-    """Each task's kind code (KIND_CODE), decoded once per graph tables."""
-    key = id(g["task"])
-    hit = _KIND_MEMO.get(key)
-    if hit is None or hit[0] is not g["task"]:
-        hit = (g["task"], _codes(g["task"]["kind"], KIND_CODE, "task kind"))
-        _KIND_MEMO.clear()
-        _KIND_MEMO[key] = hit
+def _per_table(name: str, table: pa.Table, fn):
+    """``fn(table)`` computed once per table object (a replay of the same graph tables, as
+    every prediction's baseline and explained replays are, reads them again): a few entries,
+    each holding its table so that a new table at a reused id is never mistaken for it."""
+    key = (name, id(table))
+    hit = _TABLE_MEMO.get(key)
+    if hit is None or hit[0] is not table:
+        if len(_TABLE_MEMO) >= 16:
+            _TABLE_MEMO.clear()
+        hit = _TABLE_MEMO[key] = (table, fn(table))
     return hit[1]
 
 
-_KIND_MEMO: dict = {}
+_TABLE_MEMO: dict = {}
+
+
+def _task_kinds(g: dict[str, pa.Table]) -> np.ndarray:
+    """Each task's kind code (KIND_CODE), decoded once per graph tables."""
+    return _per_table("kinds", g["task"], lambda t: _codes(t["kind"], KIND_CODE, "task kind"))
 
 
 def _labels(g: dict[str, pa.Table]) -> np.ndarray:
@@ -662,9 +673,10 @@ def _without_inferred(g: dict[str, pa.Table]) -> dict[str, pa.Table]:
 def _gpu_and_orphans(g: dict[str, pa.Table]) -> tuple[np.ndarray, np.ndarray]:
     """Per task: a GPU task; a GPU task without a launch in the trace (launched before the
     window, or by an untraced thread)."""
-    task, edge = g["task"], g["edge"]
     is_gpu = _task_kinds(g) >= len(CPU_KINDS)
-    launched = np.zeros(task.num_rows, bool)
-    ln = edge.filter(pc.equal(edge["kind"].cast(pa.string()), "launch"))["dst"].to_numpy()
-    launched[ln] = True
+
+    def launched_of(edge: pa.Table) -> np.ndarray:
+        return edge.filter(pc.equal(edge["kind"].cast(pa.string()), "launch"))["dst"].to_numpy()
+    launched = np.zeros(len(is_gpu), bool)
+    launched[_per_table("launched", g["edge"], launched_of)] = True
     return is_gpu, is_gpu & ~launched
