@@ -49,6 +49,17 @@ def _json(d: object) -> None:
     typer.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2, default=str).decode())
 
 
+def _emit(fmt: str, d: object, csv_text, show) -> None:
+    """A command's result in the asked format: JSON, CSV (``csv_text(d)``) or tables
+    (``show(d)``)."""
+    if fmt == "json":
+        _json(d)
+    elif fmt == "csv":
+        typer.echo(csv_text(d), nl=False)
+    else:
+        show(d)
+
+
 @app.command()
 def ingest(
     paths: Annotated[list[str], typer.Argument(help="Trace files, folders (searched "
@@ -230,10 +241,8 @@ def predict(
     from daydream import report
     if fmt == "json":
         _json(results[0] if len(results) == 1 else results)
-    elif fmt == "csv":
-        typer.echo(report.prediction_csv(results), nl=False)
     else:
-        report.print_prediction(results)
+        _emit(fmt, results, report.prediction_csv, report.print_prediction)
 
 
 def _predict_all(store: Path, opts: list[str], where: str | None, workers: int | None,
@@ -289,12 +298,7 @@ def advise(
     from daydream import advise as adv
     fmt = _fmt(json, fmt)
     d = adv.advise(trace, store, param_bytes=param_bytes)
-    if fmt == "json":
-        _json(d)
-    elif fmt == "csv":
-        typer.echo(adv.to_csv_text(d), nl=False)
-    else:
-        adv.print_advice(d)
+    _emit(fmt, d, adv.to_csv_text, adv.print_advice)
 
 
 @app.command()
@@ -319,12 +323,7 @@ def compare(
     from daydream import compare as cmp
     fmt = _fmt(json, fmt)
     d = cmp.compare(trace, opt, after, store, param_bytes=param_bytes)
-    if fmt == "json":
-        _json(d)
-    elif fmt == "csv":
-        typer.echo(cmp.to_csv_text(d), nl=False)
-    else:
-        cmp.print_comparison(d)
+    _emit(fmt, d, cmp.to_csv_text, cmp.print_comparison)
 
 
 @app.command()
