@@ -32,7 +32,7 @@ SPECS = [
     "world(n=16)", "no_straggler", "fused_adam", "fused_adamw", "fused_sgd", "fused_adagrad",
     "fused_optimizer(kind=sgd)", "fusion", "offload", "offload(layers=linear, layer_mb=4)",
     "scale(select=\"kind = 'kernel' AND name LIKE '%gemm%'\", factor=0.5)",
-    "batch(size=64)", "gpu(H100)", "gpu(H100)+amp",
+    "batch(size=64)", "gpu(H100)", "gpu(H100)+amp", "no_profiler", "no_profiler+cuda_graphs",
 ]
 
 

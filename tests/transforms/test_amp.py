@@ -87,6 +87,17 @@ def test_mi300x_is_named_as_such():
     assert dev.key == "mi300x" and dev.fp16_tflops == 1307.4
 
 
+def test_a_trace_without_a_device_is_read_from_its_kernel_names():
+    """hta/small/backward_thread.json records no deviceProperties; its one GEMM is CUTLASS's
+    cutlass_80_tensorop_s1688gemm (built for SM 8.0): an A100 is assumed, and said; names that
+    spell no architecture leave amp asking for the GPU."""
+    name = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>(...)"
+    dev, how = amp.amp_device(Context(), [name, "triton_poi_fused_add_0"])
+    assert dev.key == "a100-sxm4-80gb" and "sm80 kernels" in how
+    with pytest.raises(DaydreamError, match=r"give the GPU: amp\(gpu=V100\)"):
+        amp.amp_device(Context(), ["triton_poi_fused_add_0"])
+
+
 def test_bf16_on_a_v100_is_an_error(graphs):
     with pytest.raises(DaydreamError, match="has no BF16 tensor/matrix rate"):
         rewrite(graphs["v100"], "amp(dtype=bf16)", Context(device=V100))

@@ -58,7 +58,9 @@ from transforms.work import ranges_of
 ARCH_DEVICE = (("volta", "v100-sxm2-32gb"), ("turing", "rtx-2080-ti"),
                ("ampere", "a100-sxm4-80gb"), ("sm80", "a100-sxm4-80gb"),
                ("hopper", "h100-sxm"), ("sm90", "h100-sxm"))
-_ARCH_RE = re.compile(r"(?:^|_)(volta|turing|ampere|hopper|sm80|sm90)_")
+# cuBLAS/cuDNN name their kernels' architecture; CUTLASS its SM (cutlass_80_tensorop_...)
+_ARCH_RE = re.compile(r"(?:^|_)(volta|turing|ampere|hopper|sm80|sm90)_|cutlass_(70|75|80|90)_")
+_CUTLASS_SM = {"70": "volta", "75": "turing", "80": "sm80", "90": "sm90"}
 DTYPES = {"fp16": "fp16_tflops", "bf16": "bf16_tflops"}
 OLD_PEAK = {"fp32": "fp32_tflops", "tf32": "tf32_tflops"}
 PHASES = ("forward", "backward")
@@ -77,7 +79,8 @@ def amp_device(ctx: Context, names: list[str], gpu: str = "") -> tuple[hardware.
     for n in names:
         m = _ARCH_RE.search((n or "").lower())
         if m:
-            seen[m.group(1)] = seen.get(m.group(1), 0) + 1
+            arch = m.group(1) or _CUTLASS_SM[m.group(2)]
+            seen[arch] = seen.get(arch, 0) + 1
     if seen:
         arch = max(seen, key=seen.get)
         key = dict(ARCH_DEVICE)[arch]
