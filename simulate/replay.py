@@ -213,7 +213,6 @@ class Replay:
     schedule: Schedule
     iterations: list[Iteration]
     unit_busy: list[dict] = field(default_factory=list)
-    critical_path: dict = field(default_factory=dict)
     # the steady-state step over the used iterations (``steady_step``): measured, simulated
     steady: dict = field(default_factory=dict)
     # each task's work in the simulation (its simulated duration: own cost, plus task slack
@@ -221,6 +220,17 @@ class Replay:
     work_ns: np.ndarray | None = None
     sim: SimGraph | None = None          # the graph as simulated
     anchors: np.ndarray | None = None    # each iteration row's first CPU task
+    # the graph tables and the iteration ``critical_path`` summarizes (the median used one)
+    path_of: tuple[dict, int] | None = None
+    _path: dict | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def critical_path(self) -> dict:
+        """``critical_path_summary`` of the median used iteration ({} without one), computed
+        when first asked for: a result reads only the times of its explained replays."""
+        if self._path is None:
+            self._path = {} if self.path_of is None else self.critical_path_of(*self.path_of)
+        return self._path
 
     def critical_path_of(self, g: dict[str, pa.Table], iteration: int) -> dict:
         """``critical_path_summary`` of any iteration of this replay of ``g``."""
@@ -622,18 +632,18 @@ def replay(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Replay:
                  sg.dur_ns)
     its = iteration_times(g, sched.start_ns, sched.end_ns, scan)
     used = [i for i in its if i.used]
-    cp, steady = {}, {}
+    path_of, steady = None, {}
     if used:
         med = sorted(used, key=lambda i: i.measured_ns)[len(used) // 2]
-        cp = critical_path_summary(gs, sched, sg, med.index, scan.anchors)
+        path_of = (gs, med.index)
         is_gpu, orphan = _gpu_and_orphans(g)
         obs_end = sg.order_key + g["task"]["obs_dur_ns"].to_numpy()
         steady = {"measured_ns": steady_step(g, its, scan.anchors, sg.order_key, obs_end,
                                              is_gpu, orphan, "measured_ns"),
                   "simulated_ns": steady_step(g, its, scan.anchors, sched.start_ns,
                                               sched.end_ns, is_gpu, orphan, "simulated_ns")}
-    return Replay(sched, its, unit_busy(g, sched, scan.busy), cp, steady, sg.dur_ns, sg,
-                  scan.anchors)
+    return Replay(sched, its, unit_busy(g, sched, scan.busy), steady, sg.dur_ns, sg,
+                  scan.anchors, path_of)
 
 
 def _per_table(name: str, table: pa.Table, fn):

@@ -383,47 +383,7 @@ class Graph:
         todo += [j for j in np.argsort(-ins_ids) if splice[j] and tu[j] == unit[at[j]]
                  and after[j]]
         if todo:
-            src = e["src"].to_list()
-            dst = e["dst"].to_list()
-            ekind = e["kind"].to_list()
-            anchor = e["anchor"].to_list()
-            lagl = e["lag_ns"].to_list()
-            bindl = e["binding"].to_list()
-            slackl = e["slack_ns"].to_list() if "slack_ns" in e.columns else [0] * len(lagl)
-            infl = e["inferred"].to_list() if "inferred" in e.columns else [False] * len(lagl)
-            into: dict[int, list[int]] = {}
-            outof: dict[int, list[int]] = {}
-            for i, (x, y) in enumerate(zip(src, dst, strict=False)):
-                into.setdefault(y, []).append(i)
-                outof.setdefault(x, []).append(i)
-            for j in todo:
-                a_new, x, u = int(newid[at[j]]), int(ins_ids[j]), int(tu[j])
-                if not after[j]:
-                    for i in [i for i in into.get(a_new, []) if unit_new[src[i]] == u]:
-                        dst[i] = x
-                        into[a_new].remove(i)
-                        into.setdefault(x, []).append(i)
-                    s_, d_ = x, a_new
-                else:
-                    for i in [i for i in outof.get(a_new, []) if unit_new[dst[i]] == u]:
-                        src[i] = x
-                        outof[a_new].remove(i)
-                        outof.setdefault(x, []).append(i)
-                    s_, d_ = a_new, x
-                i = len(src)
-                src.append(s_)
-                dst.append(d_)
-                ekind.append(okind.get(ukind.get(u), "inserted"))
-                anchor.append("end_start")
-                lagl.append(0)
-                bindl.append(False)
-                slackl.append(0)
-                infl.append(False)
-                into.setdefault(d_, []).append(i)
-                outof.setdefault(s_, []).append(i)
-            cols = {"src": src, "dst": dst, "kind": ekind, "anchor": anchor, "lag_ns": lagl,
-                    "binding": bindl, "slack_ns": slackl, "inferred": infl}
-            e = pl.DataFrame({c: cols[c] for c in e.columns}, schema=e.schema)
+            e = self._splice(e, todo, newid, ins_ids, at, tu, after, unit_new, ukind, okind)
         if edges is not None and edges.height:
             ed = edges
             for c, v in _EDGE_DEFAULTS:
@@ -437,6 +397,54 @@ class Graph:
             ed = ed.with_columns(pl.Series("src", m("src")), pl.Series("dst", m("dst")))
             e = pl.concat([e, ed.select(e.columns).cast(e.schema)])
         return self._with(task=allt, edge=e.sort(["src", "dst"])), newid[:n], ins_ids
+
+    @staticmethod
+    def _splice(e: pl.DataFrame, todo: list[int], newid: np.ndarray, ins_ids: np.ndarray,
+                at: np.ndarray, tu: np.ndarray, after: np.ndarray, unit_new: np.ndarray,
+                ukind: dict, okind: dict) -> pl.DataFrame:
+        """The unit-order splice of ``_insert`` (edges already in new ids): a task placed
+        before its anchor takes over the anchor's in-edges from its unit, one placed after it
+        the out-edges to its unit, and each gets a zero-lag edge to (from) the anchor. Only the
+        edges into (out of) the anchors are looked at; one new edge per spliced task."""
+        n_e, m = e.height, len(todo)
+        src = np.empty(n_e + m, np.int64)
+        dst = np.empty(n_e + m, np.int64)
+        src[:n_e] = e["src"].to_numpy()
+        dst[:n_e] = e["dst"].to_numpy()
+        a_before = np.unique(newid[at[[j for j in todo if not after[j]]]])
+        a_after = np.unique(newid[at[[j for j in todo if after[j]]]])
+        into: dict[int, list[int]] = {}
+        outof: dict[int, list[int]] = {}
+        for i in np.flatnonzero(np.isin(dst[:n_e], a_before)).tolist():
+            into.setdefault(int(dst[i]), []).append(i)
+        for i in np.flatnonzero(np.isin(src[:n_e], a_after)).tolist():
+            outof.setdefault(int(src[i]), []).append(i)
+        kinds = []
+        for q, j in enumerate(todo):
+            a_new, x, u = int(newid[at[j]]), int(ins_ids[j]), int(tu[j])
+            if not after[j]:
+                moved = [i for i in into.get(a_new, []) if unit_new[src[i]] == u]
+                for i in moved:
+                    dst[i] = x
+                    into[a_new].remove(i)
+                s_, d_ = x, a_new
+            else:
+                moved = [i for i in outof.get(a_new, []) if unit_new[dst[i]] == u]
+                for i in moved:
+                    src[i] = x
+                    outof[a_new].remove(i)
+                s_, d_ = a_new, x
+            i = n_e + q
+            src[i], dst[i] = s_, d_
+            kinds.append(okind.get(ukind.get(u), "inserted"))
+            into.setdefault(d_, []).append(i)
+            outof.setdefault(s_, []).append(i)
+        new = pl.DataFrame({"src": src[n_e:], "dst": dst[n_e:], "kind": kinds,
+                            "anchor": ["end_start"] * m, "lag_ns": np.zeros(m, np.int64),
+                            "binding": np.zeros(m, bool), "slack_ns": np.zeros(m, np.int64),
+                            "inferred": np.zeros(m, bool)})
+        old = e.with_columns(pl.Series("src", src[:n_e]), pl.Series("dst", dst[:n_e]))
+        return pl.concat([old, new.select(e.columns).cast(e.schema)])
 
     def connect(self, edges: pl.DataFrame) -> Graph:
         """Add edges between existing tasks: src, dst, and optionally kind, anchor, lag_ns,
