@@ -7,29 +7,46 @@ adds what only a caller on this machine wants: timelines, plots, the job's colle
 from __future__ import annotations
 
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import orjson
 
-from collect.api import collect, collect_steps
-from collect.cli import collect_command
-from daydream import jobs as _jobs
-from daydream import pipeline
 from daydream.traces import build_graphs, ingest, open_store, resolve_trace
 from ingest import schema
 from ingest.batch import expand
 from ingest.errors import DaydreamError
 from ingest.store import DEFAULT_STORE
 
-__all__ = ["DaydreamError", "collect", "collect_command", "collect_steps", "expand", "ingest",
+# collect, collect_command and collect_steps come from __getattr__ below
+__all__ = ["DaydreamError", "collect", "collect_command", "collect_steps", "expand", "ingest",  # noqa: F822
            "build_graphs", "info", "jobs", "predict", "predictions", "run", "resolve_trace",
            "open_store", "sql", "DEFAULT_STORE"]
+
+if TYPE_CHECKING:
+    from daydream import pipeline
+
+# The prediction pipeline (the simulator's compiled core, the transforms), the job code and
+# the collector are imported by the functions that use them, so that ``daydream sql`` and
+# ``daydream ingest`` start without them.
+
+
+def __getattr__(name: str):
+    """The collector's entry points (``collect``, ``collect_steps``, ``collect_command``),
+    imported on first use (PEP 562)."""
+    if name in ("collect", "collect_steps"):
+        from collect import api as _collect
+        return getattr(_collect, name)
+    if name == "collect_command":
+        from collect.cli import collect_command
+        return collect_command
+    raise AttributeError(f"module 'daydream.api' has no attribute {name!r}")
 
 
 def info(target: str, store: str | Path | None = None) -> dict:
     """What the store knows of one trace (source, span, iterations, the devices its streams
     ran on, table sizes, ingest counters, the graph's slack), or of one job (its ranks, the
     ranks it lacks, and each rank's trace as above)."""
+    from daydream import jobs as _jobs
     st = open_store(store)
     job = _jobs.resolve(target, st)
     if job is not None:
@@ -150,6 +167,8 @@ def run(trace: str, store: str | Path | None = None, specs: str | list[str] | No
         param_bytes: int | None = None) -> list[pipeline.Prediction]:
     """``predictions`` with the pipeline's ``Prediction`` objects (the graphs and schedules
     behind each result, which the HTML report draws)."""
+    from daydream import jobs as _jobs
+    from daydream import pipeline
     from transforms.registry import check
     specs = _specs(specs)
     for spec in specs:
@@ -199,6 +218,7 @@ def _timeline(path: str | Path, ps: list[pipeline.Prediction]) -> None:
 def draw_plot(path: str | Path | IO[bytes], ps: list[pipeline.Prediction]) -> int | None:
     """The --plot picture of PS (a replay, or predictions of one subject) into PATH (a file
     name or a binary file); returns the iteration drawn."""
+    from daydream import pipeline
     from daydream import plot as _pl
     p0 = ps[0]
     out, g, base = p0.result, p0.subject.tables, p0.base
@@ -234,6 +254,7 @@ def draw_plot(path: str | Path | IO[bytes], ps: list[pipeline.Prediction]) -> in
 def jobs(store: str | Path | None = None) -> dict[str, list[dict]]:
     """The store's jobs (the traces of the ranks of one run): name -> its ranks (rank,
     trace_id, file, and the world size the trace records)."""
+    from daydream import jobs as _jobs
     st = open_store(store)
     return {k: [{"rank": m.rank, "trace_id": m.trace_id, "file": m.file,
                  "world_size": st.trace_row(m.trace_id)["world_size"]} for m in v]
