@@ -30,6 +30,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (the same as -
                                        "json).")]
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="Output format: table (for "
                                         "people), json or csv (for programs).")]
+ParamBytesOpt = Annotated[int | None, typer.Option(help="The model's parameter bytes, for "
+                                                 "ddp(...) where the trace does not tell.")]
+TargetArg = Annotated[str, typer.Argument(help="A trace file, stored trace id, job name or "
+                                          "folder of rank traces.")]
 WorkersOpt = Annotated[int | None, typer.Option(
     "--workers", help="With --all: worker processes.", show_default="every core")]
 
@@ -204,9 +208,7 @@ def predict(
     plot: Annotated[Path | None, typer.Option(help="Draw the phase breakdown and one "
                                               "iteration's timeline, before and after, as a "
                                               "PNG.")] = None,
-    param_bytes: Annotated[int | None, typer.Option(help="The model's parameter bytes, for "
-                                                    "ddp(...) where the trace does not tell.")]
-    = None,
+    param_bytes: ParamBytesOpt = None,
     all_: Annotated[bool, typer.Option("--all", help="Predict every stored trace (see "
                                        "--where) with every --opt, into the store's "
                                        "prediction table.")] = False,
@@ -280,14 +282,11 @@ def _predict_all(store: Path, opts: list[str], where: str | None, workers: int |
 
 @app.command()
 def advise(
-    trace: Annotated[str, typer.Argument(help="A trace file, stored trace id, job name or "
-                                         "folder of rank traces.")],
+    trace: TargetArg,
     store: StoreOpt = api.DEFAULT_STORE,
     json: JsonOpt = False,
     fmt: FormatOpt = "table",
-    param_bytes: Annotated[int | None, typer.Option(help="The model's parameter bytes, for "
-                                                    "ddp(...) where the trace does not tell.")]
-    = None,
+    param_bytes: ParamBytesOpt = None,
 ) -> None:
     """Say what to try first: where the time goes, and every optimization ranked by gain.
 
@@ -311,9 +310,7 @@ def compare(
     store: StoreOpt = api.DEFAULT_STORE,
     json: JsonOpt = False,
     fmt: FormatOpt = "table",
-    param_bytes: Annotated[int | None, typer.Option(help="The model's parameter bytes, for "
-                                                    "ddp(...) where the trace does not tell.")]
-    = None,
+    param_bytes: ParamBytesOpt = None,
 ) -> None:
     """Check a prediction against the run recorded after making the change.
 
@@ -328,15 +325,12 @@ def compare(
 
 @app.command()
 def report(
-    trace: Annotated[str, typer.Argument(help="A trace file, stored trace id, job name or "
-                                         "folder of rank traces.")],
+    trace: TargetArg,
     out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")]
     = Path("report.html"),
     opt: OptOpt = None,
     store: StoreOpt = api.DEFAULT_STORE,
-    param_bytes: Annotated[int | None, typer.Option(help="The model's parameter bytes, for "
-                                                    "ddp(...) where the trace does not tell.")]
-    = None,
+    param_bytes: ParamBytesOpt = None,
 ) -> None:
     """Write one self-contained HTML report of a replay and its predictions.
 
