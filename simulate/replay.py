@@ -10,6 +10,7 @@ that end.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -648,14 +649,16 @@ def replay(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Replay:
 
 def _per_table(name: str, table: pa.Table, fn):
     """``fn(table)`` computed once per table object (a replay of the same graph tables, as
-    every prediction's baseline and explained replays are, reads them again): a few entries,
-    each holding its table so that a new table at a reused id is never mistaken for it."""
+    every prediction's baseline and explained replays are, reads them again). An entry lives
+    as long as its table (a weak reference, so the memo keeps no graph alive), and a new table
+    at a reused id is never mistaken for it."""
     key = (name, id(table))
     hit = _TABLE_MEMO.get(key)
-    if hit is None or hit[0] is not table:
-        if len(_TABLE_MEMO) >= 16:
+    if hit is None or hit[0]() is not table:
+        if len(_TABLE_MEMO) >= 64:
             _TABLE_MEMO.clear()
-        hit = _TABLE_MEMO[key] = (table, fn(table))
+        ref = weakref.ref(table, lambda _, k=key: _TABLE_MEMO.pop(k, None))
+        hit = _TABLE_MEMO[key] = (ref, fn(table))
     return hit[1]
 
 
