@@ -49,6 +49,13 @@ The rules, exactly (times in ns; Kineto's ``ts``/``dur`` are microseconds):
   GAP_NS (100 us) is host work between operators (Python, the dispatcher) and counts in C_sum
   only; a longer gap is a wait (for the GPU, for another thread, for data) and counts nowhere.
   C_max leaves all gaps out, so it stays a lower bound.
+- Untraced waits: a long gap between a thread's first and last work mark that ends more than
+  WOKEN_NS (1 ms) after every GPU drain (a stream going idle) and every start or end of
+  another thread's work mark waited on what the trace does not show (a DataLoader's worker
+  processes on the ResNet-18 trace: 100s of ms per step with the previous step's GPU work
+  under them). Where no other thread has a mark under way, GPU time under such a wait cannot
+  shorten the step, so W counts it too (W = the window minus the union of GPU tasks outside
+  untraced waits, own parts and short gaps).
 - Steps: ``ProfilerStep#N`` ranges on a CPU thread where present, each window from its start
   to the next step's start (the last to its own end); else the stretches between the ends of
   consecutive top-level ``Optimizer.step`` ranges (the part before the first is incomplete,
@@ -75,6 +82,11 @@ import numpy as np
 import orjson
 
 GAP_NS = 100_000
+# A thread's long gap ends on what it waited for: the GPU (a stream draining: a sync returns a
+# few microseconds after the last task it waited for) or another thread (one of its work marks
+# starting or ending: a hand-over). A gap that ends more than WOKEN_NS after every such event
+# waited on what the trace does not show (a DataLoader's worker processes, another process).
+WOKEN_NS = 1_000_000
 WARMUP_TOL = 0.10
 
 _GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
@@ -419,6 +431,55 @@ def thread_work(raw: Raw, costs: dict, key, w0: int, w1: int) -> dict:
             "own": (own_s, own_e), "short": (gs[short], ge[short])}
 
 
+def _soon_after(times: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per time of t: some time of the sorted ``times`` at most WOKEN_NS before it."""
+    if not len(times):
+        return np.zeros(len(t), bool)
+    i = np.searchsorted(times, t, side="right") - 1
+    return (i >= 0) & (t - times[np.clip(i, 0, None)] <= WOKEN_NS)
+
+
+def untraced_waits(raw: Raw) -> tuple[np.ndarray, np.ndarray]:
+    """The long gaps of every thread, between its first and last work mark, that no GPU drain
+    and no other thread's event ended (WOKEN_NS), while no other thread had work or a call
+    under way, merged: waits on what the trace does not show. A faster GPU cannot end them
+    sooner even where GPU work ran under them, so W counts them whole."""
+    drains = []
+    for k in sorted(set(zip(raw.gpu_dev.tolist(), raw.gpu_stream.tolist(), strict=True))):
+        m = (raw.gpu_dev == k[0]) & (raw.gpu_stream == k[1])
+        ms, me = merge(raw.gpu_start[m], raw.gpu_end[m])
+        idle = np.r_[ms[1:] - me[:-1] > GAP_NS, True]  # the stream idles after these ends
+        drains.append(me[idle])
+    drain = np.sort(np.concatenate(drains)) if drains else np.zeros(0, np.int64)
+    marks = {}
+    for key in set(raw.ops) | set(raw.calls):
+        os_, oe = raw.ops.get(key, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        cs, ce, _ = raw.calls.get(key, (np.zeros(0, np.int64),) * 3)
+        marks[key] = merge(np.concatenate((os_, cs)), np.concatenate((oe, ce)))
+    out_s, out_e = [], []
+    for key, (ms, me) in marks.items():
+        others = [np.concatenate(v) for k, v in marks.items() if k != key]
+        ev = np.sort(np.concatenate(others)) if others else np.zeros(0, np.int64)
+        if len(ms) < 2:
+            continue
+        # between the thread's first and last work: before and after them it was not waiting
+        gs, ge = gaps(ms, me, int(ms[0]), int(me[-1]))
+        long = (ge - gs) > GAP_NS
+        gs, ge = gs[long], ge[long]
+        lone = ~_soon_after(drain, ge) & ~_soon_after(ev, ge)
+        # only while no other thread works or waits in a call: a poller thread sleeping
+        # while the main thread is blocked on the GPU holds nothing up
+        busy = [v for k, v in marks.items() if k != key]
+        bs, be = merge(np.concatenate([b[0] for b in busy] or [np.zeros(0, np.int64)]),
+                       np.concatenate([b[1] for b in busy] or [np.zeros(0, np.int64)]))
+        ls, le = subtract(*merge(gs[lone], ge[lone]), bs, be)
+        out_s.append(ls)
+        out_e.append(le)
+    if not out_s:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return merge(np.concatenate(out_s), np.concatenate(out_e))
+
+
 def bounds(path: str | Path) -> dict:
     """G and C per step and their medians over the steady steps (ms). See the module doc."""
     raw = read(path)
@@ -434,13 +495,15 @@ def bounds(path: str | Path) -> dict:
         str_iv[k] = merge(raw.gpu_start[m], raw.gpu_end[m])
     costs = call_costs(raw)
     threads = sorted(set(raw.ops) | set(raw.calls), key=str)
+    # GPU time under a wait on what the trace does not show cannot shorten the step
+    gpu_cover = subtract(*all_iv, *untraced_waits(raw))
     rows = []
     for s in stp:
         w0, w1 = s.start_ns, s.end_ns
         per_dev = {d: covered(*iv, w0, w1) for d, iv in dev_iv.items()}
         per_thread = {k: thread_work(raw, costs, k, w0, w1) for k in threads}
         # W: neither a GPU task nor any thread's own work (or short gap) in the window
-        cover = [all_iv] + [v["own"] for v in per_thread.values()] + \
+        cover = [gpu_cover] + [v["own"] for v in per_thread.values()] + \
             [v["short"] for v in per_thread.values()]
         # C_union: time in which some thread does its own work; where threads hand work to
         # each other (forward on the main thread, backward on the autograd thread) it is the

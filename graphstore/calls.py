@@ -41,6 +41,15 @@ _COPY = re.compile(r"^(cuda|hip)Memcpy|^cuMemcpy")
 _ASYNC = re.compile(r"Async(_v\d+)?$")
 
 
+# Kernel and graph launches by name (a launch whose work the trace does not show is still an
+# enqueue call: graphstore.build's unseen queue edges)
+_LAUNCH = re.compile(r"Launch(Kernel|CooperativeKernel)|^(cuda|hip|cu)GraphLaunch")
+
+
+def is_launch(name: str) -> bool:
+    return bool(_LAUNCH.search(name))
+
+
 def wait_class(name: str) -> int:
     """WAIT_* code of a call name (version suffixes such as ``_v7000`` already stripped)."""
     if _STREAM_SYNC.search(name):

@@ -290,7 +290,36 @@ def _task_iterations(g: Graph, its: pa.Table, launch: np.ndarray) -> np.ndarray:
     at = np.maximum(pos, 0)
     it = np.where((pos >= 0) & (t < ends[at]), idx[at].astype(np.int64), -1)
     it[0] = -1  # the origin task belongs to no iteration
+    _orphans_follow_stream(g, it, launch)
     return it
+
+
+def _orphans_follow_stream(g: Graph, it: np.ndarray, launch: np.ndarray) -> None:
+    """A GPU task without a launch in the trace takes the iteration of the last launched task
+    before it on its stream (a stream runs in order, and the GPU may run far behind the CPU:
+    on the MI300X trace an iteration's GPU work ends some 15 ms into the next one's CPU time);
+    before the first launched task of its stream it is the backlog of work launched before the
+    window (-1); on a stream without launched tasks it keeps the iteration of its start."""
+    gpu = np.flatnonzero(np.isin(g.kind, GPU_CODES))
+    if not len(gpu):
+        return
+    launched = np.zeros(g.n_tasks, bool)
+    launched[g.dst[launch]] = True
+    o = gpu[np.lexsort((gpu, g.unit[gpu]))]  # by stream, then in start order (ids)
+    u = g.unit[o]
+    lab = np.where(launched[o], it[o], np.iinfo(np.int64).min)
+    has = launched[o]
+    # forward fill within each stream: the position of the last launched task so far
+    pos = np.where(has, np.arange(len(o)), -1)
+    pos = np.maximum.accumulate(pos)
+    head = np.r_[0, np.flatnonzero(u[1:] != u[:-1]) + 1]
+    seg_start = np.repeat(head, np.diff(np.r_[head, len(o)]))
+    ok = pos >= seg_start  # a launched task earlier on the same stream
+    any_launched = np.maximum.reduceat(has.astype(np.int8), head).astype(bool)
+    stream_has = np.repeat(any_launched, np.diff(np.r_[head, len(o)]))
+    orphan = ~has
+    it[o[orphan & ok]] = lab[pos[orphan & ok]]
+    it[o[orphan & ~ok & stream_has]] = -1
 
 
 def load(store_root: Path | str, trace_id: str) -> Loaded:

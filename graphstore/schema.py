@@ -11,8 +11,9 @@ from dataclasses import dataclass
 # 2: task.kind, edge.anchor and unit.policy are ENUMs; 3: lags are physical latencies, the
 # rest of each observed delay is edge.slack_ns; edge.inferred; the slack table; 4: GPU work
 # launched before the window is bound by its stream predecessor (its gap is slack), not pinned
-# to the trace start
-GRAPH_SCHEMA_VERSION = 4
+# to the trace start; 5: launches whose work ran after the window wait on queue edges, and GPU
+# work without a launch takes the iteration of the launched task before it on its stream
+GRAPH_SCHEMA_VERSION = 5
 
 
 @dataclass(frozen=True)

@@ -177,3 +177,11 @@ def test_cli(tmp_path, capsys):
     assert "G 0.57" in capsys.readouterr().out
     bounds.main([str(p), "--json"])
     assert json.loads(capsys.readouterr().out)["median"]["C_max_ms"] == pytest.approx(0.37)
+
+
+def test_toy_c_wait_on_untraced_work_hides_the_gpu(tmp_path):
+    b = bounds.bounds(toy.write_kineto(tmp_path / "c.json", toy.toy_c_events()))
+    _check(b["median"], {"T_ms": 4.0, "G_ms": 0.5, "C_max_ms": 0.2, "C_sum_ms": 0.2,
+                         "W_ms": 3.8})
+    # GPU x 0.5: the kernel under the wait shrinks, the wait does not: [0.25 .. 0.2 + 3.8]
+    assert bounds.edges(b, "gpu", 0.5) == pytest.approx((0.25, 0.25 + 0.2 + 3.8))

@@ -131,3 +131,28 @@ def toy_b_events() -> list[dict]:
         ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
                    "ts": BASE_US + a + 100, "dur": 300})
     return ev
+
+
+def toy_c_events(steps: int = 3) -> list[dict]:
+    """Toy C, a step of 4000 us waiting on a DataLoader's worker processes (times in us from
+    the step's start): the main thread runs aten::mm [0,100) > cudaLaunchKernel [10,20), whose
+    kernel runs [100,600) on stream 7 while the thread waits, outside any work mark, until
+    3900 for its next batch (nothing in the trace ends within WOKEN_NS = 1 ms before: the GPU
+    drained 3.3 ms earlier, and there is no other thread), then aten::copy_ [3900,4000).
+
+    By hand, per step: G = 500; C_max = C_sum = 200 (no short gaps); the gap [100,3900) is a
+    wait on what the trace does not show, and the kernel under it cannot shorten it: W = 4000
+    - 200 = 3800 us (without that rule 3800 - 500 = 3300)."""
+    ev = []
+    for k in range(steps):
+        t0 = BASE_US + k * 4000
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k + 1}",
+                   "pid": 1, "tid": 1, "ts": t0, "dur": 4000})
+        for cat, name, s, e in (("cpu_op", "aten::mm", 0, 100),
+                                ("cuda_runtime", "cudaLaunchKernel", 10, 20),
+                                ("cpu_op", "aten::copy_", 3900, 4000)):
+            ev.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1,
+                       "ts": t0 + s, "dur": e - s})
+        ev.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
+                   "ts": t0 + 100, "dur": 500})
+    return ev

@@ -468,3 +468,31 @@ def test_lower_bound_matches_searchsorted():
             want = int(np.searchsorted(a, v))
             for hint in (-3, 0, 1, n // 2, n - 1, n, n + 5, want):
                 assert _lower_bound(a, np.int64(v), hint) == want, (a, v, hint)
+
+
+def test_launch_of_unseen_work_waits_on_its_stream(tmp_path):
+    # Hand-made (times in us): a thread launches k0..k4 (calls of 2 us; kernels back to back
+    # on stream 7, k_j ending at 1000 (j + 1)), then three launches whose kernels ran after the
+    # window (no kernel in the trace, as in the nsys FSDP slice, whose first such call runs
+    # 110 ms): u1 (12-2003) ends 3 us after k1 ended: a full queue freed a slot, so it waits
+    # for k1 by an inferred queue edge and keeps 3 - 1 (latency) = 2 us of its own; u2
+    # (2005-2500) ends 500 us after k1 and 500 us before k2: nothing ended just before it, so
+    # it keeps its duration; u3 (6000-6300) ends with the stream idle since 5000: none either.
+    ev = []
+    for j in range(5):
+        ev.append(X("cuda_runtime", "cudaLaunchKernel", 2 * j, 2, correlation=j + 1))
+        ks = 1000 * j if j else 10
+        ev.append(X("kernel", f"k{j}", ks, 1000 * (j + 1) - ks, pid=0, tid=7, stream=7,
+                    correlation=j + 1, device=0))
+    ev += [X("cuda_runtime", "cudaLaunchKernel", 12, 1991, correlation=91),
+           X("cuda_runtime", "cudaLaunchKernel", 2005, 495, correlation=92),
+           X("cuda_runtime", "cudaLaunchKernel", 6000, 300, correlation=93)]
+    g = build(read_trace(write(tmp_path, ev)).tables, LAT)
+    assert g.stats.get("launch_queue_full_unseen") == 1
+    assert edges(g, {"queue"}) == [("queue", "end_end", 1000, 0, True, "k1",
+                                    "cudaLaunchKernel")]
+    assert inferred(g, "queue") == [("k1", "cudaLaunchKernel")]
+    own = {int(g.start_ns[i] - g.start_ns[0]) // 1000: int(g.dur_ns[i])
+           for i, n in enumerate(g.name) if n == "cudaLaunchKernel"}
+    assert own == {0: 2000, 2: 2000, 4: 2000, 6: 2000, 8: 2000, 12: 2000, 2005: 495_000,
+                   6000: 300_000}
