@@ -90,6 +90,8 @@ WOKEN_NS = 1_000_000
 WARMUP_TOL = 0.10
 
 _GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
+# Collective kernels (NCCL, RCCL): on a rank's trace each lasts until its slowest peer arrives
+_COMM_RE = re.compile(r"nccl|rccl", re.IGNORECASE)
 _CALL_CATS = {"cuda_runtime", "Runtime", "cuda_driver", "Driver"}
 _OP_CATS = {"cpu_op", "Operator"}
 _MARK_CATS = _OP_CATS | {"user_annotation"}  # where step markers live on the CPU side
@@ -106,6 +108,7 @@ class Raw:
     gpu_proc: np.ndarray
     gpu_start: np.ndarray
     gpu_end: np.ndarray
+    gpu_comm: np.ndarray  # bool: a collective kernel
     # per CPU thread key: (starts, ends) of operators
     ops: dict = field(default_factory=dict)
     # per CPU thread key: (starts, ends, names) of runtime/driver calls
@@ -142,7 +145,7 @@ def read_kineto(path: Path) -> Raw:
     """Parse a Kineto / PyTorch-profiler JSON trace (plain or gzipped)."""
     doc = orjson.loads(_open_bytes(path))
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
-    g_dev, g_str, g_s, g_e = [], [], [], []
+    g_dev, g_str, g_s, g_e, g_c = [], [], [], [], []
     ops: dict = {}
     calls: dict = {}
     psteps: dict = {}
@@ -168,6 +171,7 @@ def read_kineto(path: Path) -> Raw:
             g_str.append(str(e.get("tid")))
             g_s.append(s)
             g_e.append(s + d)
+            g_c.append(bool(_COMM_RE.search(str(e.get("name", "")))))
             continue
         key = (str(e.get("pid")), str(e.get("tid")))
         name = str(e.get("name", ""))
@@ -190,7 +194,7 @@ def read_kineto(path: Path) -> Raw:
             calls[key][2].append(name)
     return Raw(gpu_dev=np.array(g_dev, dtype=object), gpu_stream=np.array(g_str, dtype=object),
                gpu_proc=np.zeros(len(g_s), np.int64), gpu_start=np.array(g_s, np.int64),
-               gpu_end=np.array(g_e, np.int64),
+               gpu_end=np.array(g_e, np.int64), gpu_comm=np.array(g_c, bool),
                ops={k: (np.array(v[0], np.int64), np.array(v[1], np.int64))
                     for k, v in ops.items()},
                calls={k: (np.array(v[0], np.int64), np.array(v[1], np.int64), v[2])
@@ -207,12 +211,19 @@ def read_nsys(path: Path) -> Raw:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         strings = dict(con.execute("SELECT id, value FROM StringIds")) \
             if "StringIds" in tables else {}
-        g = []
+        g, comm = [], []
         for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
                   "CUPTI_ACTIVITY_KIND_MEMSET"):
             if t in tables:
-                g += con.execute(f"SELECT deviceId, streamId, globalPid, start, end FROM {t}")\
+                rows = con.execute(f"SELECT deviceId, streamId, globalPid, start, end FROM {t}")\
                     .fetchall()
+                g += rows
+                cols = {r[1] for r in con.execute(f"PRAGMA table_info({t})")}
+                if t.endswith("KERNEL") and "shortName" in cols:
+                    comm += [bool(_COMM_RE.search(strings.get(n, "") or "")) for (n,) in
+                             con.execute(f"SELECT shortName FROM {t}")]
+                else:
+                    comm += [False] * len(rows)
         calls: dict = {}
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
             for tid, nid, s, e in con.execute(
@@ -254,6 +265,7 @@ def read_nsys(path: Path) -> Raw:
     return Raw(gpu_dev=ga[:, 0].astype(str).astype(object),
                gpu_stream=ga[:, 1].astype(str).astype(object),
                gpu_proc=ga[:, 2], gpu_start=ga[:, 3], gpu_end=ga[:, 4],
+               gpu_comm=np.array(comm, bool),
                ops={k: (np.array(v[0], np.int64), np.array(v[1], np.int64))
                     for k, v in ops.items()},
                calls={k: (np.array(v[0], np.int64), np.array(v[1], np.int64), v[2])
@@ -489,6 +501,10 @@ def bounds(path: str | Path) -> dict:
         m = raw.gpu_dev == d
         dev_iv[d] = merge(raw.gpu_start[m], raw.gpu_end[m])
     all_iv = merge(raw.gpu_start, raw.gpu_end)
+    nc = ~raw.gpu_comm
+    dev_nc = {d: merge(raw.gpu_start[nc & (raw.gpu_dev == d)], raw.gpu_end[nc & (raw.gpu_dev == d)])
+              for d in dev_iv}
+    all_nc = merge(raw.gpu_start[nc], raw.gpu_end[nc])
     str_iv = {}
     for k in sorted(set(zip(raw.gpu_dev.tolist(), raw.gpu_stream.tolist(), strict=True))):
         m = (raw.gpu_dev == k[0]) & (raw.gpu_stream == k[1])
@@ -519,6 +535,8 @@ def bounds(path: str | Path) -> dict:
             "T_ms": (w1 - w0) / 1e6,
             "G_ms": max(per_dev.values(), default=0) / 1e6,
             "G_all_ms": covered(*all_iv, w0, w1) / 1e6,
+            "G_nc_ms": max((covered(*iv, w0, w1) for iv in dev_nc.values()), default=0) / 1e6,
+            "G_all_nc_ms": covered(*all_nc, w0, w1) / 1e6,
             "G_stream_ms": max((covered(*iv, w0, w1) for iv in str_iv.values()),
                                default=0) / 1e6,
             "C_max_ms": max((v["own_ns"] for v in per_thread.values()), default=0) / 1e6,
@@ -530,8 +548,8 @@ def bounds(path: str | Path) -> dict:
                             for k, v in per_thread.items()},
         })
     steady = [r for r in rows if r["steady"]]
-    keys = ("T_ms", "G_ms", "G_all_ms", "G_stream_ms", "C_max_ms", "C_sum_ms", "C_union_ms",
-            "W_ms")
+    keys = ("T_ms", "G_ms", "G_all_ms", "G_nc_ms", "G_all_nc_ms", "G_stream_ms", "C_max_ms",
+            "C_sum_ms", "C_union_ms", "W_ms")
     med = {k: statistics.median(r[k] for r in steady) for k in keys}
     mean = {k: statistics.fmean(r[k] for r in steady) for k in keys}
     return {"file": str(path), "rule": rule, "steps": rows, "steady": len(steady),
@@ -542,14 +560,24 @@ def bounds(path: str | Path) -> dict:
 
 def edges(b: dict, which: str, f: float) -> tuple[float, float]:
     """[lower, upper] edge (ms) of a step with the GPU (which='gpu') or the CPU work scaled by
-    f, from the medians of ``bounds``."""
+    f, from the medians of ``bounds`` (``peers_in_trace``: the figures are a whole job's)."""
     m = b["median"]
+    # The GPU's floor: its busiest stream, and the union of its other work without the
+    # collectives, which run beside it on their own stream and may overlap it more than they
+    # did (a collective's time is transfer and waiting for the slowest peer). With every
+    # rank's trace (``peers_in_trace``) a change to all ranks alike can end the waiting, so
+    # the busiest stream (a collective's, waiting) is no floor there. The upper edge keeps
+    # collectives whole: their waiting need not scale.
+    g_all, g_nc = m["G_all_ms"], m.get("G_all_nc_ms", m["G_all_ms"])
+    g_lo = m.get("G_nc_ms", m["G_ms"])
+    if not b.get("peers_in_trace"):
+        g_lo = max(g_lo, m.get("G_stream_ms", g_lo))
     if which == "gpu":
-        return (max(f * m["G_ms"], m["C_max_ms"]),
-                f * m["G_all_ms"] + m["C_sum_ms"] + m["W_ms"])
+        return (max(f * g_lo, m["C_max_ms"]),
+                f * g_nc + (g_all - g_nc) + m["C_sum_ms"] + m["W_ms"])
     if which == "cpu":
-        return (max(m["G_ms"], f * m["C_max_ms"]),
-                m["G_all_ms"] + f * m["C_sum_ms"] + m["W_ms"])
+        return (max(g_lo, f * m["C_max_ms"]),
+                g_all + f * m["C_sum_ms"] + m["W_ms"])
     raise ValueError(f"which must be 'gpu' or 'cpu', not {which!r}")
 
 

@@ -33,7 +33,7 @@ def headline(d: dict) -> float | None:
 
 def step_edges(row: dict, which: str, f: float) -> tuple[float, float]:
     """[lower, upper] of one step (a bounds row) with one side scaled by f."""
-    return bnd.edges({"median": row}, which, f)
+    return bnd.edges({"median": row}, which, f)  # one rank's step: its peers' waits as seen
 
 
 def tight_applies(row: dict, which: str, f: float, b: dict) -> bool:
@@ -84,7 +84,8 @@ def judge(b: dict, matched: list[tuple[dict, dict]], d: dict | None, which: str,
     v = None if d is None else d.get(key)
     v = None if v is None else float(v)
     row = b["mean"]
-    a, z = bnd.edges({"median": row}, which, f)
+    a, z = bnd.edges({"median": row, "peers_in_trace": b.get("peers_in_trace", False)},
+                     which, f)
     pt.update(predicted_ms=v, lo_ms=a, hi_ms=z, by="headline",
               steps_out=int(v is not None and (v < a * (1 - TOL) or v > z * (1 + TOL))),
               steps_loose=int(v is not None and tight_applies(row, which, f, b)
@@ -113,14 +114,15 @@ def job_bounds(folder: Path, ctx: Context) -> dict:
             "mean": {k: max(b["mean"][k] for b in bs) for k in keys},
             "gpu_bound": med["G_ms"] >= BOUND_SHARE * med["T_ms"],
             "cpu_bound": med["C_max_ms"] >= BOUND_SHARE * med["T_ms"],
-            "ranks": len(bs)}
+            "ranks": len(bs), "peers_in_trace": True}
 
 
 def curve(ctx: Context, path: Path) -> dict:
     """Bounds and both curves of one trace."""
     b = job_bounds(path, ctx) if path.is_dir() else ctx.bounds(path)
-    out: dict = {"bounds": {k: b[k] for k in ("rule", "steady", "median", "mean",
-                                               "gpu_bound", "cpu_bound")},
+    out: dict = {"bounds": {k: b.get(k, False) for k in ("rule", "steady", "median", "mean",
+                                                      "gpu_bound", "cpu_bound",
+                                                      "peers_in_trace")},
                  "points": [], "notes": []}
     try:
         base = ctx.predict(path)

@@ -185,3 +185,34 @@ def test_toy_c_wait_on_untraced_work_hides_the_gpu(tmp_path):
                          "W_ms": 3.8})
     # GPU x 0.5: the kernel under the wait shrinks, the wait does not: [0.25 .. 0.2 + 3.8]
     assert bounds.edges(b, "gpu", 0.5) == pytest.approx((0.25, 0.25 + 0.2 + 3.8))
+
+
+def test_toy_d_collectives_wait_for_peers(tmp_path):
+    # Hand-made, one step shape repeated (us): aten::mm [0,100) > cudaLaunchKernel [10,20);
+    # kernel k on stream 7 [100,400); ncclKernel_AllReduce on stream 8 [400,900) (transfer and
+    # the wait for the slowest peer, which one rank's trace cannot tell apart); aten::add
+    # [900,1000), woken as the all-reduce drained. G = G_all = 800, without the collective 300;
+    # C_max = C_sum = 200; W = 0.
+    ev = []
+    for k in range(3):
+        t0 = toy.BASE_US + k * 1000
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k + 1}",
+                   "pid": 1, "tid": 1, "ts": t0, "dur": 1000})
+        for cat, name, s, e, tid in (("cpu_op", "aten::mm", 0, 100, 1),
+                                     ("cuda_runtime", "cudaLaunchKernel", 10, 20, 1),
+                                     ("cpu_op", "aten::add", 900, 1000, 1),
+                                     ("kernel", "k", 100, 400, 7),
+                                     ("kernel", "ncclKernel_AllReduce_RING_LL_Sum_float",
+                                      400, 900, 8)):
+            ev.append({"ph": "X", "cat": cat, "name": name, "pid": 0 if cat == "kernel" else 1,
+                       "tid": tid, "ts": t0 + s, "dur": e - s})
+    b = bounds.bounds(toy.write_kineto(tmp_path / "d.json", ev))
+    _check(b["median"], {"G_ms": 0.8, "G_all_ms": 0.8, "G_nc_ms": 0.3, "G_all_nc_ms": 0.3,
+                         "C_max_ms": 0.2, "C_sum_ms": 0.2, "W_ms": 0.0})
+    # GPU x 0.5 on one rank: the floor is the busiest stream (the collective's, 500 us) or
+    # the other work (300); the upper edge keeps the collective whole: [0.25, 0.15 + 0.5 + 0.2]
+    assert bounds.edges(b, "gpu", 0.5) == pytest.approx((0.25, 0.85))
+    assert bounds.edges(b, "cpu", 0.5) == pytest.approx((0.5, 0.9))
+    # with every rank's trace the waiting can end: the lower edge leaves the collective out
+    assert bounds.edges({**b, "peers_in_trace": True}, "gpu", 0.5) == pytest.approx((0.2, 0.85))
+    assert bounds.edges({**b, "peers_in_trace": True}, "cpu", 0.5) == pytest.approx((0.3, 0.9))
