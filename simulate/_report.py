@@ -391,3 +391,24 @@ def edge_of(indptr, dst, src_q, dst_q, out):
             if dst[k] == d:
                 out[i] = k
                 break
+
+
+@nb.njit(cache=True)
+def ends_by_label(lab, end, is_gpu, orphan, n_labels):
+    """One pass for ``steady_step``: per iteration label 0..n_labels-1, the latest end of its
+    tasks and of its GPU tasks; and the latest end of the GPU backlog (``orphan``)."""
+    task = np.full(n_labels, np.iinfo(np.int64).min, np.int64)
+    gpu = np.full(n_labels, np.iinfo(np.int64).min, np.int64)
+    backlog = np.iinfo(np.int64).min
+    for i in range(lab.shape[0]):
+        x = lab[i]
+        e = end[i]
+        if is_gpu[i] and orphan[i] and e > backlog:
+            backlog = e
+        if x < 0 or x >= n_labels:
+            continue
+        if e > task[x]:
+            task[x] = e
+        if is_gpu[i] and e > gpu[x]:
+            gpu[x] = e
+    return task, gpu, backlog

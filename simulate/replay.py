@@ -603,21 +603,23 @@ def steady_step(g: dict[str, pa.Table], its: list[Iteration], anchors: np.ndarra
     row = {int(v): k for k, v in enumerate(idx)}
     lab = _labels(g)
     f, last = used[0], used[-1]
+    n_lab = int(max(idx.max(initial=-1), last)) + 1
+    task_end, gpu_end, backlog = _report.ends_by_label(lab.astype(np.int64), end, is_gpu, orphan,
+                                               n_lab)
+    gpu_upto = np.maximum(np.maximum.accumulate(gpu_end), max(int(backlog), 0))
 
     def done(x: int) -> int:
         k = row.get(x + 1)
         if k is not None:
             t = int(start[anchors[k]])
         else:  # the window's last iteration: its own tasks' ends
-            t = int(end[lab == x].max(initial=0))
-        gpu = is_gpu & (orphan | ((lab >= 0) & (lab <= x)))
-        return max(t, int(end[gpu].max(initial=0)))
+            t = max(int(task_end[x]), 0)
+        return max(t, int(gpu_upto[x]))
 
     k0 = row.get(f)
     before = int(start[anchors[k0]]) if f - 1 not in row else done(f - 1)
     if f - 1 not in row:  # nothing before F in the window but what was launched before it
-        gpu = is_gpu & orphan
-        before = max(before, int(end[gpu].max(initial=0)))
+        before = max(before, backlog, 0)
     # no shorter than the steps the CPU timed: a steady step is the slower of the CPU's pace
     # and the GPU's, and those steps show at least the CPU's. Completion to completion alone
     # falls short when a backlog from before the window keeps the GPU busy into the first
