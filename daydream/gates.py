@@ -7,6 +7,9 @@ API and every ``predict --all`` worker report the same gates: a list of ``{"name
 - ``no_slowdown``: a chain whose optimizations only remove or shrink work (``SHRINKING``) does
   not predict a slower step (by more than ``SLOWDOWN_TOL``); where it does, the gate fails and
   its note names the tasks whose work grew most per iteration (inserted tasks included).
+- ``slowdown_named``: any other chain (one that inserts work or changes the machine) that
+  predicts a slower step names the tasks whose time grew most per iteration, in the gate and
+  in a note; it fails where no task's time grew (a slowdown nothing explains).
 - ``floor``: no prediction beats the work left in the rewritten graph: its step is at least
   the busiest CPU thread's own work per used iteration (the floor when only the GPU got
   faster) and the busiest GPU stream's busy time per used iteration (the floor when only the
@@ -107,17 +110,24 @@ def check(spec: str | None, notes: list[str], baseline_ms: float | None,
         return out
     names = spec_names(spec)
     text = " ".join(notes)
+    slower = bool(baseline_ms and predicted_ms
+                  and predicted_ms > baseline_ms * (1 + SLOWDOWN_TOL))
+    why = ""
+    if slower:
+        g = grown(base_tables, base, tables, pred)
+        why = ("; tasks whose time grew per iteration: " + ", ".join(
+            f"{k[:70]} +{v:.2f} ms" for k, v in g) if g else "; no task's time grew")
     if baseline_ms and predicted_ms and SHRINKING.issuperset(names):
-        slower = predicted_ms > baseline_ms * (1 + SLOWDOWN_TOL)
         note = (f"{spec} only removes or shrinks work, yet predicts "
                 f"{baseline_ms:.2f} -> {predicted_ms:.2f} ms")
-        if slower:
-            g = grown(base_tables, base, tables, pred)
-            note += ("; tasks whose time grew per iteration: " + ", ".join(
-                f"{k[:70]} +{v:.2f} ms" for k, v in g) if g else
-                "; no task's time grew")
         out.append({"name": "no_slowdown", "ok": not slower,
-                    "note": note if slower else f"{spec}: no slowdown"})
+                    "note": note + why if slower else f"{spec}: no slowdown"})
+    elif slower:
+        # a chain that inserts work (recomputation, copies, collectives) may be slower; the
+        # gate names the tasks that made it so, and fails where none did
+        out.append({"name": "slowdown_named", "ok": why.startswith("; tasks"),
+                    "note": f"{spec} predicts {baseline_ms:.2f} -> {predicted_ms:.2f} ms"
+                    + why})
     f = floors(tables, pred)
     if predicted_ms and f:
         floor = max(f.get("cpu_ms", 0.0), f.get("gpu_ms", 0.0))
@@ -152,5 +162,7 @@ def _identical(a: dict[str, pa.Table], b: dict[str, pa.Table]) -> bool:
 
 
 def failed_notes(gates: list[dict]) -> list[str]:
-    """One note per failed gate, for the result's notes."""
-    return [f"gate {g['name']} failed: {g['note']}" for g in gates if not g["ok"]]
+    """One note per failed gate, for the result's notes; and the note of a slower
+    prediction's ``slowdown_named`` gate, which names the tasks that made it slower."""
+    return [f"gate {g['name']} failed: {g['note']}" if not g["ok"] else f"slower: {g['note']}"
+            for g in gates if not g["ok"] or g["name"] == "slowdown_named"]

@@ -236,7 +236,7 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
                       has, t0, t0_how, frac, rb_all, rn_all, notes)
 
 
-@register("batch")
+@register("batch", example="batch(size=64)")
 def batch(g: Graph, ctx: Context, *, size: int, traced: int = 0) -> Graph:
     """The same job at batch SIZE, from a trace at another batch (TRACED; 0: read from the
     leading dimension of the inputs the trace recorded shapes for).
