@@ -250,3 +250,23 @@ def test_gates_matrix_marks_failures_refusals_and_unnamed_slowdowns(tmp_path, mo
     cells = {(c["trace"], c["opt"]): c for c in r.data["matrix"]}
     assert cells[(acc.shown(a), "fast")]["failed"] == ["applies"]
     assert cells[(acc.shown(b), "boom")]["refused"].startswith("CRASH KeyError")
+
+
+def test_amp_factors_reproduce_the_published_peak_ratios():
+    """The model's compute-bound FP32 -> FP16 factor on each GPU of the AMP table is the
+    vendor's peak ratio, written in bench/accuracy/amp_factors.py from the whitepapers and
+    datasheets, not read from the GPU table: V100 125/15.7, A100 312/19.5 (TF32 312/156),
+    RTX 2080 Ti 56.9/14.2 (GeForce's FP32-accumulate rate); bandwidth-bound kernels 2x."""
+    from bench.accuracy import amp_factors
+    lines, rows = amp_factors.factors()
+    by = {r["key"]: r for r in rows}
+    for r in rows:
+        assert r["compute_fp32"] == pytest.approx(r["published_fp32"], rel=0.01), r["gpu"]
+        if r["published_tf32"] is not None:
+            assert r["compute_tf32"] == pytest.approx(r["published_tf32"], rel=0.01)
+        # without shapes a class's factor lies between the bandwidth-bound 2x and the peak
+        assert 2.0 <= r["conv_fp32"] <= r["compute_fp32"] and r["bandwidth_bound"] == 2.0
+    assert by["v100-sxm2-32gb"]["published_fp32"] == pytest.approx(125 / 15.7)
+    assert by["a100-sxm4-80gb"]["compute_tf32"] == pytest.approx(2.0, rel=1e-3)
+    assert by["rtx-2080-ti"]["compute_fp32"] == pytest.approx(56.9 / 14.2, rel=0.01)
+    assert any("| NVIDIA Tesla V100 SXM2 32GB | 7.96x | 7.96x |" in x for x in lines)
