@@ -7,6 +7,9 @@ API and every ``predict --all`` worker report the same gates: a list of ``{"name
 - ``no_slowdown``: a chain whose optimizations only remove or shrink work (``SHRINKING``) does
   not predict a slower step (by more than ``SLOWDOWN_TOL``); where it does, the gate fails and
   its note names the tasks whose work grew most per iteration (inserted tasks included).
+- ``slowdown_named``: any other chain (one that inserts work or changes the machine) that
+  predicts a slower step names the tasks whose time grew most per iteration, in the gate and
+  in a note; it fails where no task's time grew (a slowdown nothing explains).
 - ``floor``: no prediction beats the work left in the rewritten graph: its step is at least
   the busiest CPU thread's own work per used iteration (the floor when only the GPU got
   faster) and the busiest GPU stream's busy time per used iteration (the floor when only the
@@ -33,6 +36,7 @@ SHRINKING = frozenset({"amp", "fused_adam", "fused_adamw", "fused_sgd", "fused_a
 SLOWDOWN_TOL = 0.01  # a slower step by more than 1% of the baseline fails no_slowdown
 FLOOR_TOL = 0.02     # a step more than 2% under the busiest unit's work fails floor
 SAME_TOL = 0.001     # "changes nothing": within 0.1% of the baseline
+RECOMPUTE = " (recompute)"  # the suffix checkpointing gives the tasks it runs again
 
 
 def spec_names(spec: str | None) -> list[str]:
@@ -90,7 +94,11 @@ def grown(base_tables: dict[str, pa.Table], base, tables: dict[str, pa.Table], p
         held = (rep.schedule.end_ns - rep.schedule.start_ns).astype(np.float64)
         work = (np.asarray(rep.work_ns, np.float64) if rep.work_ns is not None else held)
         w = np.where(cpu, held, work)
-        uniq, inv = np.unique(arr[mask].astype(str), return_inverse=True)
+        names = arr[mask].astype(str)
+        # the tasks a rewrite repeats (checkpointing's recomputed forward) count as one
+        marked = np.char.endswith(names, RECOMPUTE)
+        names = np.where(marked, "every recomputed task" + RECOMPUTE, names)
+        uniq, inv = np.unique(names, return_inverse=True)
         s = np.bincount(inv, weights=w[mask]) / n / 1e6 if len(uniq) else np.zeros(0)
         return dict(zip(uniq.tolist(), s.tolist(), strict=True))
     a, b = per_name(base_tables, base), per_name(tables, pred)
@@ -107,17 +115,24 @@ def check(spec: str | None, notes: list[str], baseline_ms: float | None,
         return out
     names = spec_names(spec)
     text = " ".join(notes)
+    slower = bool(baseline_ms and predicted_ms
+                  and predicted_ms > baseline_ms * (1 + SLOWDOWN_TOL))
+    why = ""
+    if slower:
+        g = grown(base_tables, base, tables, pred)
+        why = ("; tasks whose time grew per iteration: " + ", ".join(
+            f"{k[:70]} +{v:.2f} ms" for k, v in g) if g else "; no task's time grew")
     if baseline_ms and predicted_ms and SHRINKING.issuperset(names):
-        slower = predicted_ms > baseline_ms * (1 + SLOWDOWN_TOL)
         note = (f"{spec} only removes or shrinks work, yet predicts "
                 f"{baseline_ms:.2f} -> {predicted_ms:.2f} ms")
-        if slower:
-            g = grown(base_tables, base, tables, pred)
-            note += ("; tasks whose time grew per iteration: " + ", ".join(
-                f"{k[:70]} +{v:.2f} ms" for k, v in g) if g else
-                "; no task's time grew")
         out.append({"name": "no_slowdown", "ok": not slower,
-                    "note": note if slower else f"{spec}: no slowdown"})
+                    "note": note + why if slower else f"{spec}: no slowdown"})
+    elif slower:
+        # a chain that inserts work (recomputation, copies, collectives) may be slower; the
+        # gate names the tasks that made it so, and fails where none did
+        out.append({"name": "slowdown_named", "ok": why.startswith("; tasks"),
+                    "note": f"{spec} predicts {baseline_ms:.2f} -> {predicted_ms:.2f} ms"
+                    + why})
     f = floors(tables, pred)
     if predicted_ms and f:
         floor = max(f.get("cpu_ms", 0.0), f.get("gpu_ms", 0.0))
@@ -152,5 +167,7 @@ def _identical(a: dict[str, pa.Table], b: dict[str, pa.Table]) -> bool:
 
 
 def failed_notes(gates: list[dict]) -> list[str]:
-    """One note per failed gate, for the result's notes."""
-    return [f"gate {g['name']} failed: {g['note']}" for g in gates if not g["ok"]]
+    """One note per failed gate, for the result's notes; and the note of a slower
+    prediction's ``slowdown_named`` gate, which names the tasks that made it slower."""
+    return [f"gate {g['name']} failed: {g['note']}" if not g["ok"] else f"slower: {g['note']}"
+            for g in gates if not g["ok"] or g["name"] == "slowdown_named"]

@@ -71,6 +71,9 @@ class Opt:
     doc: str
     # removes CPU work the profiler inflated: predictions compare it without the profiler
     removes_cpu: bool = False
+    # a spec that runs it: its name where every parameter has a default, else the example
+    # given at registration (what `make accuracy` asks of every trace)
+    example: str = ""
 
     @property
     def summary(self) -> str:
@@ -89,10 +92,12 @@ _REGISTRY: dict[str, Opt] = {}
 _LOADED = False
 
 
-def register(name: str, removes_cpu: bool = False):
+def register(name: str, removes_cpu: bool = False, example: str = ""):
     """Register an optimization; ``removes_cpu``: it removes host work (launch calls, the
     Python between ops) whose profiled cost includes the profiler's own, so its predictions are
-    made on the job without the profiler (``daydream.pipeline``)."""
+    made on the job without the profiler (``daydream.pipeline``). ``example``: a spec that runs
+    it, required where a parameter has no default (``batch(size=64)``); checked on first
+    use (``examples``)."""
     def deco(fn: Callable) -> Callable:
         sig = inspect.signature(fn)
         hints = inspect.get_annotations(fn, eval_str=True)
@@ -100,7 +105,12 @@ def register(name: str, removes_cpu: bool = False):
         for p in list(sig.parameters.values())[2:]:
             t = hints.get(p.name, str)
             params.append(Param(p.name, t, p.default))
-        _REGISTRY[name] = Opt(name, fn, params, inspect.getdoc(fn) or "", removes_cpu)
+        required = [p.name for p in params if p.default is inspect.Parameter.empty]
+        if required and not example:
+            raise ValueError(f"optimization {name!r} has parameters without a default "
+                             f"({', '.join(required)}): register it with an example spec")
+        _REGISTRY[name] = Opt(name, fn, params, inspect.getdoc(fn) or "", removes_cpu,
+                              example or name)
         return fn
     return deco
 
@@ -120,9 +130,23 @@ def opts() -> dict[str, Opt]:
     return dict(sorted(_REGISTRY.items()))
 
 
+def examples() -> dict[str, str]:
+    """Every optimization's example spec (its name where every parameter has a default),
+    each checked: a spec that does not parse or bind is an error here, not in a benchmark."""
+    out = {}
+    for o in opts().values():
+        steps = check(o.example)
+        if [s.name for s, _ in steps] != [o.name]:
+            raise ValueError(f"optimization {o.name!r}: example {o.example!r} runs "
+                             f"{'+'.join(s.name for s, _ in steps)}")
+        out[o.name] = o.example
+    return out
+
+
 def list_opts() -> list[dict]:
     """Every optimization: name, signature, parameters and summary (for ``daydream opts``)."""
     return [{"name": o.name, "signature": o.signature(), "summary": o.summary, "doc": o.doc,
+             "example": o.example,
              "params": [{"name": p.name, "type": p.type.__name__,
                          "default": None if p.default is inspect.Parameter.empty
                          else p.default} for p in o.params]}

@@ -115,6 +115,37 @@ class Context:
             raise v
         return v
 
+    def predict_each(self, trace: str | Path, specs: list[str]) -> dict[str, dict | Exception]:
+        """One prediction per spec of SPECS (each a chain), memoized as ``predict``'s; the
+        trace's graph is read and its baseline replayed once for all of them (the api's
+        ``predictions`` shares them too, but stops at the first spec that fails). A spec
+        that fails gives its exception."""
+        todo = [s for s in specs if (str(trace), (s,)) not in self._memo]
+        if todo and self._predict is None:
+            from daydream import pipeline
+            from daydream.api import open_store
+            try:
+                subject = pipeline.resolve(str(trace), open_store(self.store))
+            except Exception as e:  # the trace itself is broken: every spec fails so
+                subject, err = None, e
+            for s in todo:
+                key = (str(trace), (s,))
+                try:
+                    if subject is None:
+                        raise err
+                    d = pipeline.predict(subject, s).result
+                    self._memo[key] = d
+                    self.log.append((str(trace), s, d))
+                except Exception as e:
+                    self._memo[key] = e
+        out = {}
+        for s in specs:
+            try:
+                out[s] = self.predict(trace, [s])
+            except Exception as e:
+                out[s] = e
+        return out
+
     def bounds(self, trace: str | Path) -> dict:
         """bench/bounds.py's figures for one trace file (memoized)."""
         from bench import bounds

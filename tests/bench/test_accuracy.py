@@ -207,3 +207,66 @@ def test_traces_are_shown_by_relative_paths(tmp_path):
     for name in ("accuracy.md", "accuracy.json"):
         text = (acc.ROOT / "docs" / name).read_text()
         assert not absolute.search(text), absolute.search(text).group(0)
+
+
+def test_gates_matrix_marks_failures_refusals_and_unnamed_slowdowns(tmp_path, monkeypatch):
+    """Every optimization on every trace: a failed gate is marked in its cell, a refusal
+    (DaydreamError) is ``n/a`` with its reason listed once for the columns it holds, any
+    other exception is a crash, and a slowdown whose gates name no tasks is counted."""
+    from ingest.errors import DaydreamError
+    a = toy.write_kineto(tmp_path / "a.json", toy.toy_a_events())
+    b = toy.write_kineto(tmp_path / "b.json", toy.toy_a_events())
+    monkeypatch.setattr(tr, "training", lambda: [("toy A", a), ("toy B", b)])
+    monkeypatch.setattr(gates, "specs", lambda: [("fast", "fast"), ("slow", "slow"),
+                                                 ("named", "named"), ("nope", "nope"),
+                                                 ("boom", "boom")])
+
+    def model(trace, store, opts=None):
+        spec = (opts or [None])[0]
+        if spec == "nope":
+            raise DaydreamError("nope: the trace runs SGD, not adam")
+        if spec == "boom" and trace == str(b):
+            raise KeyError("x")
+        d = fake_result({"fast": 0.5, "slow": 1.25, "named": 2.0}.get(spec, 1.0))
+        d["speedup"] = 1.0 / d["predicted_ms"]
+        ok = {"name": "floor", "ok": True, "note": ""}
+        d["gates"] = {"fast": [ok, {"name": "applies", "ok": False, "note": "x"}],
+                      "slow": [{"name": "no_slowdown", "ok": False,
+                                "note": "slow: no task's time grew"}],
+                      "named": [{"name": "slowdown_named", "ok": True,
+                                 "note": "named predicts 1 -> 2 ms; tasks whose time grew "
+                                         "per iteration: recompute +1.00 ms"}]}.get(spec, [ok])
+        return d
+    r = acc.discover()["gates"].run(acc.Context(tmp_path / "store", predict=model))
+    text = "\n".join(r.lines)
+    assert "| `fast` | 2.00x ✗applies | 2.00x ✗applies |" in text
+    assert "| `slow` | 0.80x ✗no_slowdown | 0.80x ✗no_slowdown |" in text
+    assert "| `nope` | n/a | n/a |" in text and "| `boom` | 1.00x | **crash** |" in text
+    assert "- `nope`: 1, 2: the trace runs SGD, not adam" in text
+    assert "- 1. `named` 0.50x: tasks whose time grew per iteration: recompute +1.00 ms" in text
+    # two traces x (slow, named) slower; the two `slow` ones name no task
+    assert (r.data["slowdowns"], r.data["slowdowns_unnamed"], r.data["crashes"],
+            r.data["refused"]) == (4, 2, 1, 3)
+    cells = {(c["trace"], c["opt"]): c for c in r.data["matrix"]}
+    assert cells[(acc.shown(a), "fast")]["failed"] == ["applies"]
+    assert cells[(acc.shown(b), "boom")]["refused"].startswith("CRASH KeyError")
+
+
+def test_amp_factors_reproduce_the_published_peak_ratios():
+    """The model's compute-bound FP32 -> FP16 factor on each GPU of the AMP table is the
+    vendor's peak ratio, written in bench/accuracy/amp_factors.py from the whitepapers and
+    datasheets, not read from the GPU table: V100 125/15.7, A100 312/19.5 (TF32 312/156),
+    RTX 2080 Ti 56.9/14.2 (GeForce's FP32-accumulate rate); bandwidth-bound kernels 2x."""
+    from bench.accuracy import amp_factors
+    lines, rows = amp_factors.factors()
+    by = {r["key"]: r for r in rows}
+    for r in rows:
+        assert r["compute_fp32"] == pytest.approx(r["published_fp32"], rel=0.01), r["gpu"]
+        if r["published_tf32"] is not None:
+            assert r["compute_tf32"] == pytest.approx(r["published_tf32"], rel=0.01)
+        # without shapes a class's factor lies between the bandwidth-bound 2x and the peak
+        assert 2.0 <= r["conv_fp32"] <= r["compute_fp32"] and r["bandwidth_bound"] == 2.0
+    assert by["v100-sxm2-32gb"]["published_fp32"] == pytest.approx(125 / 15.7)
+    assert by["a100-sxm4-80gb"]["compute_tf32"] == pytest.approx(2.0, rel=1e-3)
+    assert by["rtx-2080-ti"]["compute_fp32"] == pytest.approx(56.9 / 14.2, rel=0.01)
+    assert any("| NVIDIA Tesla V100 SXM2 32GB | 7.96x | 7.96x |" in x for x in lines)

@@ -330,6 +330,20 @@ def test_blueconnect_decomposes_over_nodes():
         170_000, 125_000]
 
 
+def test_blueconnect_on_one_node_does_not_apply():
+    """8 ranks in nodes of 8: no inter-node all-reduce to split; the collectives keep ddp's
+    times (a 100 GB/s intra link would have shortened them) and a note says so."""
+    notes = []
+    g1 = rewrite(toy(comm=False, layer_bytes=SIZES), "ddp(world=8,bandwidth=25GB/s)")
+    g2 = rewrite(toy(comm=False, layer_bytes=SIZES), "ddp(world=8,bandwidth=25GB/s)+"
+                 "blueconnect(intra=100GB/s)", Context(notes=notes))
+    comm = [pl.from_arrow(g["task"]).filter(pl.col("kind") == "comm")["dur_ns"].to_list()
+            for g in (g1, g2)]
+    assert comm[0] == comm[1] and len(comm[0]) == 2
+    assert any(n.startswith("blueconnect: does not apply: the 8 ranks fit one node of 8")
+               for n in notes)
+
+
 def test_ddp_param_bytes_from_the_command_line_override():
     """--param-bytes reaches ddp through the context; the note names it as the source."""
     notes = []

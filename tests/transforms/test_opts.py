@@ -144,3 +144,19 @@ def test_fused_optimizer_reads_the_traces_optimizer(graphs):
     with pytest.raises(DaydreamError, match="runs SGD"):
         rewrite(graphs["a100"], "fused_optimizer(kind=adagrad)")
     assert fo_mod.trace_optimizer(Graph.from_tables(graphs["v100"])) == ("sgd", "SGD")
+
+
+def test_every_optimization_has_a_spec_that_runs_it():
+    """`make accuracy` asks every registered optimization of every trace: one whose parameters
+    all have defaults by its name, one with a required parameter by the example it was
+    registered with (and registering one without an example is an error)."""
+    from transforms.registry import examples, opts, register
+    ex = examples()
+    assert set(ex) == set(opts())
+    assert ex["amp"] == "amp" and ex["batch"] == "batch(size=64)"
+    assert ex["gpu"] == "gpu(name=H100)"
+    assert ex["scale"].startswith("scale(select=") and "factor=0.5" in ex["scale"]
+    with pytest.raises(ValueError, match="example"):
+        @register("needs_example_test")
+        def needs(g, ctx, *, size: int):
+            return g

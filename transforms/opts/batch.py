@@ -236,7 +236,7 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
                       has, t0, t0_how, frac, rb_all, rn_all, notes)
 
 
-@register("batch")
+@register("batch", example="batch(size=64)")
 def batch(g: Graph, ctx: Context, *, size: int, traced: int = 0) -> Graph:
     """The same job at batch SIZE, from a trace at another batch (TRACED; 0: read from the
     leading dimension of the inputs the trace recorded shapes for).
@@ -268,7 +268,8 @@ def batch(g: Graph, ctx: Context, *, size: int, traced: int = 0) -> Graph:
         f"{int(m.with_shapes.sum())} of {int(m.gpu.sum())} GPU tasks sized from their op's "
         f"shapes; fixed cost {m.fixed_ns / 1e3:.2f} us ({m.fixed_how}); typical fraction of "
         f"the roofline by class: {fr or 'none'}; GPU work {old / 1e6:.2f} -> "
-        f"{newt / 1e6:.2f} ms over the trace")
+        f"{newt / 1e6:.2f} ms over the trace"
+        + ("; the traced batch: unchanged" if m.size == m.traced else ""))
     ctx.notes.extend(m.notes)
     ctx.notes.extend(memory.notes(g, ctx, "batch", batch_scale=m.size / m.traced,
                                   ranges=wk.ranges_of(ctx)))

@@ -42,6 +42,11 @@ def blueconnect(g: Graph, ctx: Context, *, gpus_per_node: int = 8, intra: str = 
         raise DaydreamError(f"blueconnect: {n} ranks do not split into nodes of "
                             f"{gpus_per_node} GPUs")
     gpn = min(gpus_per_node, n)
+    if n <= gpn:
+        ctx.notes.append(f"blueconnect: does not apply: the {n} ranks fit one node of "
+                         f"{gpus_per_node} GPUs, so there is no inter-node all-reduce to shrink "
+                         "(BlueConnect splits it across nodes); unchanged")
+        return g
     cur = current_link(g, ctx, n, algo)
     lin = comm.parse_bandwidth(intra, assumed_link(ctx)) if intra else assumed_link(ctx)
     lout = comm.parse_bandwidth(inter, cur) if inter else cur

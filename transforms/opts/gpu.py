@@ -151,7 +151,7 @@ def predict(g: Graph, ctx: Context, name: str, conv_tf32: bool = True,
                     t0, t0_how, notes)
 
 
-@register("gpu")
+@register("gpu", example="gpu(name=H100)")
 def gpu(g: Graph, ctx: Context, *, name: str, conv_tf32: bool = True,
         matmul_tf32: bool = False) -> Graph:
     """The same job on GPU NAME (V100, T4, A10, L4, A100, H100, H200, B200, MI250X, MI300X,

@@ -25,6 +25,11 @@ def no_profiler(g: Graph, ctx: Context) -> Graph:
         ctx.notes.append("no_profiler: the trace's op ranges are not available; unchanged")
         return g
     g2, removed = profiler.without_profiler(g, ranges)
+    if removed <= 0:
+        ctx.notes.append("no_profiler: no recorded op or traced runtime call in the "
+                         "iterations (an Nsight export's NVTX ranges, or a job): no profiler "
+                         "cost to take out; unchanged")
+        return g
     ctx.notes.append(f"no_profiler: {removed / 1e6:.2f} ms of host time per iteration taken out "
                      f"({PROFILER['per_op_ns']['value'] / 1e3:g} us per recorded op, "
                      f"{PROFILER['per_call_ns']['value'] / 1e3:g} us per runtime call)")

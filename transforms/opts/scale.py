@@ -7,7 +7,7 @@ from transforms.primitives import Graph
 from transforms.registry import Context, register
 
 
-@register("scale")
+@register("scale", example="scale(select=\"kind = 'kernel'\", factor=0.5)")
 def scale(g: Graph, ctx: Context, *, select: str, factor: float) -> Graph:
     """Scale the duration of the selected tasks by FACTOR (0.5 = twice as fast).
 
