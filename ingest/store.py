@@ -28,7 +28,6 @@ from ingest import schema
 from ingest.errors import DaydreamError
 from ingest.model import Converted
 
-DEFAULT_STORE = Path(".daydream")
 PART = "part-0.parquet"
 PARALLEL_ROWS = 200_000  # tables of a trace with fewer rows in all are written in turn
 
@@ -211,11 +210,12 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
         pq.write_table(out[name], staged / name / PART, compression="zstd",
                        write_statistics=True)
 
-    order = sorted(out, key=lambda name: -out[name].nbytes)
     if sum(t.num_rows for t in out.values()) < PARALLEL_ROWS:
-        for name in order:
+        for name in out:
             write(name)
     else:
+        # (nbytes walks every dictionary: only worth it where the order matters)
+        order = sorted(out, key=lambda name: -out[name].nbytes)
         with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
             list(pool.map(write, order))
     return out
