@@ -62,6 +62,15 @@ class Store:
         path = self.partition(table, trace_id) / PART
         if not path.exists():
             raise DaydreamError(f"trace {trace_id} has no {table} table in {self.root}")
+        # a store written by a daydream of another activity schema is refused, not misread
+        found = (pq.read_metadata(path).metadata or {}).get(b"daydream.schema_version")
+        if found != str(schema.SCHEMA_VERSION).encode():
+            raise DaydreamError(
+                f"{path} has activity schema version "
+                f"{found.decode(errors='replace') if found else '(none)'}, this daydream "
+                f"reads version {schema.SCHEMA_VERSION}; rebuild the store: run `daydream "
+                f"ingest --force` over its traces (or delete {self.root} and ingest them "
+                "again)")
         return pq.read_table(path, schema=schema.TABLES[table].schema)
 
     def trace_row(self, trace_id: str) -> dict:
