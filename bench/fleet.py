@@ -12,6 +12,7 @@ of its worker processes'). ``bench/run.py --only fleet`` calls ``section``; by h
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -88,6 +89,7 @@ def _run(*args: str) -> dict:
 
 
 def section(n: int = 1000, workers: tuple[int, ...] = (1, 2)) -> list[str]:
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         made = _run("make", f"{tmp}/in", str(n))
         ing, pred = {}, {}
@@ -111,7 +113,9 @@ def section(n: int = 1000, workers: tuple[int, ...] = (1, 2)) -> list[str]:
             "build the graph, load DuckDB) and `daydream predict --all` with "
             f"{' and '.join(f'`{s}`' for s in SPECS)} (a baseline replay and one simulation per "
             "spec per trace), each in a fresh process; peak RSS of the driver and of the "
-            "largest worker process. `bench/fleet.py` reproduces each step.", "",
+            "largest worker process. `bench/fleet.py` reproduces each step. Load average "
+            f"(1 min) on this {os.cpu_count()}-core machine: {load0:.1f} when the section "
+            f"started, {os.getloadavg()[0]:.1f} when it ended (other jobs share it).", "",
             "| step | workers | seconds | traces/s | pairs/s | peak RSS driver (MiB) | "
             "peak RSS worker (MiB) |", "|---|---|---|---|---|---|---|"]
     for w, r in ing.items():

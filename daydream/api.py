@@ -12,10 +12,9 @@ from typing import IO, TYPE_CHECKING
 import orjson
 
 from daydream.traces import build_graphs, ingest, open_store, resolve_trace
-from ingest import schema
+from ingest import DEFAULT_STORE, schema
 from ingest.batch import expand
 from ingest.errors import DaydreamError
-from ingest.store import DEFAULT_STORE
 
 # collect, collect_command and collect_steps come from __getattr__ below
 __all__ = ["DaydreamError", "collect", "collect_command", "collect_steps", "expand", "ingest",  # noqa: F822

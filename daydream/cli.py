@@ -14,7 +14,7 @@ from typing import Annotated
 import orjson
 import typer
 
-from daydream import api
+from ingest import DEFAULT_STORE
 from ingest.errors import DaydreamError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -68,7 +68,7 @@ def _emit(fmt: str, d: object, csv_text, show) -> None:
 def ingest(
     paths: Annotated[list[str], typer.Argument(help="Trace files, folders (searched "
                                                "recursively) or globs.")],
-    store: StoreOpt = api.DEFAULT_STORE,
+    store: StoreOpt = DEFAULT_STORE,
     jobs: Annotated[int | None, typer.Option("--workers", "--jobs", "-j",
                                              help="Worker processes converting files.",
                                              show_default="every core")] = None,
@@ -83,6 +83,7 @@ def ingest(
     Reads Kineto (PyTorch profiler) JSON, Nsight Systems SQLite exports and the raw CUPTI
     records of `daydream collect`. A folder is searched for trace files; the files it skips
     are listed, and a folder without any trace is an error."""
+    from daydream import api
     from daydream.traces import skipped
     files = api.expand(paths)
     left_out = skipped(paths)
@@ -139,6 +140,7 @@ def collect(
 
     The job's command line follows --, for example `daydream collect --out traces
     --iterations 20 -- python train.py`."""
+    from daydream import api
     res = api.collect_command(command, out, iterations, warmup)
     for f in res.files:
         typer.echo(str(f))
@@ -152,10 +154,11 @@ def collect(
 def info(
     trace: Annotated[str, typer.Argument(help="A trace id (or unique prefix), trace file, job "
                                          "name or folder of rank traces.")],
-    store: StoreOpt = api.DEFAULT_STORE,
+    store: StoreOpt = DEFAULT_STORE,
     json: JsonOpt = False,
 ) -> None:
     """Print what a stored trace or job holds and what ingest had to repair or skip."""
+    from daydream import api
     d = api.info(trace, store)
     if json:
         _json(d)
@@ -169,7 +172,7 @@ def sql(
     query: Annotated[str, typer.Argument(help="SQL (DuckDB dialect) over the graph tables, "
                                          "views and activity tables; '-' reads it from stdin. "
                                          "See docs/sql.md.")],
-    store: StoreOpt = api.DEFAULT_STORE,
+    store: StoreOpt = DEFAULT_STORE,
     fmt: Annotated[str, typer.Option("--format", "-f",
                                      help="Output format: table, csv, json or parquet.")]
     = "table",
@@ -179,6 +182,7 @@ def sql(
     """Query the store with SQL, read-only (kernel_timeline, layer_time, iteration_time...)."""
     if query == "-":
         query = sys.stdin.read()
+    from daydream import api
     text = api.sql(query, store, fmt=fmt, out=out)
     if out is None:
         typer.echo(text, nl=False)
@@ -198,7 +202,7 @@ def predict(
     trace: Annotated[str | None, typer.Argument(help="A trace file (ingested if new), stored "
                                                 "trace id, job name or folder of rank traces "
                                                 "(a job); or --all.")] = None,
-    store: StoreOpt = api.DEFAULT_STORE,
+    store: StoreOpt = DEFAULT_STORE,
     opt: OptOpt = None,
     json: JsonOpt = False,
     fmt: FormatOpt = "table",
@@ -238,6 +242,7 @@ def predict(
         return
     if where is not None:
         raise DaydreamError("--where selects traces for --all")
+    from daydream import api
     results = api.predictions(trace, store, opt or [], timeline=timeline, plot=plot,
                               param_bytes=param_bytes)
     from daydream import report
@@ -283,7 +288,7 @@ def _predict_all(store: Path, opts: list[str], where: str | None, workers: int |
 @app.command()
 def advise(
     trace: TargetArg,
-    store: StoreOpt = api.DEFAULT_STORE,
+    store: StoreOpt = DEFAULT_STORE,
     json: JsonOpt = False,
     fmt: FormatOpt = "table",
     param_bytes: ParamBytesOpt = None,
@@ -307,7 +312,7 @@ def compare(
                                          "change.")],
     opt: Annotated[str, typer.Option("--opt", help="The optimization that was made (chain "
                                      "several with +).")],
-    store: StoreOpt = api.DEFAULT_STORE,
+    store: StoreOpt = DEFAULT_STORE,
     json: JsonOpt = False,
     fmt: FormatOpt = "table",
     param_bytes: ParamBytesOpt = None,
@@ -329,7 +334,7 @@ def report(
     out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")]
     = Path("report.html"),
     opt: OptOpt = None,
-    store: StoreOpt = api.DEFAULT_STORE,
+    store: StoreOpt = DEFAULT_STORE,
     param_bytes: ParamBytesOpt = None,
 ) -> None:
     """Write one self-contained HTML report of a replay and its predictions.
@@ -343,13 +348,14 @@ def report(
 
 
 @app.command()
-def jobs(store: StoreOpt = api.DEFAULT_STORE, json: JsonOpt = False,
+def jobs(store: StoreOpt = DEFAULT_STORE, json: JsonOpt = False,
          fmt: FormatOpt = "table") -> None:
     """List the jobs in the store: the traces of the ranks of one run.
 
     `daydream predict JOB` replays a job's ranks together; a job that lacks ranks of its
     world size says which."""
     fmt = _fmt(json, fmt)
+    from daydream import api
     d = api.jobs(store)
     if fmt == "json":
         _json(d)

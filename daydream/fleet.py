@@ -35,8 +35,11 @@ from ingest.store import Store
 KEY = ("trace_id", "spec")
 FLUSH_ROWS = 256
 FLUSH_S = 2.0
-# Graphs are read in chunks on one read-only connection (each open costs a catalog check).
-READ_CHUNK = 16
+# Graphs are read in chunks, one query per table on one read-only connection (an open and a
+# query each cost milliseconds, a small trace's whole graph less): up to READ_CHUNK traces or
+# READ_TASKS tasks in all (one trace at least) held in memory at a time.
+READ_CHUNK = 64
+READ_TASKS = 1_000_000
 
 
 @dataclass
@@ -217,16 +220,14 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
     items = list(todo)
     runner = make_runner(workers, ray, tasks=len(items))
     limit = 2 * runner.workers
-    chunk = max(1, min(READ_CHUNK, limit))  # graphs held in memory: at most about 2 * limit
     try:
         with runner:
-            queue = iter(items)
+            queue = iter(_chunks(root, items))
             ready: list[tuple[str, dict]] = []
             while True:
                 while runner.pending() < limit:
                     if not ready:
-                        ready = _read_chunk(st, [t for _, t in zip(range(chunk), queue,
-                                                                   strict=False)])
+                        ready = _read_chunk(st, next(queue, []))
                         if not ready:
                             break
                     tid, g = ready.pop(0)
@@ -242,6 +243,25 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
         flush()  # what finished before an interrupt is kept: the rerun resumes after it
     rep.table = results(root, traces, specs)
     return rep
+
+
+def _chunks(root: Path, tids: list[str]) -> list[list[str]]:
+    """``tids`` cut into the chunks the loader reads at once (READ_CHUNK, READ_TASKS)."""
+    if not tids:
+        return []
+    with db.connect(root) as con:
+        sizes = dict(con.execute("SELECT trace_id, count(*) FROM task GROUP BY trace_id")
+                     .fetchall())
+    out: list[list[str]] = [[]]
+    tasks = 0
+    for tid in tids:
+        n = sizes.get(tid, 0)
+        if out[-1] and (len(out[-1]) >= READ_CHUNK or tasks + n > READ_TASKS):
+            out.append([])
+            tasks = 0
+        out[-1].append(tid)
+        tasks += n
+    return out
 
 
 def _read_chunk(st: Store, tids: list[str]) -> list[tuple[str, dict]]:

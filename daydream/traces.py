@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ingest import source
+from ingest import DEFAULT_STORE, source
 from ingest.batch import FileResult, IngestReport, expand
 from ingest.batch import ingest as ingest_files
 from ingest.errors import DaydreamError
-from ingest.store import DEFAULT_STORE, Store
+from ingest.store import Store
 
 
 def open_store(store: str | Path | None = None) -> Store:

@@ -28,7 +28,6 @@ from ingest import schema
 from ingest.errors import DaydreamError
 from ingest.model import Converted
 
-DEFAULT_STORE = Path(".daydream")
 PART = "part-0.parquet"
 PARALLEL_ROWS = 200_000  # tables of a trace with fewer rows in all are written in turn
 
@@ -63,6 +62,15 @@ class Store:
         path = self.partition(table, trace_id) / PART
         if not path.exists():
             raise DaydreamError(f"trace {trace_id} has no {table} table in {self.root}")
+        # a store written by a daydream of another activity schema is refused, not misread
+        found = (pq.read_metadata(path).metadata or {}).get(b"daydream.schema_version")
+        if found != str(schema.SCHEMA_VERSION).encode():
+            raise DaydreamError(
+                f"{path} has activity schema version "
+                f"{found.decode(errors='replace') if found else '(none)'}, this daydream "
+                f"reads version {schema.SCHEMA_VERSION}; rebuild the store: run `daydream "
+                f"ingest --force` over its traces (or delete {self.root} and ingest them "
+                "again)")
         return pq.read_table(path, schema=schema.TABLES[table].schema)
 
     def trace_row(self, trace_id: str) -> dict:
@@ -211,11 +219,12 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
         pq.write_table(out[name], staged / name / PART, compression="zstd",
                        write_statistics=True)
 
-    order = sorted(out, key=lambda name: -out[name].nbytes)
     if sum(t.num_rows for t in out.values()) < PARALLEL_ROWS:
-        for name in order:
+        for name in out:
             write(name)
     else:
+        # (nbytes walks every dictionary: only worth it where the order matters)
+        order = sorted(out, key=lambda name: -out[name].nbytes)
         with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
             list(pool.map(write, order))
     return out

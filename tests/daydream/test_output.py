@@ -237,3 +237,44 @@ def test_the_cli_starts_without_the_simulator_or_the_collector():
     assert p.stdout.strip() == "[]"
     import daydream  # the public functions are still there, imported on first use
     assert callable(daydream.predict) and callable(daydream.collect)
+
+
+def test_sql_answered_without_the_cli_framework_prints_what_the_cli_prints(store, tmp_path):
+    """`python -m daydream sql` with plain arguments is answered by daydream/__main__.py
+    without typer; it must print what the typer command prints, and leave everything else
+    (help, repeated or unknown options) to the typer command."""
+    import subprocess
+    import sys
+
+    from daydream.__main__ import sql_args
+
+    q = "SELECT trace_id, count(*) AS n FROM task GROUP BY 1 ORDER BY 1"
+    for args in (["sql", q, "--store", str(store)], ["sql", "--store=" + str(store), "-f",
+                                                       "csv", q],
+                 ["sql", "--format", "json", "--store", str(store), "--", q],
+                 ["sql", "SELEC 1", "--store", str(store)],
+                 ["sql", q, "--store", str(tmp_path / "none")]):
+        assert sql_args(args) is not None
+        fast = subprocess.run([sys.executable, "-m", "daydream", *args], capture_output=True,
+                              text=True, cwd=ROOT)
+        typed = subprocess.run([sys.executable, "-c", "import sys; from daydream.cli import "
+                                "main; sys.argv[0] = 'daydream'; main()", *args],
+                               capture_output=True, text=True, cwd=ROOT)
+        assert (fast.returncode, fast.stdout, fast.stderr) == (
+            typed.returncode, typed.stdout, typed.stderr), args
+    out = tmp_path / "r.parquet"
+    fast = subprocess.run([sys.executable, "-m", "daydream", "sql", q, "--store", str(store),
+                           "-f", "parquet", "-o", str(out)], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert fast.returncode == 0 and fast.stderr == f"3 rows -> {out}\n"
+    # the fast path imports no CLI framework
+    code = ("import sys, runpy; sys.argv = ['daydream', 'sql', 'SELECT 1', '--store', "
+            f"{str(store)!r}]; runpy.run_module('daydream', run_name='__main__'); "
+            "print(sorted(m for m in ('typer', 'pydantic', 'rich', 'polars', 'numba') "
+            "if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == "[]", p.stderr
+    for args in (["sql", "--help"], ["sql", q, "--store", "a", "--store", "b"],
+                 ["sql", q, "--nope"], ["sql"], ["sql", "a", "b"], ["sql", q, "-f=csv"],
+                 ["sql", q, "--out"], ["info", "x"], ["--help"], []):
+        assert sql_args(args) is None, args

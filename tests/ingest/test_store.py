@@ -10,10 +10,12 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from daydream import api
 from graphstore import db
 from ingest import schema
+from ingest.errors import DaydreamError
 from ingest.store import PART, Store
 from tests.conftest import DATA
 
@@ -114,3 +116,28 @@ def test_busy_store_without_wait_is_a_clear_error(tmp_path):
                             "    print(type(e).__name__, e)\n"],
                            capture_output=True, text=True)
     assert "DaydreamError" in p.stdout and "another daydream process" in p.stdout
+
+
+def test_a_store_of_another_activity_schema_is_refused_with_how_to_rebuild(tmp_path):
+    """An activity table written by a daydream of another schema version (an older store)
+    is not read as if it were this one's: every read names the file, both versions and the
+    rebuild; `ingest --force` rebuilds it."""
+    st = tmp_path / "s"
+    rep = api.ingest(SMALL[:1], st, jobs=1)
+    tid = rep.results[0].trace_id
+    f = st / "activity" / "kernel" / f"trace_id={tid}" / PART
+    old = pq.read_table(f)
+    pq.write_table(old.replace_schema_metadata({b"daydream.schema_version": b"0",
+                                                b"daydream.table": b"kernel"}), f)
+    store = Store(st)
+    with pytest.raises(DaydreamError, match=rf"kernel/trace_id={tid}/part-0.parquet has "
+                       rf"activity schema version 0, this daydream reads version "
+                       rf"{schema.SCHEMA_VERSION}; rebuild the store: run `daydream ingest "
+                       r"--force` over its traces"):
+        store.read("kernel", tid)
+    pq.write_table(old.replace_schema_metadata(None), f)  # no version at all
+    with pytest.raises(DaydreamError, match=r"activity schema version \(none\)"):
+        store.read("kernel", tid)
+    rep = api.ingest(SMALL[:1], st, jobs=1, force=True)
+    assert rep.results[0].status == "ingested"
+    assert store.read("kernel", tid).equals(old.cast(schema.TABLES["kernel"].schema))
