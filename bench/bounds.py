@@ -527,6 +527,11 @@ def bounds(path: str | Path) -> dict:
         owns = [v["own"] for v in per_thread.values()]
         cu_s, cu_e = merge(np.concatenate([o[0] for o in owns] or [np.zeros(0, np.int64)]),
                            np.concatenate([o[1] for o in owns] or [np.zeros(0, np.int64)]))
+        # C_serial: the same with every thread's short gaps (the Python and dispatcher work
+        # between its operators): the CPU's serial work when it sets the pace
+        ser = owns + [v["short"] for v in per_thread.values()]
+        cs_s, cs_e = merge(np.concatenate([o[0] for o in ser] or [np.zeros(0, np.int64)]),
+                           np.concatenate([o[1] for o in ser] or [np.zeros(0, np.int64)]))
         us, ue = merge(np.concatenate([c[0] for c in cover]),
                        np.concatenate([c[1] for c in cover]))
         rows.append({
@@ -543,13 +548,14 @@ def bounds(path: str | Path) -> dict:
             "C_sum_ms": sum(v["own_ns"] + v["short_gap_ns"] for v in per_thread.values())
             / 1e6,
             "C_union_ms": covered(cu_s, cu_e, w0, w1) / 1e6,
+            "C_serial_ms": covered(cs_s, cs_e, w0, w1) / 1e6,
             "W_ms": (w1 - w0 - covered(us, ue, w0, w1)) / 1e6,
             "C_thread_ms": {"/".join(k) if isinstance(k, tuple) else k: v["own_ns"] / 1e6
                             for k, v in per_thread.items()},
         })
     steady = [r for r in rows if r["steady"]]
     keys = ("T_ms", "G_ms", "G_all_ms", "G_nc_ms", "G_all_nc_ms", "G_stream_ms", "C_max_ms",
-            "C_sum_ms", "C_union_ms", "W_ms")
+            "C_sum_ms", "C_union_ms", "C_serial_ms", "W_ms")
     med = {k: statistics.median(r[k] for r in steady) for k in keys}
     mean = {k: statistics.fmean(r[k] for r in steady) for k in keys}
     return {"file": str(path), "rule": rule, "steps": rows, "steady": len(steady),

@@ -35,6 +35,11 @@ def test_toy_a_kineto_by_hand(tmp_path):
     assert b["steps"][0]["C_thread_ms"] == {"1/1": pytest.approx(0.37),
                                             "1/2": pytest.approx(0.10)}
     assert not b["gpu_bound"] and not b["cpu_bound"]
+    # C_serial, by hand: main's own parts [50,350) [400,420) [680,700) [720,730) [780,800),
+    # its short gaps [0,50) [350,400) [700,720), bwd's own [150,250): their union is
+    # [0,420) + [680,730) + [780,800) = 490 us (C_union, without the gaps: 370)
+    assert b["median"]["C_serial_ms"] == pytest.approx(0.49)
+    assert b["median"]["C_union_ms"] == pytest.approx(0.37)
 
 
 def test_toy_a_nsys_same_figures(tmp_path):
