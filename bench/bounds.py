@@ -560,24 +560,27 @@ def bounds(path: str | Path) -> dict:
     mean = {k: statistics.fmean(r[k] for r in steady) for k in keys}
     return {"file": str(path), "rule": rule, "steps": rows, "steady": len(steady),
             "median": med, "mean": mean,
-            "gpu_bound": med["G_ms"] >= 0.9 * med["T_ms"],
+            "gpu_bound": gpu_floor(med) >= 0.9 * med["T_ms"],
             "cpu_bound": med["C_max_ms"] >= 0.9 * med["T_ms"]}
+
+
+def gpu_floor(m: dict, peers_in_trace: bool = False) -> float:
+    """The GPU's floor (ms) from a step's figures: its busiest stream, and the busiest
+    device's work without the collectives, which run beside it on their own stream and may
+    overlap it more than they did (a collective's time is transfer and waiting for the slowest
+    peer). With every rank's trace (``peers_in_trace``) a change to all ranks alike can end
+    the waiting, so the busiest stream (a collective's, waiting) is no floor there."""
+    g = m.get("G_nc_ms", m["G_ms"])
+    return g if peers_in_trace else max(g, m.get("G_stream_ms", g))
 
 
 def edges(b: dict, which: str, f: float) -> tuple[float, float]:
     """[lower, upper] edge (ms) of a step with the GPU (which='gpu') or the CPU work scaled by
     f, from the medians of ``bounds`` (``peers_in_trace``: the figures are a whole job's)."""
     m = b["median"]
-    # The GPU's floor: its busiest stream, and the union of its other work without the
-    # collectives, which run beside it on their own stream and may overlap it more than they
-    # did (a collective's time is transfer and waiting for the slowest peer). With every
-    # rank's trace (``peers_in_trace``) a change to all ranks alike can end the waiting, so
-    # the busiest stream (a collective's, waiting) is no floor there. The upper edge keeps
-    # collectives whole: their waiting need not scale.
+    # the upper edge keeps collectives whole: their waiting need not scale
     g_all, g_nc = m["G_all_ms"], m.get("G_all_nc_ms", m["G_all_ms"])
-    g_lo = m.get("G_nc_ms", m["G_ms"])
-    if not b.get("peers_in_trace"):
-        g_lo = max(g_lo, m.get("G_stream_ms", g_lo))
+    g_lo = gpu_floor(m, bool(b.get("peers_in_trace")))
     if which == "gpu":
         return (max(f * g_lo, m["C_max_ms"]),
                 f * g_nc + (g_all - g_nc) + m["C_sum_ms"] + m["W_ms"])

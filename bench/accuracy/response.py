@@ -38,16 +38,18 @@ def step_edges(row: dict, which: str, f: float) -> tuple[float, float]:
 
 def tight_applies(row: dict, which: str, f: float, b: dict) -> bool:
     """The 10% rule: on a trace bound by the scaled side, while that side is still the
-    bottleneck: f G at least the CPU's serial work C_serial (the time some thread works or
-    runs the Python between its operators: the main and autograd threads hand the step to
-    each other, so the busiest thread alone, C_max, understates it, and the time between
-    operators is the CPU's work too: the HTA V100 ResNet-50 has 27.9 ms of it per step against
-    23.6 ms of GPU work at a quarter, 23.1 without the Python between operators), or f C_max at
-    least G for the CPU."""
+    bottleneck: f G_floor (``bench.bounds.gpu_floor``) at least the CPU's serial work
+    C_serial, or f C_max at least G_floor for the CPU. C_serial is the time some thread works
+    or runs the Python between its operators: the main and autograd threads hand the step to
+    each other, so the busiest thread alone (C_max) understates it, and the time between
+    operators is CPU work too (the HTA V100 ResNet-50 has 27.9 ms of it per step against 23.6
+    ms of GPU work at a quarter; 23.1 without the Python between operators)."""
     if which == "gpu":
         c = row.get("C_serial_ms", row.get("C_union_ms", row["C_max_ms"]))
-        return bool(b["gpu_bound"]) and f * row["G_ms"] >= c
-    return bool(b["cpu_bound"]) and f * row["C_max_ms"] >= row["G_ms"]
+        floor = bnd.gpu_floor(row, bool(b.get("peers_in_trace")))
+        return bool(b["gpu_bound"]) and f * floor >= c
+    floor = bnd.gpu_floor(row, bool(b.get("peers_in_trace")))
+    return bool(b["cpu_bound"]) and f * row["C_max_ms"] >= floor
 
 
 def match(b: dict, d: dict) -> list[tuple[dict, dict]]:
@@ -115,7 +117,7 @@ def job_bounds(folder: Path, ctx: Context) -> dict:
     return {"file": str(folder), "rule": "job: largest over ranks", "steps": [],
             "steady": min(b["steady"] for b in bs), "median": med,
             "mean": {k: max(b["mean"][k] for b in bs) for k in keys},
-            "gpu_bound": med["G_ms"] >= BOUND_SHARE * med["T_ms"],
+            "gpu_bound": bnd.gpu_floor(med, True) >= BOUND_SHARE * med["T_ms"],
             "cpu_bound": med["C_max_ms"] >= BOUND_SHARE * med["T_ms"],
             "ranks": len(bs), "peers_in_trace": True}
 
@@ -214,8 +216,9 @@ def run(ctx: Context) -> Result:
         "larger of the busiest stream and the busiest device's work without collectives (on a "
         "job, with every rank's trace, the waiting can end: only the latter). On a trace bound "
         "by the scaled "
-        f"side (its figure >= {BOUND_SHARE:.0%} of T), while that side still sets the lower "
-        f"edge (f G at least C_serial, the time some thread works or runs the Python "
+        f"side (its figure, G_floor or C_max, >= {BOUND_SHARE:.0%} of T), while that side still "
+        f"sets the lower edge (f G_floor at least C_serial, the time some thread works or runs "
+        f"the Python "
         f"between its operators), the step must also be "
         f"within {TIGHT:.0%} of the lower edge (**loose** otherwise). The point judged is the "
         "prediction's headline, its steady-state step (completion to completion over the used "

@@ -214,6 +214,8 @@ def test_toy_d_collectives_wait_for_peers(tmp_path):
     b = bounds.bounds(toy.write_kineto(tmp_path / "d.json", ev))
     _check(b["median"], {"G_ms": 0.8, "G_all_ms": 0.8, "G_nc_ms": 0.3, "G_all_nc_ms": 0.3,
                          "C_max_ms": 0.2, "C_sum_ms": 0.2, "W_ms": 0.0})
+    assert bounds.gpu_floor(b["median"]) == pytest.approx(0.5)
+    assert bounds.gpu_floor(b["median"], peers_in_trace=True) == pytest.approx(0.3)
     # GPU x 0.5 on one rank: the floor is the busiest stream (the collective's, 500 us) or
     # the other work (300); the upper edge keeps the collective whole: [0.25, 0.15 + 0.5 + 0.2]
     assert bounds.edges(b, "gpu", 0.5) == pytest.approx((0.25, 0.85))
