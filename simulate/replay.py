@@ -604,8 +604,7 @@ def steady_step(g: dict[str, pa.Table], its: list[Iteration], anchors: np.ndarra
     lab = _labels(g)
     f, last = used[0], used[-1]
     n_lab = int(max(idx.max(initial=-1), last)) + 1
-    task_end, gpu_end, backlog = _report.ends_by_label(lab.astype(np.int64), end, is_gpu, orphan,
-                                               n_lab)
+    task_end, gpu_end, backlog = _report.ends_by_label(lab, end, is_gpu, orphan, n_lab)
     gpu_upto = np.maximum(np.maximum.accumulate(gpu_end), max(int(backlog), 0))
 
     def done(x: int) -> int:
@@ -646,8 +645,7 @@ def replay(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Replay:
     if used:
         med = sorted(used, key=lambda i: i.measured_ns)[len(used) // 2]
         path_of = (gs, med.index)
-        is_gpu, orphan = _gpu_and_orphans(g)
-        orphan = _backlog(g, orphan, sg.order_key)
+        is_gpu, orphan = _gpu_and_backlog(g)
         obs_end = sg.order_key + g["task"]["obs_dur_ns"].to_numpy()
         steady = {"measured_ns": steady_step(g, its, scan.anchors, sg.order_key, obs_end,
                                              is_gpu, orphan, "measured_ns"),
@@ -662,13 +660,19 @@ def _per_table(name: str, table: pa.Table, fn):
     every prediction's baseline and explained replays are, reads them again). An entry lives
     as long as its table (a weak reference, so the memo keeps no graph alive), and a new table
     at a reused id is never mistaken for it."""
-    key = (name, id(table))
+    return _per_tables(name, (table,), fn)
+
+
+def _per_tables(name: str, tables: tuple[pa.Table, ...], fn):
+    """``fn(*tables)`` computed once per combination of table objects (``_per_table``)."""
+    key = (name, *map(id, tables))
     hit = _TABLE_MEMO.get(key)
-    if hit is None or hit[0]() is not table:
+    if hit is None or any(r() is not t for r, t in zip(hit[0], tables, strict=True)):
         if len(_TABLE_MEMO) >= 64:
             _TABLE_MEMO.clear()
-        ref = weakref.ref(table, lambda _, k=key: _TABLE_MEMO.pop(k, None))
-        hit = _TABLE_MEMO[key] = (ref, fn(table))
+        refs = tuple(weakref.ref(t, lambda _, k=key: _TABLE_MEMO.pop(k, None))
+                     for t in tables)
+        hit = _TABLE_MEMO[key] = (refs, fn(*tables))
     return hit[1]
 
 
@@ -682,8 +686,12 @@ def _task_kinds(g: dict[str, pa.Table]) -> np.ndarray:
 
 def _labels(g: dict[str, pa.Table]) -> np.ndarray:
     """Each task's iteration, -1 for none."""
-    it = g["task"]["iteration"]
-    return it.fill_null(-1).to_numpy() if it.null_count else it.to_numpy()
+    def decode(task: pa.Table) -> np.ndarray:
+        it = task["iteration"]
+        out = (it.fill_null(-1).to_numpy() if it.null_count else it.to_numpy()).astype(np.int64)
+        out.setflags(write=False)  # shared by every replay of these tables
+        return out
+    return _per_table("labels", g["task"], decode)
 
 
 def _without_inferred(g: dict[str, pa.Table]) -> dict[str, pa.Table]:
@@ -693,16 +701,21 @@ def _without_inferred(g: dict[str, pa.Table]) -> dict[str, pa.Table]:
     return {**g, "edge": edge.filter(pc.invert(edge["inferred"]))}
 
 
-def _backlog(g: dict[str, pa.Table], orphan: np.ndarray, obs_start: np.ndarray) -> np.ndarray:
-    """The GPU tasks without a launch that belong to no iteration and began before the
-    window's last iteration ended: the backlog of work launched before the window. An orphan
-    that follows a launched task on its stream carries that task's iteration
-    (graphstore.load), and is that iteration's work."""
-    its = g["iteration"]
-    if not its.num_rows:
-        return orphan
-    last = int(pc.max(its["end_ns"]).as_py())
-    return orphan & (_labels(g) < 0) & (obs_start < last)
+def _gpu_and_backlog(g: dict[str, pa.Table]) -> tuple[np.ndarray, np.ndarray]:
+    """Per task: a GPU task; one of the backlog of work launched before the window: a GPU task
+    without a launch that belongs to no iteration and began before the window's last
+    iteration ended (an orphan that follows a launched task on its stream carries that task's
+    iteration, graphstore.load, and is that iteration's work). Computed once per graph
+    tables (``_per_tables``)."""
+    def compute(task: pa.Table, edge: pa.Table, its: pa.Table):
+        is_gpu, orphan = _gpu_and_orphans(g)
+        if its.num_rows:
+            last = int(pc.max(its["end_ns"]).as_py())
+            orphan = orphan & (_labels(g) < 0) & (task["start_ns"].to_numpy() < last)
+        for a in (is_gpu, orphan):  # shared by every replay of these tables
+            a.setflags(write=False)
+        return is_gpu, orphan
+    return _per_tables("gpu_and_backlog", (g["task"], g["edge"], g["iteration"]), compute)
 
 
 def _gpu_and_orphans(g: dict[str, pa.Table]) -> tuple[np.ndarray, np.ndarray]:
