@@ -38,8 +38,9 @@ from ingest.errors import DaydreamError
 from ingest.store import Store
 from simulate.job import JobReplay, replay_job
 from simulate.replay import Replay, replay
-from transforms import Context, rewrite
-from transforms.registry import removes_cpu
+from transforms import Context
+from transforms.primitives import Graph
+from transforms.registry import apply, check, removes_cpu
 
 # What the prediction of a trace that is a job by itself (several devices) takes from the
 # trace's own replay: what describes the unmodified trace, not the job's timing.
@@ -86,11 +87,26 @@ class Subject:
         key = ("unprofiled", slack)
         if key not in self._cache:
             if "unprofiled_tables" not in self._cache:
-                self._cache["unprofiled_tables"] = rewrite(self.tables, "no_profiler",
-                                                           context(self))
+                self._cache["unprofiled_tables"] = self.unprofiled_graph()[0].tables()
             self._cache[key] = simulate_graph(self._cache["unprofiled_tables"],
                                               self.job is not None, slack)
         return self._cache[key]
+
+    def graph(self) -> Graph:
+        """The unmodified graph as a ``transforms.primitives.Graph``, converted once (every
+        spec's rewrite starts from it; optimizations never change the graph they are given)."""
+        if "graph" not in self._cache:
+            self._cache["graph"] = Graph.from_tables(self.tables)
+        return self._cache["graph"]
+
+    def unprofiled_graph(self) -> tuple[Graph, list[str]]:
+        """The graph rewritten by ``no_profiler`` and the notes that made, computed once: the
+        start of every chain that removes CPU work (``no_profiler+SPEC``), and ``unprofiled``."""
+        if "unprofiled_graph" not in self._cache:
+            ctx = context(self)
+            g = apply(self.graph(), "no_profiler", ctx)
+            self._cache["unprofiled_graph"] = (g, list(ctx.notes))
+        return self._cache["unprofiled_graph"]
 
     def profiler(self, used: list[int], step_ms: float | None) -> dict | None:
         """The profiler's estimated cost per used iteration (transforms.profiler.estimate);
@@ -98,14 +114,13 @@ class Subject:
         if self.job is not None or self.activity is None:
             return None
         if "profiler" not in self._cache:
-            from transforms.primitives import Graph
             from transforms.profiler import estimate
             try:
                 ranges = self.activity("range")
             except DaydreamError:
                 ranges = None
             self._cache["profiler"] = (None if ranges is None else
-                                       estimate(Graph.from_tables(self.tables), ranges, used,
+                                       estimate(self.graph(), ranges, used,
                                                 step_ms))
         return self._cache["profiler"]
 
@@ -247,7 +262,14 @@ def predict(s: Subject, spec: str | None = None, *, param_bytes: int | None = No
         # the profiled host time it removes held the profiler's own cost, which the job
         # without the profiler never had (transforms/profiler.py)
         unprof = removes_cpu(spec) and "no_profiler" not in spec
-        rewritten = rewrite(s.tables, f"no_profiler+{spec}" if unprof else spec, ctx)
+        if unprof:  # no_profiler+SPEC, no_profiler computed once for every such spec
+            check(spec)  # the spec's errors before any work
+            g0, notes0 = s.unprofiled_graph()
+            ctx.notes.extend(notes0)
+            ctx.applied.append("no_profiler")
+        else:
+            g0 = s.graph()
+        rewritten = apply(g0, spec, ctx).tables()
         pred = simulate_graph(rewritten, s.job is not None)
         pred0 = simulate_graph(rewritten, s.job is not None, slack=False)
         notes = ctx.notes
