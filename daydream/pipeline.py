@@ -124,6 +124,14 @@ class Subject:
                                                 step_ms))
         return self._cache["profiler"]
 
+    def memo(self, key, fn: Callable):
+        """``fn()``, computed once per KEY for this subject (what every spec's result reports
+        of the unmodified graph)."""
+        key = ("memo", key)
+        if key not in self._cache:
+            self._cache[key] = fn()
+        return self._cache[key]
+
     def device_job(self) -> Subject | None:
         """For a trace whose GPU work ran on several devices (an Nsight export of several
         processes), the job its devices form; else None."""
@@ -386,8 +394,9 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
     if "explained" in explained:
         out["explained_error_pct"] = error_pct(out["explained_ms"], out["measured_ms"])
     if jg is None:
-        out["slack"] = slack_ms(s.tables, [i.index for i in base.iterations if i.used])
-        out["inferred_edges"] = inferred_edges(s.tables)
+        used = [i.index for i in base.iterations if i.used]
+        out["slack"] = dict(s.memo(("slack", tuple(used)), lambda: slack_ms(s.tables, used)))
+        out["inferred_edges"] = dict(s.memo("inferred_edges", lambda: inferred_edges(s.tables)))
         out["profiler"] = s.profiler([i.index for i in base.iterations if i.used],
                                      out["measured_ms"])
     out["iterations_from"] = iterations_from(s.tables)
@@ -424,7 +433,11 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
             r["predicted_ms"] = (pred.rank_mean(r["rank"], "simulated_ns") / 1e6
                                  if r["rank"] in pred.ranks else None)
         out["predicted_straggler"] = pred.straggler
-    out["phases"] = {"baseline": phase_ms(s.tables, base, ranks),
+    # the baseline's phases, once per subject (every spec's result reports them)
+    base_phases = (s.memo(("phases", ranks), lambda: phase_ms(s.tables, base, ranks))
+                   if base is s._cache.get(("baseline", True, True)) else
+                   phase_ms(s.tables, base, ranks))
+    out["phases"] = {"baseline": {k: dict(v) for k, v in base_phases.items()},
                      "predicted": phase_ms(rewritten, pred, ranks)}
     if jg is None:
         out["predicted_critical_path"] = pred.critical_path

@@ -59,6 +59,9 @@ class Graph:
         self.task, self.edge, self.unit = task, edge, unit
         self.iteration, self.layer = iteration, layer
         self._schemas = schemas or {}
+        # what is computed from this graph and asked for more than once (a graph never changes:
+        # transforms.profiler's per-thread counts, read by the estimate and by no_profiler)
+        self._memo: dict = {}
 
     # -- conversion ---------------------------------------------------------------------------
     @classmethod
