@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import functools
+import io
 import os
 import shutil
 import uuid
@@ -216,6 +218,9 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
         out[name] = t
 
     def write(name: str) -> None:
+        if not out[name].num_rows:  # most small traces have a few empty tables
+            (staged / name / PART).write_bytes(_empty_parquet(name))
+            return
         pq.write_table(out[name], staged / name / PART, compression="zstd",
                        write_statistics=True)
 
@@ -228,3 +233,11 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
         with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
             list(pool.map(write, order))
     return out
+
+
+@functools.cache
+def _empty_parquet(name: str) -> bytes:
+    """The Parquet file of an empty table NAME (its declared schema), encoded once."""
+    buf = io.BytesIO()
+    pq.write_table(schema.empty(name), buf, compression="zstd", write_statistics=True)
+    return buf.getvalue()
