@@ -65,7 +65,8 @@ class Store:
         if not path.exists():
             raise DaydreamError(f"trace {trace_id} has no {table} table in {self.root}")
         # a store written by a daydream of another activity schema is refused, not misread
-        found = (pq.read_metadata(path).metadata or {}).get(b"daydream.schema_version")
+        f = pq.ParquetFile(path)  # the file opened once: its footer, then its data
+        found = (f.metadata.metadata or {}).get(b"daydream.schema_version")
         if found != str(schema.SCHEMA_VERSION).encode():
             raise DaydreamError(
                 f"{path} has activity schema version "
@@ -73,7 +74,10 @@ class Store:
                 f"reads version {schema.SCHEMA_VERSION}; rebuild the store: run `daydream "
                 f"ingest --force` over its traces (or delete {self.root} and ingest them "
                 "again)")
-        return pq.read_table(path, schema=schema.TABLES[table].schema)
+        want = schema.TABLES[table].schema
+        if f.metadata.num_rows and f.schema_arrow.equals(want, check_metadata=True):
+            return f.read()
+        return pq.read_table(path, schema=want)
 
     def trace_row(self, trace_id: str) -> dict:
         rows = self.read("trace", trace_id).to_pylist()
