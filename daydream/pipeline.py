@@ -38,8 +38,9 @@ from ingest.errors import DaydreamError
 from ingest.store import Store
 from simulate.job import JobReplay, replay_job
 from simulate.replay import Replay, replay
-from transforms import Context, rewrite
-from transforms.registry import removes_cpu
+from transforms import Context
+from transforms.primitives import Graph
+from transforms.registry import apply, check, removes_cpu
 
 # What the prediction of a trace that is a job by itself (several devices) takes from the
 # trace's own replay: what describes the unmodified trace, not the job's timing.
@@ -86,11 +87,26 @@ class Subject:
         key = ("unprofiled", slack)
         if key not in self._cache:
             if "unprofiled_tables" not in self._cache:
-                self._cache["unprofiled_tables"] = rewrite(self.tables, "no_profiler",
-                                                           context(self))
+                self._cache["unprofiled_tables"] = self.unprofiled_graph()[0].tables()
             self._cache[key] = simulate_graph(self._cache["unprofiled_tables"],
                                               self.job is not None, slack)
         return self._cache[key]
+
+    def graph(self) -> Graph:
+        """The unmodified graph as a ``transforms.primitives.Graph``, converted once (every
+        spec's rewrite starts from it; optimizations never change the graph they are given)."""
+        if "graph" not in self._cache:
+            self._cache["graph"] = Graph.from_tables(self.tables)
+        return self._cache["graph"]
+
+    def unprofiled_graph(self) -> tuple[Graph, list[str]]:
+        """The graph rewritten by ``no_profiler`` and the notes that made, computed once: the
+        start of every chain that removes CPU work (``no_profiler+SPEC``), and ``unprofiled``."""
+        if "unprofiled_graph" not in self._cache:
+            ctx = context(self)
+            g = apply(self.graph(), "no_profiler", ctx)
+            self._cache["unprofiled_graph"] = (g, list(ctx.notes))
+        return self._cache["unprofiled_graph"]
 
     def profiler(self, used: list[int], step_ms: float | None) -> dict | None:
         """The profiler's estimated cost per used iteration (transforms.profiler.estimate);
@@ -98,16 +114,23 @@ class Subject:
         if self.job is not None or self.activity is None:
             return None
         if "profiler" not in self._cache:
-            from transforms.primitives import Graph
             from transforms.profiler import estimate
             try:
                 ranges = self.activity("range")
             except DaydreamError:
                 ranges = None
             self._cache["profiler"] = (None if ranges is None else
-                                       estimate(Graph.from_tables(self.tables), ranges, used,
+                                       estimate(self.graph(), ranges, used,
                                                 step_ms))
         return self._cache["profiler"]
+
+    def memo(self, key, fn: Callable):
+        """``fn()``, computed once per KEY for this subject (what every spec's result reports
+        of the unmodified graph)."""
+        key = ("memo", key)
+        if key not in self._cache:
+            self._cache[key] = fn()
+        return self._cache[key]
 
     def device_job(self) -> Subject | None:
         """For a trace whose GPU work ran on several devices (an Nsight export of several
@@ -247,7 +270,14 @@ def predict(s: Subject, spec: str | None = None, *, param_bytes: int | None = No
         # the profiled host time it removes held the profiler's own cost, which the job
         # without the profiler never had (transforms/profiler.py)
         unprof = removes_cpu(spec) and "no_profiler" not in spec
-        rewritten = rewrite(s.tables, f"no_profiler+{spec}" if unprof else spec, ctx)
+        if unprof:  # no_profiler+SPEC, no_profiler computed once for every such spec
+            check(spec)  # the spec's errors before any work
+            g0, notes0 = s.unprofiled_graph()
+            ctx.notes.extend(notes0)
+            ctx.applied.append("no_profiler")
+        else:
+            g0 = s.graph()
+        rewritten = apply(g0, spec, ctx).tables()
         pred = simulate_graph(rewritten, s.job is not None)
         pred0 = simulate_graph(rewritten, s.job is not None, slack=False)
         notes = ctx.notes
@@ -364,8 +394,9 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
     if "explained" in explained:
         out["explained_error_pct"] = error_pct(out["explained_ms"], out["measured_ms"])
     if jg is None:
-        out["slack"] = slack_ms(s.tables, [i.index for i in base.iterations if i.used])
-        out["inferred_edges"] = inferred_edges(s.tables)
+        used = [i.index for i in base.iterations if i.used]
+        out["slack"] = dict(s.memo(("slack", tuple(used)), lambda: slack_ms(s.tables, used)))
+        out["inferred_edges"] = dict(s.memo("inferred_edges", lambda: inferred_edges(s.tables)))
         out["profiler"] = s.profiler([i.index for i in base.iterations if i.used],
                                      out["measured_ms"])
     out["iterations_from"] = iterations_from(s.tables)
@@ -402,7 +433,11 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
             r["predicted_ms"] = (pred.rank_mean(r["rank"], "simulated_ns") / 1e6
                                  if r["rank"] in pred.ranks else None)
         out["predicted_straggler"] = pred.straggler
-    out["phases"] = {"baseline": phase_ms(s.tables, base, ranks),
+    # the baseline's phases, once per subject (every spec's result reports them)
+    base_phases = (s.memo(("phases", ranks), lambda: phase_ms(s.tables, base, ranks))
+                   if base is s._cache.get(("baseline", True, True)) else
+                   phase_ms(s.tables, base, ranks))
+    out["phases"] = {"baseline": {k: dict(v) for k, v in base_phases.items()},
                      "predicted": phase_ms(rewritten, pred, ranks)}
     if jg is None:
         out["predicted_critical_path"] = pred.critical_path

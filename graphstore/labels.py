@@ -91,6 +91,7 @@ none of them did):
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 import polars as pl
@@ -280,6 +281,7 @@ class _Names:
         if idx.null_count:
             idx = pc.fill_null(idx, len(self.values) - 1)
         self.codes = idx.to_numpy(zero_copy_only=False).astype(np.int64)
+        self._list: list | None = None  # values as Python strings, for per_value
 
     @classmethod
     def of_ranges(cls, tables: dict[str, pa.Table], r: pl.DataFrame, column: str = "name"
@@ -298,14 +300,44 @@ class _Names:
         """Per-row booleans from one boolean per distinct value (null counts as False)."""
         return per_value.fill_null(False).to_numpy()[self.codes]
 
+    def per_value(self, rule: tuple, fn: Callable[[pl.Series], pl.Series]) -> list:
+        """``fn`` (a rule over a string Series) of each distinct value, in ``values`` order;
+        what a rule gave a string is kept across traces (``_RULE_MEMO``), so a fleet whose
+        traces share their range names runs each rule on the names it has not seen only."""
+        if self._list is None:
+            self._list = self.values.to_list()
+        vals = self._list
+        memo = _RULE_MEMO.get(rule)
+        if memo is None:
+            if len(_RULE_MEMO) >= 256:
+                _RULE_MEMO.clear()
+            memo = _RULE_MEMO[rule] = {}
+        new = [v for v in dict.fromkeys(vals) if v not in memo]
+        if new:
+            if len(memo) + len(new) > _RULE_MEMO_VALUES:
+                memo.clear()
+            memo.update(zip(new, fn(pl.Series(new, dtype=pl.String)).to_list(), strict=True))
+        return [memo[v] for v in vals]
+
+    def _rule_mask(self, rule: tuple, fn: Callable[[pl.Series], pl.Series]) -> np.ndarray:
+        per = self.per_value(rule, fn)
+        return np.fromiter((v is True for v in per), bool, len(per))[self.codes]
+
     def starts_with(self, prefix: str) -> np.ndarray:
-        return self.mask(self.values.str.starts_with(prefix))
+        return self._rule_mask(("starts_with", prefix), lambda s: s.str.starts_with(prefix))
 
     def contains(self, pattern: str, literal: bool = False) -> np.ndarray:
-        return self.mask(self.values.str.contains(pattern, literal=literal))
+        return self._rule_mask(("contains", pattern, literal),
+                               lambda s: s.str.contains(pattern, literal=literal))
 
     def equals(self, value: str) -> np.ndarray:
-        return self.mask(self.values == value)
+        return self._rule_mask(("equals", value), lambda s: s == value)
+
+
+# what each name rule gave each distinct string (``_Names.per_value``): rule -> {value: result},
+# a rule's entries dropped past _RULE_MEMO_VALUES strings
+_RULE_MEMO: dict[tuple, dict] = {}
+_RULE_MEMO_VALUES = 100_000
 
 
 # --------------------------------------------------------------------------------------------
@@ -559,8 +591,9 @@ def _name_phases(names: _Names) -> np.ndarray:
         code = PHASES.index(phase) if phase else MARKED
         expr = pl.when(pl.col("n").str.contains(pattern)).then(pl.lit(code, pl.Int8)).otherwise(
             expr)
-    per = pl.DataFrame({"n": names.values}).select(expr.alias("p"))["p"].to_numpy()
-    return per.astype(np.int8)[names.codes]
+    per = names.per_value(("name_phases",), lambda v: pl.DataFrame({"n": v}).select(
+        expr.alias("p"))["p"])
+    return np.array(per, np.int8)[names.codes]
 
 
 class _Layers:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import functools
+import io
 import os
 import shutil
 import uuid
@@ -63,7 +65,8 @@ class Store:
         if not path.exists():
             raise DaydreamError(f"trace {trace_id} has no {table} table in {self.root}")
         # a store written by a daydream of another activity schema is refused, not misread
-        found = (pq.read_metadata(path).metadata or {}).get(b"daydream.schema_version")
+        f = pq.ParquetFile(path)  # the file opened once: its footer, then its data
+        found = (f.metadata.metadata or {}).get(b"daydream.schema_version")
         if found != str(schema.SCHEMA_VERSION).encode():
             raise DaydreamError(
                 f"{path} has activity schema version "
@@ -71,7 +74,10 @@ class Store:
                 f"reads version {schema.SCHEMA_VERSION}; rebuild the store: run `daydream "
                 f"ingest --force` over its traces (or delete {self.root} and ingest them "
                 "again)")
-        return pq.read_table(path, schema=schema.TABLES[table].schema)
+        want = schema.TABLES[table].schema
+        if f.metadata.num_rows and f.schema_arrow.equals(want, check_metadata=True):
+            return f.read()
+        return pq.read_table(path, schema=want)
 
     def trace_row(self, trace_id: str) -> dict:
         rows = self.read("trace", trace_id).to_pylist()
@@ -216,6 +222,9 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
         out[name] = t
 
     def write(name: str) -> None:
+        if not out[name].num_rows:  # most small traces have a few empty tables
+            (staged / name / PART).write_bytes(_empty_parquet(name))
+            return
         pq.write_table(out[name], staged / name / PART, compression="zstd",
                        write_statistics=True)
 
@@ -228,3 +237,11 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
         with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
             list(pool.map(write, order))
     return out
+
+
+@functools.cache
+def _empty_parquet(name: str) -> bytes:
+    """The Parquet file of an empty table NAME (its declared schema), encoded once."""
+    buf = io.BytesIO()
+    pq.write_table(schema.empty(name), buf, compression="zstd", write_statistics=True)
+    return buf.getvalue()

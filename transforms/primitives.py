@@ -59,6 +59,11 @@ class Graph:
         self.task, self.edge, self.unit = task, edge, unit
         self.iteration, self.layer = iteration, layer
         self._schemas = schemas or {}
+        # what is computed from this graph and asked for more than once (a graph never changes:
+        # transforms.profiler's per-thread counts, read by the estimate and by no_profiler)
+        self._memo: dict = {}
+        # each table as read by from_tables: (its frame, the Arrow table it came from)
+        self._read: dict[str, tuple[pl.DataFrame, pa.Table]] = {}
 
     # -- conversion ---------------------------------------------------------------------------
     @classmethod
@@ -68,13 +73,21 @@ class Graph:
             raise DaydreamError(f"graph tables missing: {', '.join(missing)}")
         frames = {k: pl.from_arrow(_plain(tables[k])) for k in ("task", "edge", "unit",
                                                                 "iteration", "layer")}
-        return cls(**frames, schemas={k: tables[k].schema for k in frames})
+        g = cls(**frames, schemas={k: tables[k].schema for k in frames})
+        g._read = {k: (frames[k], tables[k]) for k in frames}
+        return g
 
     def tables(self) -> dict[str, pa.Table]:
-        """Arrow tables with the schemas the graph was read with."""
+        """Arrow tables with the schemas the graph was read with (a table no primitive has
+        replaced: the one it was read from)."""
         out = {}
         for k in ("task", "edge", "unit", "iteration", "layer"):
-            t = getattr(self, k).to_arrow()
+            frame = getattr(self, k)
+            read = self._read.get(k)
+            if read is not None and read[0] is frame:
+                out[k] = read[1]
+                continue
+            t = frame.to_arrow()
             s = self._schemas.get(k)
             out[k] = t.select(s.names).cast(s) if s is not None else t
         return out
@@ -84,7 +97,9 @@ class Graph:
         optimization changes a graph through them, so the invariants above hold)."""
         d = {k: getattr(self, k) for k in ("task", "edge", "unit", "iteration", "layer")}
         d.update(kw)
-        return Graph(**d, schemas=self._schemas)
+        g = Graph(**d, schemas=self._schemas)
+        g._read = self._read
+        return g
 
     def _edge_mask(self, sel: np.ndarray | pl.Series | pl.Expr) -> np.ndarray:
         """Boolean mask over edges from a mask or a Polars expression over the edge table."""

@@ -52,7 +52,16 @@ def _op_counts(g: Graph, ranges: pa.Table | None) -> pl.DataFrame:
 
 def per_thread(g: Graph, ranges: pa.Table | None) -> pl.DataFrame:
     """Per (thread unit, iteration): ops, calls, the profiler's estimated cost (ns) and the
-    host time it lies in (ns)."""
+    host time it lies in (ns). Computed once per graph and ranges table."""
+    hit = g._memo.get("per_thread")
+    if hit is not None and hit[0] is ranges:
+        return hit[1]
+    out = _per_thread(g, ranges)
+    g._memo["per_thread"] = (ranges, out)
+    return out
+
+
+def _per_thread(g: Graph, ranges: pa.Table | None) -> pl.DataFrame:
     t = g.task.filter(pl.col("iteration").is_not_null(), pl.col("kind").is_in(["api", "host"]))
     agg = t.group_by("unit_id", "iteration").agg(
         (pl.col("kind") == "api").sum().alias("calls"),

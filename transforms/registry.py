@@ -214,10 +214,15 @@ def rewrite(tables: dict[str, pa.Table], spec: str, ctx: Context | None = None
     it, so an optimization that changes what the next one sees (``ddp`` sets the world size)
     tells it there; ``ctx.notes`` receives one line per modelling choice made (e.g. the GPU
     family assumed). Build a fresh one per chain."""
+    return apply(Graph.from_tables(tables), spec, ctx).tables()
+
+
+def apply(g: Graph, spec: str, ctx: Context | None = None) -> Graph:
+    """``rewrite`` on a Graph: the graph a spec chain makes of G (G itself is left as it is),
+    for a caller that rewrites one graph several times and converts it once."""
     steps = check(spec)  # all errors before any work
     ctx = ctx if ctx is not None else Context()
-    g = Graph.from_tables(tables)
     for opt, kw in steps:
         g = opt.fn(g, ctx, **kw)
         ctx.applied.append(opt.name)
-    return g.tables()
+    return g
