@@ -300,6 +300,13 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return ms, me
 
 
+def union(ivs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """``merge`` of several (starts, ends) interval lists."""
+    if not ivs:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return merge(np.concatenate([v[0] for v in ivs]), np.concatenate([v[1] for v in ivs]))
+
+
 def covered(ms: np.ndarray, me: np.ndarray, w0: int, w1: int) -> int:
     """Length of the merged intervals inside [w0, w1)."""
     if len(ms) == 0 or w1 <= w0:
@@ -451,29 +458,36 @@ def _soon_after(times: np.ndarray, t: np.ndarray) -> np.ndarray:
     return (i >= 0) & (t - times[np.clip(i, 0, None)] <= WOKEN_NS)
 
 
-def untraced_waits(raw: Raw) -> tuple[np.ndarray, np.ndarray]:
+def stream_intervals(raw: Raw) -> dict:
+    """{(device, stream): its GPU tasks' merged intervals}."""
+    out = {}
+    for k in sorted(set(zip(raw.gpu_dev.tolist(), raw.gpu_stream.tolist(), strict=True))):
+        m = (raw.gpu_dev == k[0]) & (raw.gpu_stream == k[1])
+        out[k] = merge(raw.gpu_start[m], raw.gpu_end[m])
+    return out
+
+
+def untraced_waits(raw: Raw, streams: dict) -> tuple[np.ndarray, np.ndarray]:
     """The long gaps of every thread, between its first and last work mark, that no GPU drain
     and no other thread's event ended (WOKEN_NS), while no other thread had work or a call
     under way, merged: waits on what the trace does not show. A faster GPU cannot end them
-    sooner even where GPU work ran under them, so W counts them whole."""
-    drains = []
-    for k in sorted(set(zip(raw.gpu_dev.tolist(), raw.gpu_stream.tolist(), strict=True))):
-        m = (raw.gpu_dev == k[0]) & (raw.gpu_stream == k[1])
-        ms, me = merge(raw.gpu_start[m], raw.gpu_end[m])
-        idle = np.r_[ms[1:] - me[:-1] > GAP_NS, True]  # the stream idles after these ends
-        drains.append(me[idle])
+    sooner even where GPU work ran under them, so W counts them whole. ``streams``: each
+    stream's merged GPU intervals."""
+    drains = [me[np.r_[ms[1:] - me[:-1] > GAP_NS, True]]  # the stream idles after these ends
+              for ms, me in streams.values()]
     drain = np.sort(np.concatenate(drains)) if drains else np.zeros(0, np.int64)
     marks = {}
     for key in set(raw.ops) | set(raw.calls):
         os_, oe = raw.ops.get(key, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
         cs, ce, _ = raw.calls.get(key, (np.zeros(0, np.int64),) * 3)
         marks[key] = merge(np.concatenate((os_, cs)), np.concatenate((oe, ce)))
-    out_s, out_e = [], []
+    out = []
     for key, (ms, me) in marks.items():
-        others = [np.concatenate(v) for k, v in marks.items() if k != key]
-        ev = np.sort(np.concatenate(others)) if others else np.zeros(0, np.int64)
         if len(ms) < 2:
             continue
+        others = [v for k, v in marks.items() if k != key]
+        ev = np.sort(np.concatenate([np.concatenate(v) for v in others])) if others \
+            else np.zeros(0, np.int64)
         # between the thread's first and last work: before and after them it was not waiting
         gs, ge = gaps(ms, me, int(ms[0]), int(me[-1]))
         long = (ge - gs) > GAP_NS
@@ -481,15 +495,8 @@ def untraced_waits(raw: Raw) -> tuple[np.ndarray, np.ndarray]:
         lone = ~_soon_after(drain, ge) & ~_soon_after(ev, ge)
         # only while no other thread works or waits in a call: a poller thread sleeping
         # while the main thread is blocked on the GPU holds nothing up
-        busy = [v for k, v in marks.items() if k != key]
-        bs, be = merge(np.concatenate([b[0] for b in busy] or [np.zeros(0, np.int64)]),
-                       np.concatenate([b[1] for b in busy] or [np.zeros(0, np.int64)]))
-        ls, le = subtract(*merge(gs[lone], ge[lone]), bs, be)
-        out_s.append(ls)
-        out_e.append(le)
-    if not out_s:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return merge(np.concatenate(out_s), np.concatenate(out_e))
+        out.append(subtract(*merge(gs[lone], ge[lone]), *union(others)))
+    return union(out)
 
 
 def bounds(path: str | Path) -> dict:
@@ -505,14 +512,11 @@ def bounds(path: str | Path) -> dict:
     dev_nc = {d: merge(raw.gpu_start[nc & (raw.gpu_dev == d)], raw.gpu_end[nc & (raw.gpu_dev == d)])
               for d in dev_iv}
     all_nc = merge(raw.gpu_start[nc], raw.gpu_end[nc])
-    str_iv = {}
-    for k in sorted(set(zip(raw.gpu_dev.tolist(), raw.gpu_stream.tolist(), strict=True))):
-        m = (raw.gpu_dev == k[0]) & (raw.gpu_stream == k[1])
-        str_iv[k] = merge(raw.gpu_start[m], raw.gpu_end[m])
+    str_iv = stream_intervals(raw)
     costs = call_costs(raw)
     threads = sorted(set(raw.ops) | set(raw.calls), key=str)
     # GPU time under a wait on what the trace does not show cannot shorten the step
-    gpu_cover = subtract(*all_iv, *untraced_waits(raw))
+    gpu_cover = subtract(*all_iv, *untraced_waits(raw, str_iv))
     rows = []
     for s in stp:
         w0, w1 = s.start_ns, s.end_ns
@@ -525,15 +529,11 @@ def bounds(path: str | Path) -> dict:
         # each other (forward on the main thread, backward on the autograd thread) it is the
         # CPU's serial share of the step
         owns = [v["own"] for v in per_thread.values()]
-        cu_s, cu_e = merge(np.concatenate([o[0] for o in owns] or [np.zeros(0, np.int64)]),
-                           np.concatenate([o[1] for o in owns] or [np.zeros(0, np.int64)]))
+        cu_s, cu_e = union(owns)
         # C_serial: the same with every thread's short gaps (the Python and dispatcher work
         # between its operators): the CPU's serial work when it sets the pace
-        ser = owns + [v["short"] for v in per_thread.values()]
-        cs_s, cs_e = merge(np.concatenate([o[0] for o in ser] or [np.zeros(0, np.int64)]),
-                           np.concatenate([o[1] for o in ser] or [np.zeros(0, np.int64)]))
-        us, ue = merge(np.concatenate([c[0] for c in cover]),
-                       np.concatenate([c[1] for c in cover]))
+        cs_s, cs_e = union(owns + [v["short"] for v in per_thread.values()])
+        us, ue = union(cover)
         rows.append({
             "label": s.label, "steady": s.steady, "why": s.why,
             "start_ns": w0, "end_ns": w1,

@@ -905,16 +905,13 @@ def _unseen_queue_edges(kind, unit, start, end, names, vocab, launch_of, gpu_mas
     cand, su = cand[su >= 0], su[su >= 0]
     if not len(cand):
         return empty, empty
-    g = np.flatnonzero(gpu_mask)
-    g = g[order_by_unit(unit[g])]
-    # per stream, tasks in start order finish in order: the last one done by each call's end
-    key_u, done = unit[g], end[g]
+    by_stream = _stream_tasks(unit, gpu_mask)
     src, dst = [], []
     for s_unit in np.unique(su):
-        ids = g[key_u == s_unit]
-        fin = np.maximum.accumulate(done[key_u == s_unit])
-        m = su == s_unit
-        c = cand[m]
+        # tasks of a stream finish in order: the last one done by each call's end
+        ids = by_stream[int(s_unit)]
+        fin = np.maximum.accumulate(end[ids])
+        c = cand[su == s_unit]
         r = np.searchsorted(fin, end[c], side="right") - 1
         ok = r >= 0
         rr = np.maximum(r, 0)

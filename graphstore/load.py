@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from graphstore import db, labels
-from graphstore.build import EK_LAUNCH, KIND_HOST, UNEXPLAINED_NS, Graph, build
+from graphstore.build import EK_LAUNCH, KIND_HOST, UNEXPLAINED_NS, Graph, build, order_by_unit
 from graphstore.check import check_acyclic, check_launch_edges
 from graphstore.params import COLUMNS, layer_param_bytes, weight_ops, weight_ops_from_parquet
 from graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, GPU_KINDS, TASK_KINDS
@@ -305,21 +305,17 @@ def _orphans_follow_stream(g: Graph, it: np.ndarray, launch: np.ndarray) -> None
         return
     launched = np.zeros(g.n_tasks, bool)
     launched[g.dst[launch]] = True
-    o = gpu[np.lexsort((gpu, g.unit[gpu]))]  # by stream, then in start order (ids)
+    o = gpu[order_by_unit(g.unit[gpu])]  # by stream, then in start order (ids)
     u = g.unit[o]
-    lab = np.where(launched[o], it[o], np.iinfo(np.int64).min)
     has = launched[o]
     # forward fill within each stream: the position of the last launched task so far
-    pos = np.where(has, np.arange(len(o)), -1)
-    pos = np.maximum.accumulate(pos)
+    pos = np.maximum.accumulate(np.where(has, np.arange(len(o)), -1))
     head = np.r_[0, np.flatnonzero(u[1:] != u[:-1]) + 1]
-    seg_start = np.repeat(head, np.diff(np.r_[head, len(o)]))
-    ok = pos >= seg_start  # a launched task earlier on the same stream
-    any_launched = np.maximum.reduceat(has.astype(np.int8), head).astype(bool)
-    stream_has = np.repeat(any_launched, np.diff(np.r_[head, len(o)]))
-    orphan = ~has
-    it[o[orphan & ok]] = lab[pos[orphan & ok]]
-    it[o[orphan & ~ok & stream_has]] = -1
+    size = np.diff(np.r_[head, len(o)])
+    ok = pos >= np.repeat(head, size)  # a launched task earlier on the same stream
+    stream_has = np.repeat(np.logical_or.reduceat(has, head), size)
+    it[o[~has & ok]] = it[o[pos[~has & ok]]]
+    it[o[~has & ~ok & stream_has]] = -1
 
 
 def load(store_root: Path | str, trace_id: str) -> Loaded:

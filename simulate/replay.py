@@ -583,7 +583,7 @@ def steady_step(g: dict[str, pa.Table], its: list[Iteration], anchors: np.ndarra
     iteration F was done to when the work of its last used one L was done, per iteration.
     "Done" with iteration X: its CPU has reached iteration X+1's first task, and every GPU
     task of iterations up to X (and every one launched before the window: ``orphan``, the
-    backlog ``_backlog`` finds) has ended.
+    backlog ``_gpu_and_backlog`` finds) has ended.
 
     The steps timed by CPU anchors (``iteration_times``) are what a training loop's own step
     timer shows, and they equal this in steady state; but a window is short, and when a

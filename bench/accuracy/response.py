@@ -44,11 +44,10 @@ def tight_applies(row: dict, which: str, f: float, b: dict) -> bool:
     each other, so the busiest thread alone (C_max) understates it, and the time between
     operators is CPU work too (the HTA V100 ResNet-50 has 27.9 ms of it per step against 23.6
     ms of GPU work at a quarter; 23.1 without the Python between operators)."""
+    floor = bnd.gpu_floor(row, bool(b.get("peers_in_trace")))
     if which == "gpu":
         c = row.get("C_serial_ms", row.get("C_union_ms", row["C_max_ms"]))
-        floor = bnd.gpu_floor(row, bool(b.get("peers_in_trace")))
         return bool(b["gpu_bound"]) and f * floor >= c
-    floor = bnd.gpu_floor(row, bool(b.get("peers_in_trace")))
     return bool(b["cpu_bound"]) and f * row["C_max_ms"] >= floor
 
 
