@@ -18,15 +18,17 @@ C  the CPU's own work per step, per thread: the time inside an operator or a run
 
 W  the time per step in which neither a GPU task runs nor any thread does its own work (nor
    has a short gap): launch latencies, and waits on what the trace does not show (another
-   process, a peer rank, GPU work the profiler did not record). It scales with neither side.
+   process, a peer rank, GPU work the profiler did not record), and GPU idle that nothing in
+   the trace ended even where a thread works under it. It scales with neither side.
 
 With GPU work scaled by f a step lies in [max(f G, C_max), f G_all + C_sum + W]; with CPU work
 scaled, in [max(G, f C_max), G_all + f C_sum + W]. ACCURACY.md's [max(fG, C), fG + C] is the
-case W = 0; where a trace holds time that nothing in it explains (TorchRec: ~109 ms of a 216
-ms step, inside blocking copies while no recorded GPU task runs), the upper edge without W
-would fail the measured trace itself at f = 1. Per thread C_max is a lower bound (no waits,
-no gaps, calls at the cheaper of median and tail) and C_sum an upper one (every thread, one
-after another, with its short gaps), which is why the edges use one each.
+case W = 0; where a trace holds time that nothing in it explains (TorchRec: ~129 ms of a 216
+ms step, the GPU idle between a CUDA graph's nodes while the CPU waits in a blocking copy or
+works), the upper edge without W would fail the measured trace itself at f = 1. Per thread
+C_max is a lower bound (no waits, no gaps, calls at the cheaper of median and tail) and C_sum
+an upper one (every thread, one after another, with its short gaps), which is why the edges
+use one each.
 
 The rules, exactly (times in ns; Kineto's ``ts``/``dur`` are microseconds):
 
@@ -56,6 +58,13 @@ The rules, exactly (times in ns; Kineto's ``ts``/``dur`` are microseconds):
   under them). Where no other thread has a mark under way, GPU time under such a wait cannot
   shorten the step, so W counts it too (W = the window minus the union of GPU tasks outside
   untraced waits, own parts and short gaps).
+- Untraced GPU idle: a stretch longer than WOKEN_NS in which no GPU task runs anywhere, ended
+  by GPU work whose launch calls (matched by correlation id) had all returned before it began,
+  was ended by nothing the trace shows: no GPU task ended inside it and the CPU had already
+  handed the work over (TorchRec: a CUDA graph's nodes 6-64 ms apart on an idle GPU, ~19 ms
+  of such idle per step under the CPU's own work). W counts it whole, own work under it
+  included (that time is then in C_sum too: the upper edge may only grow). GPU work without
+  a launch in the trace decides nothing: its idle stretch is left to the rules above.
 - Steps: ``ProfilerStep#N`` ranges on a CPU thread where present, each window from its start
   to the next step's start (the last to its own end); else the stretches between the ends of
   consecutive top-level ``Optimizer.step`` ranges (the part before the first is incomplete,
@@ -109,6 +118,8 @@ class Raw:
     gpu_start: np.ndarray
     gpu_end: np.ndarray
     gpu_comm: np.ndarray  # bool: a collective kernel
+    # the end of the call that launched each GPU task (ns), -1 where the trace has none
+    gpu_launch_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # per CPU thread key: (starts, ends) of operators
     ops: dict = field(default_factory=dict)
     # per CPU thread key: (starts, ends, names) of runtime/driver calls
@@ -141,11 +152,18 @@ def _open_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
+def _corr(e: dict) -> int:
+    """A Kineto event's correlation id (launch call <-> GPU task), -1 where it has none."""
+    c = (e.get("args") or {}).get("correlation")
+    return c if isinstance(c, int) else -1
+
+
 def read_kineto(path: Path) -> Raw:
     """Parse a Kineto / PyTorch-profiler JSON trace (plain or gzipped)."""
     doc = orjson.loads(_open_bytes(path))
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
-    g_dev, g_str, g_s, g_e, g_c = [], [], [], [], []
+    g_dev, g_str, g_s, g_e, g_c, g_corr = [], [], [], [], [], []
+    launch_end: dict = {}  # correlation id -> end of the call that carries it
     ops: dict = {}
     calls: dict = {}
     psteps: dict = {}
@@ -172,6 +190,7 @@ def read_kineto(path: Path) -> Raw:
             g_s.append(s)
             g_e.append(s + d)
             g_c.append(bool(_COMM_RE.search(str(e.get("name", "")))))
+            g_corr.append(_corr(e))
             continue
         key = (str(e.get("pid")), str(e.get("tid")))
         name = str(e.get("name", ""))
@@ -192,9 +211,14 @@ def read_kineto(path: Path) -> Raw:
             calls[key][0].append(s)
             calls[key][1].append(s + d)
             calls[key][2].append(name)
+            c = _corr(e)
+            if c >= 0:
+                launch_end[c] = s + d
     return Raw(gpu_dev=np.array(g_dev, dtype=object), gpu_stream=np.array(g_str, dtype=object),
                gpu_proc=np.zeros(len(g_s), np.int64), gpu_start=np.array(g_s, np.int64),
                gpu_end=np.array(g_e, np.int64), gpu_comm=np.array(g_c, bool),
+               gpu_launch_end=np.array([launch_end.get(c, -1) if c >= 0 else -1
+                                        for c in g_corr], np.int64),
                ops={k: (np.array(v[0], np.int64), np.array(v[1], np.int64))
                     for k, v in ops.items()},
                calls={k: (np.array(v[0], np.int64), np.array(v[1], np.int64), v[2])
@@ -211,13 +235,14 @@ def read_nsys(path: Path) -> Raw:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         strings = dict(con.execute("SELECT id, value FROM StringIds")) \
             if "StringIds" in tables else {}
-        g, comm = [], []
+        g, comm, corr = [], [], []
         for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
                   "CUPTI_ACTIVITY_KIND_MEMSET"):
             if t in tables:
-                rows = con.execute(f"SELECT deviceId, streamId, globalPid, start, end FROM {t}")\
-                    .fetchall()
-                g += rows
+                rows = con.execute(f"SELECT deviceId, streamId, globalPid, start, end, "
+                                   f"correlationId FROM {t}").fetchall()
+                g += [r[:5] for r in rows]
+                corr += [(r[2], r[5]) for r in rows]
                 cols = {r[1] for r in con.execute(f"PRAGMA table_info({t})")}
                 if t.endswith("KERNEL") and "shortName" in cols:
                     comm += [bool(_COMM_RE.search(strings.get(n, "") or "")) for (n,) in
@@ -225,13 +250,16 @@ def read_nsys(path: Path) -> Raw:
                 else:
                     comm += [False] * len(rows)
         calls: dict = {}
+        launch_end: dict = {}  # (process, correlation id) -> end of the call
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-            for tid, nid, s, e in con.execute(
-                    "SELECT globalTid, nameId, start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME"):
+            for tid, nid, s, e, cid in con.execute(
+                    "SELECT globalTid, nameId, start, end, correlationId "
+                    "FROM CUPTI_ACTIVITY_KIND_RUNTIME"):
                 c = calls.setdefault(str(tid), ([], [], []))
                 c[0].append(s)
                 c[1].append(e)
                 c[2].append(strings.get(nid, str(nid)))
+                launch_end[(tid & ~0xFFFFFF, cid)] = e
         ops: dict = {}
         psteps: dict = {}
         osteps = []
@@ -266,6 +294,7 @@ def read_nsys(path: Path) -> Raw:
                gpu_stream=ga[:, 1].astype(str).astype(object),
                gpu_proc=ga[:, 2], gpu_start=ga[:, 3], gpu_end=ga[:, 4],
                gpu_comm=np.array(comm, bool),
+               gpu_launch_end=np.array([launch_end.get(k, -1) for k in corr], np.int64),
                ops={k: (np.array(v[0], np.int64), np.array(v[1], np.int64))
                     for k, v in ops.items()},
                calls={k: (np.array(v[0], np.int64), np.array(v[1], np.int64), v[2])
@@ -499,6 +528,32 @@ def untraced_waits(raw: Raw, streams: dict) -> tuple[np.ndarray, np.ndarray]:
     return union(out)
 
 
+def untraced_idle(raw: Raw, all_iv: tuple[np.ndarray, np.ndarray]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Stretches longer than WOKEN_NS in which no GPU task runs anywhere and that end on GPU
+    work whose launch calls had all returned before the stretch began: nothing the trace shows
+    ended them (no GPU task ended inside, and the CPU had already handed the work over), so
+    they waited on what it does not show (a peer, another process, an untraced dependency).
+    Neither a faster CPU nor a faster GPU ends them sooner, even where a thread works under
+    them. Work the trace shows no launch for decides nothing: such a stretch is left out.
+    ``all_iv``: the merged intervals of every GPU task."""
+    ms, me = all_iv
+    if len(ms) < 2 or not len(raw.gpu_launch_end):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    gs, ge = me[:-1], ms[1:]
+    long = np.flatnonzero(ge - gs > WOKEN_NS)
+    order = np.argsort(raw.gpu_start, kind="stable")
+    st, le = raw.gpu_start[order], raw.gpu_launch_end[order]
+    keep = []
+    for i in long.tolist():
+        # the tasks that end the stretch: those starting within GAP_NS of its end
+        lo, hi = np.searchsorted(st, [ge[i], ge[i] + GAP_NS], side="left")
+        first = le[lo:hi]
+        keep.append(bool(len(first)) and bool(((first >= 0) & (first <= gs[i])).all()))
+    k = long[np.array(keep, bool)] if keep else long[:0]
+    return gs[k].astype(np.int64), ge[k].astype(np.int64)
+
+
 def bounds(path: str | Path) -> dict:
     """G and C per step and their medians over the steady steps (ms). See the module doc."""
     raw = read(path)
@@ -517,6 +572,7 @@ def bounds(path: str | Path) -> dict:
     threads = sorted(set(raw.ops) | set(raw.calls), key=str)
     # GPU time under a wait on what the trace does not show cannot shorten the step
     gpu_cover = subtract(*all_iv, *untraced_waits(raw, str_iv))
+    idle_s, idle_e = untraced_idle(raw, all_iv)
     rows = []
     for s in stp:
         w0, w1 = s.start_ns, s.end_ns
@@ -533,7 +589,8 @@ def bounds(path: str | Path) -> dict:
         # C_serial: the same with every thread's short gaps (the Python and dispatcher work
         # between its operators): the CPU's serial work when it sets the pace
         cs_s, cs_e = union(owns + [v["short"] for v in per_thread.values()])
-        us, ue = union(cover)
+        # GPU idle that nothing traced ended counts in W even where a thread works under it
+        us, ue = subtract(*union(cover), idle_s, idle_e)
         rows.append({
             "label": s.label, "steady": s.steady, "why": s.why,
             "start_ns": w0, "end_ns": w1,

@@ -223,3 +223,48 @@ def test_toy_d_collectives_wait_for_peers(tmp_path):
     # with every rank's trace the waiting can end: the lower edge leaves the collective out
     assert bounds.edges({**b, "peers_in_trace": True}, "gpu", 0.5) == pytest.approx((0.2, 0.85))
     assert bounds.edges({**b, "peers_in_trace": True}, "cpu", 0.5) == pytest.approx((0.3, 0.9))
+
+
+def _toy_e_events(late_launch: bool) -> list[dict]:
+    # Hand-made, one step shape repeated, 3000 us (times from the step's start): aten::mm
+    # [0,100) > two cudaLaunchKernel [10,20) and [30,40) (correlations 1 and 2 of the step);
+    # kernel 1 on stream 7 [100,300); aten::add [1200,2200), the CPU's work while the GPU
+    # idles; kernel 2 on stream 7 [2300,2800). Kernel 2's launch had returned (at 40) before
+    # the GPU went idle at 300, and no GPU task ended in [300,2300): nothing the trace shows
+    # ended that idle stretch. With ``late_launch`` kernel 2 is launched by a call inside
+    # aten::add [2150,2160) instead: the CPU may have held it.
+    ev = []
+    for k in range(3):
+        t0 = toy.BASE_US + k * 3000
+        c1, c2 = 10 * k + 1, 10 * k + 2
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k + 1}",
+                   "pid": 1, "tid": 1, "ts": t0, "dur": 3000})
+        second = (2150, 2160) if late_launch else (30, 40)
+        for cat, name, s, e, corr in (("cpu_op", "aten::mm", 0, 100, None),
+                                      ("cuda_runtime", "cudaLaunchKernel", 10, 20, c1),
+                                      ("cuda_runtime", "cudaLaunchKernel", *second, c2),
+                                      ("cpu_op", "aten::add", 1200, 2200, None)):
+            ev.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1,
+                       "ts": t0 + s, "dur": e - s,
+                       "args": {} if corr is None else {"correlation": corr}})
+        for s, e, corr in ((100, 300, c1), (2300, 2800, c2)):
+            ev.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
+                       "ts": t0 + s, "dur": e - s, "args": {"correlation": corr}})
+    return ev
+
+
+def test_toy_e_gpu_idle_nothing_traced_ended(tmp_path):
+    # By hand, per step: G = 200 + 500 = 700; C_max = C_sum = 100 + 1000 = 1100 (calls of 10
+    # us inside ops, no short gaps). The union of GPU and own work is [0,300) + [1200,2200) +
+    # [2300,2800) = 1800, which leaves 1200 of W; the idle stretch [300,2300) waited on what
+    # the trace does not show, so W also holds the 1000 us of aten::add under it: W = 2200.
+    b = bounds.bounds(toy.write_kineto(tmp_path / "e.json", _toy_e_events(False)))
+    _check(b["median"], {"T_ms": 3.0, "G_ms": 0.7, "C_max_ms": 1.1, "C_sum_ms": 1.1,
+                         "W_ms": 2.2})
+    # CPU x 0.5: the idle does not shrink with the CPU: [0.7 .. 0.7 + 0.55 + 2.2], which
+    # holds the step that stays 3.0 ms
+    assert bounds.edges(b, "cpu", 0.5) == pytest.approx((0.7, 3.45))
+    # the launch returned after the idle began (inside aten::add): the CPU may have held the
+    # kernel, and W is the time neither side works
+    late = bounds.bounds(toy.write_kineto(tmp_path / "f.json", _toy_e_events(True)))
+    _check(late["median"], {"G_ms": 0.7, "C_max_ms": 1.1, "W_ms": 1.2})
