@@ -223,6 +223,8 @@ class Replay:
     anchors: np.ndarray | None = None    # each iteration row's first CPU task
     # the graph tables and the iteration ``critical_path`` summarizes (the median used one)
     path_of: tuple[dict, int] | None = None
+    # the task whose end times the window's last iteration (``last_end_task``), -1: none
+    last_end: int = -1
     _path: dict | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -235,7 +237,8 @@ class Replay:
 
     def critical_path_of(self, g: dict[str, pa.Table], iteration: int) -> dict:
         """``critical_path_summary`` of any iteration of this replay of ``g``."""
-        return critical_path_summary(g, self.schedule, self.sim, iteration, self.anchors)
+        return critical_path_summary(g, self.schedule, self.sim, iteration, self.anchors,
+                                     last_end=self.last_end)
 
     def headline(self, attr: str) -> float:
         """The steady-state step (``steady``), else the median of the used iterations."""
@@ -384,10 +387,12 @@ def _mark_warmup(its: list[Iteration]) -> None:
 
 
 def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, sg: SimGraph,
-                          iteration: int, anchors: np.ndarray, top: int = 8) -> dict:
+                          iteration: int, anchors: np.ndarray, top: int = 8,
+                          last_end: int = -1) -> dict:
     """The chain of tasks and delays that decided how long an iteration took, from its start
     (its first CPU task's simulated start) to its end (the next iteration's first CPU task, or
-    the iteration's last-ending task), across threads and streams: each part is a task's own
+    for the window's last iteration the task that times its end, ``last_end_task``; without
+    one its last-ending task), across threads and streams: each part is a task's own
     work or the delay of the edge that made a task wait (by the edge's kind: launch, stream,
     sync, wake, ...), and the parts add up to the span. ``sg``: the graph as simulated (its
     durations, and its CSR, in the order of ``g``'s edges); ``anchors``: each iteration row's
@@ -403,6 +408,8 @@ def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, sg: SimGraph,
     if k + 1 < len(idx):
         x, at_end = int(anchors[k + 1]), False
         t1 = int(sched.start_ns[x])
+    elif last_end >= 0:
+        x, at_end, t1 = last_end, True, int(sched.end_ns[last_end])
     else:
         x = -1
         for lo, *it in [(lo, *_batch_ints(ch, -1)) for lo, ch in _offsets(task["iteration"])]:
@@ -652,7 +659,28 @@ def replay(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Replay:
                   "simulated_ns": steady_step(g, its, scan.anchors, sched.start_ns,
                                               sched.end_ns, is_gpu, orphan, "simulated_ns")}
     return Replay(sched, its, unit_busy(g, sched, scan.busy), steady, sg.dur_ns, sg,
-                  scan.anchors, path_of)
+                  scan.anchors, path_of, last_end_task(g, sched, scan))
+
+
+def last_end_task(g: dict[str, pa.Table], sched: Schedule, scan: _Scan) -> int:
+    """The task whose simulated end times the window's last iteration (``iteration_times``):
+    the last of its tasks to end by its marker's end, or, where the work of every iteration
+    so far ends later, the task that ends last. -1 without iterations. A thread asleep
+    between its calls (a poller's host time) can outlast the marker; it does not end it."""
+    its, acc = g["iteration"], scan.acc
+    mine = int(acc[_report.MINE_TASK]) if its.num_rows else -1
+    if mine < 0:
+        return -1
+    end_ns = int(its["end_ns"][its.num_rows - 1].as_py())
+    behind = max(int(acc[_report.DONE_OBS_END]) - end_ns, 0)
+    if (int(sched.end_ns[mine]) + end_ns - int(acc[_report.MINE_END])
+            >= int(acc[_report.DONE_SIM_END]) - behind):
+        return mine
+    last_it = int(its["iteration"][its.num_rows - 1].as_py())
+    labels = _labels(g)
+    done = np.flatnonzero((labels >= 0) & (labels <= last_it)
+                          & (sched.end_ns == acc[_report.DONE_SIM_END]))
+    return int(done[0]) if len(done) else mine
 
 
 def _per_table(name: str, table: pa.Table, fn):
