@@ -99,6 +99,10 @@ def iterations_table(results: list[dict]) -> Table:
     return t
 
 
+# Unexplained GPU idle worth its own line in what a replay rests on: a tenth of the step
+GPU_IDLE_NOTE_SHARE = 0.1
+
+
 def basis_table(d: dict) -> Table:
     """What the headline rests on: the trace's own spread, how much of it the graph explains,
     the slack it does not, and how the iterations were found (docs/graph.md)."""
@@ -123,6 +127,12 @@ def basis_table(d: dict) -> Table:
         t.add("slack per iteration", ", ".join(
             f"{k} {ms(v, 2)} ms" for k, v in sorted(slack.items(), key=lambda kv: -kv[1])) +
             " (what the graph does not explain, summed over edges)")
+    idle = slack.get("gpu_idle", 0.0)
+    if d.get("baseline_ms") and idle >= GPU_IDLE_NOTE_SHARE * d["baseline_ms"]:
+        t.add("GPU idle", f"{ms(idle, 2)} ms per iteration the GPU waited with nothing in the "
+              "trace ending the wait (an untraced dependency, a peer, another process): "
+              "predictions keep it, after the task before it on its stream, and their "
+              "interval's lower end drops it")
     inf = d.get("inferred_edges") or {}
     if inf:
         t.add("inferred edges", ", ".join(f"{k} {v}" for k, v in inf.items()) +

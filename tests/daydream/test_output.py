@@ -278,3 +278,14 @@ def test_sql_answered_without_the_cli_framework_prints_what_the_cli_prints(store
                  ["sql", q, "--nope"], ["sql"], ["sql", "a", "b"], ["sql", q, "-f=csv"],
                  ["sql", q, "--out"], ["info", "x"], ["--help"], []):
         assert sql_args(args) is None, args
+
+
+def test_gpu_idle_nothing_ended_gets_its_own_line():
+    # hand-made result dicts: 30 ms of unexplained GPU idle in a 100 ms step is named, 5 is not
+    from daydream import report
+    d = {"measured_ms": 100.0, "baseline_ms": 100.0, "baseline_error_pct": 0.0,
+         "iterations": [{"used": True}], "slack": {"gpu_idle": 30.0, "launch": 1.0}}
+    rows = {r[0]: r[1] for r in report.basis_table(d).rows}
+    assert rows["GPU idle"].startswith("30.00 ms per iteration")
+    d["slack"]["gpu_idle"] = 5.0
+    assert "GPU idle" not in {r[0] for r in report.basis_table(d).rows}
