@@ -53,6 +53,42 @@ def explained(d: dict, key: str = "explained_ms") -> tuple[float | None, float |
     return None, None, "absent"
 
 
+# The slack a trace cannot explain on the GPU side: GPU tasks starting later than their stream
+# and launch allow (unexplained GPU idle, a stream's later start) and GPU work hanging off the
+# trace start (launched before the window). The explained replay with it kept says whether
+# the rest of the timeline is explained (TorchRec, whose CUDA graphs' nodes sit 6-64 ms apart
+# on an idle GPU with nothing in the trace ending the wait).
+GPU_SIDE_SLACK = frozenset({"stream", "launch", "origin"})
+
+
+def structure(ctx: Context, path) -> tuple[float | None, float | None, bool | None]:
+    """From the graph itself: the mean |replay - measured| % over the used iterations with
+    GPU_SIDE_SLACK kept and every other slack at zero; and the critical path of every used
+    iteration of the exact replay: its worst |span - the iteration's replayed time| %, and
+    whether its parts (work and delays) add up to its span every time (issue 14). None where
+    the trace is a job or cannot be read."""
+    try:
+        from daydream import pipeline
+        from daydream.api import open_store
+        s = pipeline.resolve(str(path), open_store(ctx.store))
+        if s.job is not None:
+            return None, None, None
+        r = s.baseline(GPU_SIDE_SLACK, True)
+        per = [abs(e) for i in r.iterations if i.used
+               if (e := _err(i.simulated_ns / 1e6, i.measured_ns / 1e6)) is not None]
+        exact = s.baseline()
+        worst, adds = 0.0, True
+        for i in exact.iterations:
+            if not i.used or not i.simulated_ns:
+                continue
+            cp = exact.critical_path_of(s.tables, i.index)
+            worst = max(worst, abs(100.0 * (cp["span_ns"] - i.simulated_ns) / i.simulated_ns))
+            adds &= cp["covered_ns"] == cp["span_ns"] == cp["work_ns"] + cp["delay_ns"]
+        return (statistics.fmean(per) if per else None), worst, adds
+    except Exception:
+        return None, None, None
+
+
 def shares(ctx: Context, d: dict) -> tuple[float | None, float | None]:
     """Share of GPU time on a layer and on a phase (graphstore's mapped_share)."""
     try:
@@ -75,13 +111,20 @@ def run(ctx: Context) -> Result:
         "`daydream.api.predict` (\"" + NA + "\" where the api does not give it), and "
         "without the edges inferred from coincidence (`explained_no_inferred_ms`). Error = "
         "|explained - measured| / measured over the iterations the api uses (and the ranks "
-        "of a job). Beside it: the exact replay's error (slack kept), a regression figure "
-        "that must stay 0.00%, and the spread of the trace's own steps (mean |step - median| "
+        "of a job); and with only the slack the trace cannot explain on the GPU side kept "
+        "(the stream, launch and origin edges' slack: GPU work starting later than its stream "
+        "and its launch allow, work launched before the window). Beside it: the exact "
+        "replay's error (slack kept), a regression figure that must stay 0.00%; the "
+        "critical path of every used iteration of that replay (its worst distance from the "
+        "iteration's time, and whether its parts add up to its span every time); and the spread "
+        "of the trace's own steps (mean |step - median| "
         "/ median), the error of calling every step the typical one without a model.", "",
         "| trace | iterations (used) | measured ms median (mean) | spread of its steps | "
         "explained: mean error | worst | without inferred edges: mean | worst | "
-        "exact replay: mean error | worst | GPU time on a layer | on a phase |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "GPU-side slack kept: mean | "
+        "exact replay: mean error | worst | critical path: worst off its iteration | "
+        "parts add up | GPU time on a layer | on a phase |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     data: dict = {"traces": {}}
     slack_rows: list[str] = []
     inferred_rows: list[str] = []
@@ -89,7 +132,7 @@ def run(ctx: Context) -> Result:
         try:
             d = ctx.predict(path)
         except Exception as e:
-            lines.append(f"| {label} | failed: {reason(e)} |" + " |" * 10)
+            lines.append(f"| {label} | failed: {reason(e)} |" + " |" * 13)
             data["traces"][label] = {"error": reason(e)}
             continue
         its = d.get("iterations") or []
@@ -99,12 +142,15 @@ def run(ctx: Context) -> Result:
         em, ew, how = explained(d)
         nm, nw, _ = explained(d, "explained_no_inferred_ms")
         sp = spread(d)
+        gk, cp_worst, cp_adds = structure(ctx, path)
         ls, ps = shares(ctx, d)
         data["traces"][label] = {
             "iterations": len(its), "used": len(used), "measured_ms": d.get("measured_ms"),
             "measured_median_ms": med, "spread_pct": sp,
             "explained_mean_pct": em, "explained_worst_pct": ew, "explained_from": how,
             "no_inferred_mean_pct": nm, "no_inferred_worst_pct": nw,
+            "gpu_side_kept_mean_pct": gk, "critical_path_worst_pct": cp_worst,
+            "critical_path_adds_up": cp_adds,
             "exact_mean_pct": statistics.fmean(exact) if exact else None,
             "exact_worst_pct": max(exact, default=None),
             "layer_share": ls, "phase_share": ps,
@@ -113,9 +159,10 @@ def run(ctx: Context) -> Result:
         lines.append(
             f"| {label} | {len(its)} ({len(used)}) | "
             f"{'n/a' if med is None else format(med, '.3f')} ({d.get('measured_ms', 0):.3f}) | "
-            f"{_pct(sp)} | {_pct(em)} | {_pct(ew)} | {_pct(nm)} | {_pct(nw)} | "
+            f"{_pct(sp)} | {_pct(em)} | {_pct(ew)} | {_pct(nm)} | {_pct(nw)} | {_pct(gk)} | "
             f"{_pct(t['exact_mean_pct'])} | "
-            f"{_pct(t['exact_worst_pct'])} | "
+            f"{_pct(t['exact_worst_pct'])} | {_pct(cp_worst)} | "
+            f"{NA if cp_adds is None else ('yes' if cp_adds else '**no**')} | "
             f"{'n/a' if ls is None else format(100 * ls, '.1f') + '%'} | "
             f"{'n/a' if ps is None else format(100 * ps, '.1f') + '%'} |")
         if isinstance(d.get("slack"), dict):
