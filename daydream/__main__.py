@@ -2,11 +2,13 @@
 
 ``daydream sql``, ``opts`` and ``info`` with plain arguments (each option at most once, as
 ``FAST`` lists them) are answered here, without the CLI framework: importing typer, and the
-pydantic it checks option values with, cost more than these commands' work. Everything else
-(help, every other command, any argument this parser does not take, and so every usage error)
-goes to :mod:`daydream.cli`, which defines the commands this mirrors; both run the same
-bodies (:mod:`daydream.quick`), and tests/daydream/test_output.py checks that ``FAST`` says
-what the typer commands take and that both print the same.
+pydantic it checks option values with, cost more than these commands' work. ``daydream
+--help`` and ``daydream`` alone are printed by :mod:`daydream.help`, without typer's help
+module. Everything else (the commands' help, every other command, any argument this parser
+does not take, and so every usage error) goes to :mod:`daydream.cli`, which defines the
+commands this mirrors; both run the same bodies (:mod:`daydream.quick`), and
+tests/daydream/test_output.py checks that ``FAST`` says what the typer commands take and that
+both print the same.
 """
 
 from __future__ import annotations
@@ -76,10 +78,28 @@ def _fast(command: str, pos: list[str], opts: dict) -> None:
         sys.exit(130)
 
 
+def _help(argv: list[str]) -> bool:
+    """``daydream --help`` and ``daydream`` alone through daydream.help, as typer ends them:
+    a blank line after the help, on stdout with status 0 for --help, else on stderr with
+    status 2 (a usage error). False where daydream.help leaves the help to typer."""
+    if argv not in ([], ["--help"]):
+        return False
+    from daydream.cli import app
+    from daydream.help import print_help
+    if not print_help(app):
+        return False
+    print(file=sys.stdout if argv else sys.stderr, flush=True)
+    if not argv:
+        sys.exit(2)
+    return True
+
+
 def main() -> None:
     args = fast_args(sys.argv[1:])
     if args is not None:
         _fast(*args)
+        return
+    if _help(sys.argv[1:]):
         return
     from daydream.cli import main as cli_main
     cli_main()

@@ -346,3 +346,28 @@ def test_gpu_idle_nothing_ended_gets_its_own_line():
     assert rows["GPU idle"].startswith("30.00 ms per iteration")
     d["slack"]["gpu_idle"] = 5.0
     assert "GPU idle" not in {r[0] for r in report.basis_table(d).rows}
+
+
+def test_the_top_level_help_is_typers_without_its_help_module():
+    """`daydream --help` and `daydream` alone are printed by daydream/help.py, not by
+    typer.rich_utils (which imports markdown-it and pygments): the same bytes, exit status and
+    streams as typer's, in a pipe and in colour, at any width."""
+    import os
+    import subprocess
+    import sys
+    for extra in ({}, {"COLUMNS": "60"}, {"COLUMNS": "250"}, {"FORCE_COLOR": "1"},
+                  {"FORCE_COLOR": "1", "COLUMNS": "50"}, {"TERMINAL_WIDTH": "70"}):
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("COLUMNS", "FORCE_COLOR", "NO_COLOR", "TERMINAL_WIDTH")} | extra
+        for args in (["--help"], []):
+            outs = [subprocess.run([sys.executable, "-c", f"import sys; sys.argv[0] = "
+                                    f"'daydream'; from {m} import main; main()", *args],
+                                   capture_output=True, text=True, cwd=ROOT, env=env)
+                    for m in ("daydream.__main__", "daydream.cli")]
+            fast, typed = [(p.returncode, p.stdout, p.stderr) for p in outs]
+            assert fast == typed, (extra, args)
+            plain = re.sub(r"\x1b\[[0-9;]*m", "", fast[1])
+            assert "╭─ Commands" in plain and fast[0] == (0 if args else 2)
+            assert ("\x1b[" in fast[1]) == ("FORCE_COLOR" in extra)
+    assert _loaded_after(["--help"], ("typer.rich_utils", "markdown_it", "pygments",
+                                      "pydantic", "polars", "pyarrow", "duckdb")) == []
