@@ -3,7 +3,7 @@
 Benchmarks, not tests: nothing here fails on a slow machine; the numbers and their ratios are
 written down with the machine they were measured on.
 
-    python bench/run.py [--quick] [--only ingest,graph,memory,simulate,replay,job,fleet]
+    python bench/run.py [--quick] [--only ingest,graph,memory,simulate,replay,job,fleet,startup]
 """
 
 from __future__ import annotations
@@ -304,6 +304,66 @@ def bench_job(repeats: int) -> list[str]:
             f"{r['simulate_s']:.4f} | {r['tasks_per_s']:,.0f} | 20,000,000 tasks/s |", ""]
 
 
+# The commands that must start fast (issue 18), with their targets in seconds; TRACE is the id
+# of the trace the section ingests first.
+STARTUP = [(["--help"], 0.3), (["opts"], 0.3), (["info", "TRACE"], 0.3),
+           (["sql", "SELECT count(*) FROM prediction"], 0.5)]
+
+
+def bench_startup(repeats: int) -> list[str]:
+    """Whole processes of the commands that must start fast, as the `daydream` script runs
+    them (its two lines, with this checkout first on the path), over a store of one small
+    real trace: wall and CPU seconds (user + system, from the kernel's accounting of the
+    child), since other jobs on the machine slow the wall clock down."""
+    import resource
+
+    trace = ROOT / "tests" / "data" / "kineto" / "mi250_toy_train_rocm.json.gz"
+    script = "import sys; from daydream.__main__ import main; sys.argv[0] = 'daydream'; main()"
+    # bytecode caches written as an installed package has them (the first, untimed run
+    # writes them here): compiling the checkout's modules is no part of a command's start-up
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(ROOT)
+    n = max(9, 3 * repeats)
+    load0 = os.getloadavg()[0]
+    rows = ["## Start-up (issue 18)", "",
+            "Whole processes, start to exit, of the commands that must start fast, as the "
+            "`daydream` script runs them, over a store holding one small real trace "
+            f"(`{trace.relative_to(ROOT)}`); median of {n} runs each, after one untimed run "
+            "(which writes the bytecode caches an installed package has). "
+            "CPU seconds are user + system of the process, which other jobs on the machine "
+            "do not inflate as much as the wall clock.", ""]
+    table = ["| command | wall s | CPU s | target s |", "|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Path(tmp) / "s"
+        out = subprocess.run([sys.executable, "-c", script, "ingest", str(trace), "--store",
+                              str(store), "-j", "1"], check=True, capture_output=True,
+                             text=True, env=env, cwd=tmp).stdout
+        tid = out.split()[0]
+        for args, target in STARTUP:
+            argv = [tid if a == "TRACE" else a for a in args]
+            if args[0] in ("info", "sql"):
+                argv += ["--store", str(store)]
+            walls, cpus = [], []
+            for k in range(n + 1):
+                r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t = time.perf_counter()
+                subprocess.run([sys.executable, "-c", script, *argv], check=True,
+                               capture_output=True, env=env, cwd=tmp)
+                w = time.perf_counter() - t
+                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                if k:
+                    walls.append(w)
+                    cpus.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+            shown = " ".join("TRACE" if a == "TRACE" else
+                             (f'"{a}"' if " " in a else a) for a in args)
+            table.append(f"| `daydream {shown}` | {_median(walls):.3f} | {_median(cpus):.3f} "
+                         f"| {target} |")
+    rows += [f"Load average (1 min) on this {os.cpu_count()}-core machine: {load0:.1f} when the "
+             f"section started, {os.getloadavg()[0]:.1f} when it ended (other jobs share "
+             "it).", ""]
+    return rows + table + [""]
+
+
 def bench_fleet(n: int) -> list[str]:
     """Batch ingest and batch predict over n distinct traces, 1 and 2 workers; results query."""
     import fleet
@@ -312,7 +372,7 @@ def bench_fleet(n: int) -> list[str]:
 
 SECTIONS = {"ingest": bench_ingest, "graph": bench_graph, "replay": bench_replay,
             "simulate": bench_simulate, "job": bench_job, "memory": bench_memory,
-            "fleet": bench_fleet}
+            "fleet": bench_fleet, "startup": bench_startup}
 
 
 def _sections(text: str) -> tuple[str, dict[str, str]]:
@@ -354,7 +414,7 @@ def main() -> None:
             out += fn(256 if a.quick else 1024)
         elif name == "fleet":
             out += fn(200 if a.quick else 1000)
-        elif name in ("ingest", "graph", "replay", "simulate", "job"):
+        elif name in ("ingest", "graph", "replay", "simulate", "job", "startup"):
             out += fn(repeats)
         else:
             out += fn()

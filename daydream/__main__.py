@@ -1,26 +1,36 @@
 """``python -m daydream`` and the ``daydream`` command: :func:`main`.
 
-``daydream sql`` with plain arguments (a query, and ``--store``, ``--format``/``-f``,
-``--out``/``-o`` each at most once) is answered here, without the CLI framework: importing
-typer, and the pydantic it checks option values with, was about half of the command's start-up,
-more than the query. Everything else (help, every other command, any argument this parser does
-not take, and so every usage error) goes to :mod:`daydream.cli`, which defines the ``sql``
-command this mirrors; tests/daydream/test_output.py checks that the two print the same.
+``daydream sql``, ``opts`` and ``info`` with plain arguments (each option at most once, as
+``FAST`` lists them) are answered here, without the CLI framework: importing typer, and the
+pydantic it checks option values with, cost more than these commands' work. ``daydream
+--help`` and ``daydream`` alone are printed by :mod:`daydream.help`, without typer's help
+module. Everything else (the commands' help, every other command, any argument this parser
+does not take, and so every usage error) goes to :mod:`daydream.cli`, which defines the
+commands this mirrors; both run the same bodies (:mod:`daydream.quick`), and
+tests/daydream/test_output.py checks that ``FAST`` says what the typer commands take and that
+both print the same.
 """
 
 from __future__ import annotations
 
 import sys
 
-# the options of `daydream sql` (daydream.cli.sql) -> its parameters
-SQL_OPTIONS = {"--store": "store", "--format": "fmt", "-f": "fmt", "--out": "out", "-o": "out"}
+# command -> (its arguments, {option taking a value: parameter}, {flag: parameter})
+FAST: dict[str, tuple[int, dict[str, str], dict[str, str]]] = {
+    "sql": (1, {"--store": "store", "--format": "fmt", "-f": "fmt", "--out": "out",
+                "-o": "out"}, {}),
+    "opts": (0, {}, {"--json": "json"}),
+    "info": (1, {"--store": "store"}, {"--json": "json"}),
+}
 
 
-def sql_args(argv: list[str]) -> tuple[str, dict[str, str]] | None:
-    """``(query, {parameter: value})`` when ARGV is a plain ``sql`` command; else None."""
-    if not argv or argv[0] != "sql":
+def fast_args(argv: list[str]) -> tuple[str, list[str], dict[str, str | bool]] | None:
+    """``(command, arguments, {parameter: value})`` when ARGV is a plain invocation of a
+    command of ``FAST``; else None (typer's to answer)."""
+    if not argv or argv[0] not in FAST:
         return None
-    got: dict[str, str] = {}
+    n, valued, flags = FAST[argv[0]]
+    got: dict[str, str | bool] = {}
     pos: list[str] = []
     it = iter(argv[1:])
     for a in it:
@@ -29,31 +39,36 @@ def sql_args(argv: list[str]) -> tuple[str, dict[str, str]] | None:
             break
         if a.startswith("-") and a != "-":
             name, eq, val = a.partition("=")
-            if name not in SQL_OPTIONS or SQL_OPTIONS[name] in got or (eq and
-                                                                      not name.startswith("--")):
+            if name in flags and not eq and flags[name] not in got:
+                got[flags[name]] = True
+                continue
+            if name not in valued or valued[name] in got or (eq and not name.startswith("--")):
                 return None
             if not eq:
                 val = next(it, None)
                 if val is None:
                     return None
-            got[SQL_OPTIONS[name]] = val
+            got[valued[name]] = val
         else:
             pos.append(a)
-    return (pos[0], got) if len(pos) == 1 else None
+    return (argv[0], pos, got) if len(pos) == n else None
 
 
-def _sql(query: str, opts: dict[str, str]) -> None:
+def _fast(command: str, pos: list[str], opts: dict) -> None:
     from pathlib import Path
 
+    from daydream import quick
     from ingest import DEFAULT_STORE
     from ingest.errors import DaydreamError
+    store = Path(opts.get("store", DEFAULT_STORE))
     try:
-        if query == "-":
-            query = sys.stdin.read()
-        from graphstore import db
-        out = Path(opts["out"]) if "out" in opts else None
-        text = db.query(Path(opts.get("store", DEFAULT_STORE)), query,
-                        opts.get("fmt", "table"), out)
+        if command == "sql":
+            quick.sql(pos[0], store, opts.get("fmt", "table"),
+                      Path(opts["out"]) if "out" in opts else None)
+        elif command == "opts":
+            quick.opts(json=bool(opts.get("json")))
+        else:
+            quick.info(pos[0], store, json=bool(opts.get("json")))
     except DaydreamError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
@@ -61,17 +76,30 @@ def _sql(query: str, opts: dict[str, str]) -> None:
         print("error: interrupted; the store is unchanged for traces not yet committed",
               file=sys.stderr)
         sys.exit(130)
-    if out is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        print(text, file=sys.stderr)
+
+
+def _help(argv: list[str]) -> bool:
+    """``daydream --help`` and ``daydream`` alone through daydream.help, as typer ends them:
+    a blank line after the help, on stdout with status 0 for --help, else on stderr with
+    status 2 (a usage error). False where daydream.help leaves the help to typer."""
+    if argv not in ([], ["--help"]):
+        return False
+    from daydream.cli import app
+    from daydream.help import print_help
+    if not print_help(app):
+        return False
+    print(file=sys.stdout if argv else sys.stderr, flush=True)
+    if not argv:
+        sys.exit(2)
+    return True
 
 
 def main() -> None:
-    args = sql_args(sys.argv[1:])
+    args = fast_args(sys.argv[1:])
     if args is not None:
-        _sql(*args)
+        _fast(*args)
+        return
+    if _help(sys.argv[1:]):
         return
     from daydream.cli import main as cli_main
     cli_main()

@@ -13,10 +13,9 @@ import orjson
 
 from daydream.traces import build_graphs, ingest, open_store, resolve_trace
 from ingest import DEFAULT_STORE, schema
-from ingest.batch import expand
 from ingest.errors import DaydreamError
 
-# collect, collect_command and collect_steps come from __getattr__ below
+# collect, collect_command, collect_steps and expand come from __getattr__ below
 __all__ = ["DaydreamError", "collect", "collect_command", "collect_steps", "expand", "ingest",  # noqa: F822
            "build_graphs", "info", "jobs", "predict", "predictions", "run", "resolve_trace",
            "open_store", "sql", "DEFAULT_STORE"]
@@ -30,8 +29,11 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str):
-    """The collector's entry points (``collect``, ``collect_steps``, ``collect_command``),
-    imported on first use (PEP 562)."""
+    """The collector's entry points (``collect``, ``collect_steps``, ``collect_command``) and
+    ``expand`` (ingest.batch: the converters), imported on first use (PEP 562)."""
+    if name == "expand":
+        from ingest.batch import expand
+        return expand
     if name in ("collect", "collect_steps"):
         from collect import api as _collect
         return getattr(_collect, name)
@@ -59,7 +61,7 @@ def _trace_info(st, tid: str) -> dict:
     for name in schema.COMMIT_ORDER:
         if name == "trace":
             continue
-        counts[name] = st.read(name, tid).num_rows
+        counts[name] = st.rows(name, tid)
     listed = orjson.loads(row["devices"]) if row["devices"] else []
     g = _graph_facts(st, tid)
     used = g.get("devices_used")
@@ -109,15 +111,21 @@ def _graph_facts(st, tid: str) -> dict:
     from graphstore import db
     if tid not in set(db.trace_ids(st.root)):
         return {}
-    q = lambda sql: db.run_sql(st.root, sql).to_pylist()  # noqa: E731
-    slack = q("SELECT iteration, kind, edges, slack_ns, early_ns FROM slack "
-              f"WHERE trace_id = '{tid}' ORDER BY iteration, kind")
-    its = q("SELECT count(*) AS n, min(source) AS source FROM iteration "
-            f"WHERE trace_id = '{tid}'")[0]
-    devs = q("SELECT DISTINCT device FROM unit WHERE trace_id = "
-             f"'{tid}' AND kind = 'stream' AND device IS NOT NULL ORDER BY device")
-    span = q("SELECT min(start_ns) AS a, max(start_ns + obs_dur_ns) AS b FROM task "
-             f"WHERE trace_id = '{tid}' AND task_id > 0")[0]
+    # one connection for all four (each opened connection attaches and checks the file), and
+    # rows as tuples: no Arrow table for a handful of values
+    with db.connect(st.root) as con:
+        def q(sql: str) -> list[dict]:
+            cur = con.execute(sql, [tid])
+            names = [c[0] for c in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        slack = q("SELECT iteration, kind, edges, slack_ns, early_ns FROM slack "
+                  "WHERE trace_id = ? ORDER BY iteration, kind")
+        its = q("SELECT count(*) AS n, min(source) AS source FROM iteration "
+                "WHERE trace_id = ?")[0]
+        devs = q("SELECT DISTINCT device FROM unit WHERE trace_id = ? AND kind = 'stream' "
+                 "AND device IS NOT NULL ORDER BY device")
+        span = q("SELECT min(start_ns) AS a, max(start_ns + obs_dur_ns) AS b FROM task "
+                 "WHERE trace_id = ? AND task_id > 0")[0]
     return {"slack": slack, "iterations": int(its["n"]), "iterations_from": its["source"],
             "devices_used": [int(d["device"]) for d in devs],
             "start_ns": span["a"], "end_ns": span["b"]}

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
 
+from daydream import quick
 from ingest import DEFAULT_STORE
 from ingest.errors import DaydreamError
 
@@ -49,8 +49,7 @@ def _fmt(json: bool, fmt: str, allowed: tuple[str, ...] = ("table", "json", "csv
     return fmt
 
 
-def _json(d: object) -> None:
-    typer.echo(orjson.dumps(d, option=orjson.OPT_INDENT_2, default=str).decode())
+_json = quick.print_json
 
 
 def _emit(fmt: str, d: object, csv_text, show) -> None:
@@ -158,13 +157,7 @@ def info(
     json: JsonOpt = False,
 ) -> None:
     """Print what a stored trace or job holds and what ingest had to repair or skip."""
-    from daydream import api
-    d = api.info(trace, store)
-    if json:
-        _json(d)
-        return
-    from daydream.views import print_info
-    print_info(d)
+    quick.info(trace, store, json)
 
 
 @app.command()
@@ -180,14 +173,7 @@ def sql(
                                              "file (needed for parquet).")] = None,
 ) -> None:
     """Query the store with SQL, read-only (kernel_timeline, layer_time, iteration_time...)."""
-    if query == "-":
-        query = sys.stdin.read()
-    from daydream import api
-    text = api.sql(query, store, fmt=fmt, out=out)
-    if out is None:
-        typer.echo(text, nl=False)
-    else:
-        typer.echo(text, err=True)
+    quick.sql(query, store, fmt, out)
 
 
 OptOpt = Annotated[list[str] | None, typer.Option(
@@ -369,16 +355,7 @@ def jobs(store: StoreOpt = DEFAULT_STORE, json: JsonOpt = False,
 @app.command()
 def opts(json: JsonOpt = False) -> None:
     """List the optimizations a prediction can apply (--opt NAME(params), chained with +)."""
-    from transforms import list_opts
-    items = list_opts()
-    if json:
-        _json(items)
-        return
-    from daydream.table import paragraph, width
-    w = width()
-    for o in items:
-        typer.echo(o["signature"])
-        typer.echo("    " + paragraph(o["summary"], w and w - 4, "    "))
+    quick.opts(json)
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

@@ -11,13 +11,19 @@ import datetime as dt
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from daydream.traces import ingest_folder
-from graphstore.job import JobGraph, Member, build_job, find_jobs
 from ingest.errors import DaydreamError
 from ingest.store import Store
+
+if TYPE_CHECKING:
+    from graphstore.job import JobGraph, Member
+
+# graphstore.job (polars, numpy) is imported where a job is looked for or built: `daydream
+# info` of a stored trace never needs it.
 
 
 def trace_rows(st: Store, ids: list[str] | None = None) -> list[dict]:
@@ -28,6 +34,7 @@ def trace_rows(st: Store, ids: list[str] | None = None) -> list[dict]:
 def find(st: Store) -> dict[str, list[Member]]:
     """name -> members (``graphstore.job.Member``) of every job in the store: groups of two
     traces or more (one rank's trace alone is predicted as the trace it is)."""
+    from graphstore.job import find_jobs
     return several(named(find_jobs(trace_rows(st))))
 
 
@@ -74,6 +81,7 @@ def resolve(target: str, st: Store) -> tuple[str, list[Member]] | None:
     form one job (ingested first); else None."""
     p = Path(target)
     if p.is_dir():
+        from graphstore.job import find_jobs
         jobs = several(named(find_jobs(trace_rows(st, ingest_folder(p, st)))))
         if len(jobs) == 1:
             return next(iter(jobs.items()))
@@ -94,6 +102,7 @@ def resolve(target: str, st: Store) -> tuple[str, list[Member]] | None:
 
 def build(st: Store, name: str, members: list[Member]) -> JobGraph:
     """The job graph of stored traces (``graphstore.job.build_job``)."""
+    from graphstore.job import build_job
     from graphstore.read import read_graph
     graphs = [read_graph(st.root, m.trace_id) for m in members]
     kernels = [st.read("kernel", m.trace_id) for m in members]

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daydream import gates, jobs
+from daydream.report import rank_ranges
 from daydream.traces import ensure_graphs, resolve_trace
 from graphstore.job import JobGraph, Member, build_job, device_ranks, job_activity
 from graphstore.schema import GPU_KINDS
@@ -454,19 +455,6 @@ def missing_note(s: Subject) -> str:
     return (f"{len(s.missing_ranks)} of the job's {s.traced_world_size} ranks have no trace "
             f"(ranks {rank_ranges(s.missing_ranks)}): the {have} present are replayed as the "
             f"whole job, so its collectives wait only for them")
-
-
-def rank_ranges(ranks: list[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
-    out, i = [], 0
-    rs = sorted(ranks)
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ", ".join(out)
 
 
 def iterations_from(tables: dict[str, pa.Table]) -> str | None:

@@ -23,6 +23,19 @@ def times(x: float | None) -> str:
     return "" if x is None or x != x else f"{x:.3f}x"
 
 
+def rank_ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    out, i = [], 0
+    rs = sorted(ranks)
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
 def plural(n: int, word: str, many: str | None = None) -> str:
     """'1 trace', '2 traces'."""
     return f"{n} {word if n == 1 else (many or word + 's')}"

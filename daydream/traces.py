@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ingest import DEFAULT_STORE, source
-from ingest.batch import FileResult, IngestReport, expand
-from ingest.batch import ingest as ingest_files
+from ingest import DEFAULT_STORE
 from ingest.errors import DaydreamError
 from ingest.store import Store
+
+if TYPE_CHECKING:
+    from ingest.batch import FileResult, IngestReport
+
+# ingest.batch (the converters, numpy) is imported by the functions that ingest, so that
+# `daydream info` of a stored trace starts without it.
 
 
 def open_store(store: str | Path | None = None) -> Store:
@@ -31,6 +36,7 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     tasks with ``ray``) converts a file and builds its graph; this process commits the traces
     and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph."""
     from graphstore import load as gload
+    from ingest.batch import ingest as ingest_files
 
     st = open_store(store)
     st.root.mkdir(parents=True, exist_ok=True)
@@ -110,11 +116,13 @@ def resolve_trace(trace: str, store: Store, *, ingest_missing: bool = False) -> 
     """A trace id from an id, a unique id prefix, or a file (hashed; ingested if asked)."""
     p = Path(trace)
     if p.is_file():
+        from ingest import source
         tid = source.content_id(p)
         if not store.has_trace(tid):
             if not ingest_missing:
                 raise DaydreamError(f"not in store {store.root}; run `daydream ingest` first",
                                     file=trace)
+            from ingest.batch import ingest as ingest_files
             rep = ingest_files([p], store, jobs=1, strict=True)
             if rep.failed:
                 raise DaydreamError(rep.failed[0].error or "ingest failed")
@@ -131,6 +139,8 @@ def resolve_trace(trace: str, store: Store, *, ingest_missing: bool = False) -> 
 
 def ingest_folder(path: Path, st: Store) -> list[str]:
     """Ingest a folder of rank traces (execution traces beside them skipped); their ids."""
+    from ingest.batch import expand
+    from ingest.batch import ingest as ingest_files
     files = [f for f in expand([path]) if ".et." not in Path(f).name]
     rep = ingest_files(files, st, jobs=None, strict=True)
     build_graphs(st, rep, strict=True)

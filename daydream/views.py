@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from daydream.pipeline import rank_ranges
-from daydream.report import ITERATIONS_FROM, emit, ms, plural, print_tables, say
+from daydream.report import ITERATIONS_FROM, emit, ms, plural, print_tables, rank_ranges, say
 from daydream.table import Column, Table
 
 

@@ -239,6 +239,50 @@ def test_the_cli_starts_without_the_simulator_or_the_collector():
     assert callable(daydream.predict) and callable(daydream.collect)
 
 
+def _both(args: list[str]) -> tuple:
+    """(exit code, stdout, stderr) of ARGS through daydream/__main__.py (``python -m
+    daydream``), and through the typer command alone."""
+    import subprocess
+    import sys
+    fast = subprocess.run([sys.executable, "-m", "daydream", *args], capture_output=True,
+                          text=True, cwd=ROOT)
+    typed = subprocess.run([sys.executable, "-c", "import sys; from daydream.cli import "
+                            "main; sys.argv[0] = 'daydream'; main()", *args],
+                           capture_output=True, text=True, cwd=ROOT)
+    return (fast.returncode, fast.stdout, fast.stderr), (typed.returncode, typed.stdout,
+                                                         typed.stderr)
+
+
+def _loaded_after(args: list[str], heavy: tuple[str, ...]) -> list[str]:
+    """The modules of HEAVY that ``daydream ARGS`` (through daydream/__main__.py) imports."""
+    import subprocess
+    import sys
+    code = (f"import sys, runpy; sys.argv = ['daydream', *{args!r}]; "
+            "runpy.run_module('daydream', run_name='__main__'); "
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    return eval(p.stdout.strip().splitlines()[-1])
+
+
+def test_the_fast_commands_take_what_the_typer_commands_take():
+    """daydream/__main__.py answers plain `sql`, `opts` and `info` itself (``FAST``); what it
+    takes must be what the typer commands declare, or a valid command line would be misread
+    there instead of handed to typer."""
+    import typer
+
+    from daydream.__main__ import FAST
+    group = typer.main.get_command(app)
+    for name, (n, valued, flags) in FAST.items():
+        params = group.commands[name].params
+        args = [p for p in params if p.param_type_name == "argument"]
+        assert len(args) == n and all(p.nargs == 1 for p in args), name
+        opts = [p for p in params if p.param_type_name == "option"]
+        assert all(not p.secondary_opts for p in opts), name
+        assert valued == {o: p.name for p in opts if not p.is_flag for o in p.opts}, name
+        assert flags == {o: p.name for p in opts if p.is_flag for o in p.opts}, name
+
+
 def test_sql_answered_without_the_cli_framework_prints_what_the_cli_prints(store, tmp_path):
     """`python -m daydream sql` with plain arguments is answered by daydream/__main__.py
     without typer; it must print what the typer command prints, and leave everything else
@@ -246,7 +290,7 @@ def test_sql_answered_without_the_cli_framework_prints_what_the_cli_prints(store
     import subprocess
     import sys
 
-    from daydream.__main__ import sql_args
+    from daydream.__main__ import fast_args
 
     q = "SELECT trace_id, count(*) AS n FROM task GROUP BY 1 ORDER BY 1"
     for args in (["sql", q, "--store", str(store)], ["sql", "--store=" + str(store), "-f",
@@ -254,30 +298,43 @@ def test_sql_answered_without_the_cli_framework_prints_what_the_cli_prints(store
                  ["sql", "--format", "json", "--store", str(store), "--", q],
                  ["sql", "SELEC 1", "--store", str(store)],
                  ["sql", q, "--store", str(tmp_path / "none")]):
-        assert sql_args(args) is not None
-        fast = subprocess.run([sys.executable, "-m", "daydream", *args], capture_output=True,
-                              text=True, cwd=ROOT)
-        typed = subprocess.run([sys.executable, "-c", "import sys; from daydream.cli import "
-                                "main; sys.argv[0] = 'daydream'; main()", *args],
-                               capture_output=True, text=True, cwd=ROOT)
-        assert (fast.returncode, fast.stdout, fast.stderr) == (
-            typed.returncode, typed.stdout, typed.stderr), args
+        assert fast_args(args) is not None
+        fast, typed = _both(args)
+        assert fast == typed, args
     out = tmp_path / "r.parquet"
     fast = subprocess.run([sys.executable, "-m", "daydream", "sql", q, "--store", str(store),
                            "-f", "parquet", "-o", str(out)], capture_output=True, text=True,
                           cwd=ROOT)
     assert fast.returncode == 0 and fast.stderr == f"3 rows -> {out}\n"
     # the fast path imports no CLI framework
-    code = ("import sys, runpy; sys.argv = ['daydream', 'sql', 'SELECT 1', '--store', "
-            f"{str(store)!r}]; runpy.run_module('daydream', run_name='__main__'); "
-            "print(sorted(m for m in ('typer', 'pydantic', 'rich', 'polars', 'numba') "
-            "if m in sys.modules))")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == "[]", p.stderr
+    assert _loaded_after(["sql", "SELECT 1", "--store", str(store)],
+                         ("typer", "pydantic", "rich", "polars", "numba")) == []
     for args in (["sql", "--help"], ["sql", q, "--store", "a", "--store", "b"],
                  ["sql", q, "--nope"], ["sql"], ["sql", "a", "b"], ["sql", q, "-f=csv"],
-                 ["sql", q, "--out"], ["info", "x"], ["--help"], []):
-        assert sql_args(args) is None, args
+                 ["sql", q, "--out"], ["info", "x", "--json", "--json"], ["info"],
+                 ["opts", "x"], ["opts", "--json=1"], ["--help"], []):
+        assert fast_args(args) is None, args
+
+
+def test_opts_and_info_answered_without_the_cli_framework_print_what_the_cli_prints(store):
+    """`daydream opts` and `daydream info` are answered by daydream/__main__.py too: the same
+    output as the typer commands, the errors included, and `opts` without importing any
+    optimization (their listing comes from transforms/opts/catalog.json)."""
+    from daydream.__main__ import fast_args
+
+    tid = api.open_store(store).trace_ids()[0]
+    for args in (["opts"], ["opts", "--json"], ["info", tid, "--store", str(store)],
+                 ["info", "--json", tid[:6], "--store", str(store)],
+                 ["info", "nope", "--store", str(store)]):
+        assert fast_args(args) is not None, args
+        fast, typed = _both(args)
+        assert fast == typed, args
+        assert fast[0] == (1 if "nope" in args else 0) and fast[1 if fast[0] == 0 else 2]
+    heavy = ("typer", "pydantic", "rich", "polars", "numba", "pyarrow", "duckdb", "numpy",
+             "transforms.registry", "transforms.primitives")
+    assert _loaded_after(["opts"], heavy) == []
+    assert _loaded_after(["opts", "--json"], heavy) == []
+    assert _loaded_after(["info", tid, "--store", str(store)], heavy[:5]) == []
 
 
 def test_gpu_idle_nothing_ended_gets_its_own_line():
@@ -289,3 +346,28 @@ def test_gpu_idle_nothing_ended_gets_its_own_line():
     assert rows["GPU idle"].startswith("30.00 ms per iteration")
     d["slack"]["gpu_idle"] = 5.0
     assert "GPU idle" not in {r[0] for r in report.basis_table(d).rows}
+
+
+def test_the_top_level_help_is_typers_without_its_help_module():
+    """`daydream --help` and `daydream` alone are printed by daydream/help.py, not by
+    typer.rich_utils (which imports markdown-it and pygments): the same bytes, exit status and
+    streams as typer's, in a pipe and in colour, at any width."""
+    import os
+    import subprocess
+    import sys
+    for extra in ({}, {"COLUMNS": "60"}, {"COLUMNS": "250"}, {"FORCE_COLOR": "1"},
+                  {"FORCE_COLOR": "1", "COLUMNS": "50"}, {"TERMINAL_WIDTH": "70"}):
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("COLUMNS", "FORCE_COLOR", "NO_COLOR", "TERMINAL_WIDTH")} | extra
+        for args in (["--help"], []):
+            outs = [subprocess.run([sys.executable, "-c", f"import sys; sys.argv[0] = "
+                                    f"'daydream'; from {m} import main; main()", *args],
+                                   capture_output=True, text=True, cwd=ROOT, env=env)
+                    for m in ("daydream.__main__", "daydream.cli")]
+            fast, typed = [(p.returncode, p.stdout, p.stderr) for p in outs]
+            assert fast == typed, (extra, args)
+            plain = re.sub(r"\x1b\[[0-9;]*m", "", fast[1])
+            assert "╭─ Commands" in plain and fast[0] == (0 if args else 2)
+            assert ("\x1b[" in fast[1]) == ("FORCE_COLOR" in extra)
+    assert _loaded_after(["--help"], ("typer.rich_utils", "markdown_it", "pygments",
+                                      "pydantic", "polars", "pyarrow", "duckdb")) == []
