@@ -296,10 +296,6 @@ class _Names:
                 return cls(col)
         return cls(r[column])
 
-    def mask(self, per_value: pl.Series) -> np.ndarray:
-        """Per-row booleans from one boolean per distinct value (null counts as False)."""
-        return per_value.fill_null(False).to_numpy()[self.codes]
-
     def per_value(self, rule: tuple, fn: Callable[[pl.Series], pl.Series]) -> list:
         """``fn`` (a rule over a string Series) of each distinct value, in ``values`` order;
         what a rule gave a string is kept across traces (``_RULE_MEMO``), so a fleet whose
@@ -332,6 +328,10 @@ class _Names:
 
     def equals(self, value: str) -> np.ndarray:
         return self._rule_mask(("equals", value), lambda s: s == value)
+
+    def differs(self, value: str) -> np.ndarray:
+        """Rows whose value is not VALUE (null rows: False)."""
+        return self._rule_mask(("differs", value), lambda s: s != value)
 
 
 # what each name rule gave each distinct string (``_Names.per_value``): rule -> {value: result},
@@ -390,7 +390,7 @@ def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame, names: _Names, kin
                 ) -> tuple[pa.Table, tuple[int, int] | None]:
     """The iteration table and the (pid, tid) of the markers it came from (None: whole trace).
     ``names``, ``kinds``: r's name and kind columns encoded."""
-    is_cpu = kinds.mask(kinds.values != "gpu_user_annotation")
+    is_cpu = kinds.differs("gpu_user_annotation")
     steps = r.filter(pl.Series(is_cpu & names.contains(STEP_RE)))
     main: tuple[int, int] | None = None
     if steps.height:
@@ -475,12 +475,16 @@ def _iteration_of(t: np.ndarray, its: pa.Table) -> np.ndarray:
 # intervals that are not ranges (FSDP unit hooks)
 
 
+_FSDP_SCHEMA = {"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64,
+                "fqn": pl.String, "phase": pl.String}
+
+
 def _fsdp_intervals(r: pl.DataFrame, names: _Names | None = None) -> pl.DataFrame:
     """FSDP unit intervals per thread: pid, tid, start_ns, end_ns, fqn, phase (module doc c).
     ``names``: r's names, when the caller has them encoded."""
-    empty = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64,
-                                 "end_ns": pl.Int64, "fqn": pl.String, "phase": pl.String})
-    if names is not None and not names.values.str.contains(FSDP_MARKER).any():
+    empty = pl.DataFrame(schema=_FSDP_SCHEMA)
+    if names is not None and not any(v is True for v in names.per_value(
+            ("contains", FSDP_MARKER, False), lambda s: s.str.contains(FSDP_MARKER))):
         return empty
     m = (r.select("pid", "tid", "start_ns", "end_ns",
                   pl.col("name").str.extract_groups(FSDP_MARKER).alias("g"))
@@ -586,13 +590,16 @@ def _backward_links(r: pl.DataFrame, flow: pa.Table | None, is_bwd: np.ndarray) 
 def _name_phases(names: _Names) -> np.ndarray:
     """Own phase from NAME_PHASE_RULES; -1 where no rule matches, MARKED where the rule gives
     no phase (iteration markers)."""
-    expr = pl.lit(NONE, pl.Int8)
-    for pattern, phase in reversed(NAME_PHASE_RULES):
-        code = PHASES.index(phase) if phase else MARKED
-        expr = pl.when(pl.col("n").str.contains(pattern)).then(pl.lit(code, pl.Int8)).otherwise(
-            expr)
-    per = names.per_value(("name_phases",), lambda v: pl.DataFrame({"n": v}).select(
-        expr.alias("p"))["p"])
+    def rules(v: pl.Series) -> pl.Series:
+        # built only for names not seen before (building it cost more than a small trace's
+        # whole match)
+        expr = pl.lit(NONE, pl.Int8)
+        for pattern, phase in reversed(NAME_PHASE_RULES):
+            code = PHASES.index(phase) if phase else MARKED
+            expr = pl.when(pl.col("n").str.contains(pattern)).then(
+                pl.lit(code, pl.Int8)).otherwise(expr)
+        return pl.DataFrame({"n": v}).select(expr.alias("p"))["p"]
+    per = names.per_value(("name_phases",), rules)
     return np.array(per, np.int8)[names.codes]
 
 
@@ -802,7 +809,7 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     on_gpu = kind.equals("gpu_user_annotation")
     gpu = r.select("pos", "external_id", "name").filter(pl.Series(on_gpu & has_ext))
     if gpu.height:
-        on_cpu = kind.mask(kind.values != "gpu_user_annotation")
+        on_cpu = kind.differs("gpu_user_annotation")
         cpu = (r.select("pos", "external_id", "name").filter(pl.Series(on_cpu & has_ext))
                .select("external_id", "name", pl.col("pos").alias("twin"))
                .unique(["external_id", "name"]))
