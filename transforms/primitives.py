@@ -45,9 +45,11 @@ _EDGE_DEFAULTS = (("kind", "inserted"), ("anchor", "end_start"), ("lag_ns", 0),
 def _plain(t: pa.Table) -> pa.Table:
     """ENUM columns (Arrow dictionaries) as plain strings: transforms add rows and compare
     values as strings; :meth:`Graph.tables` encodes them again."""
-    fields = [pa.field(f.name, f.type.value_type, f.nullable)
-              if pa.types.is_dictionary(f.type) else f for f in t.schema]
-    return t.cast(pa.schema(fields)) if fields != list(t.schema) else t
+    for i, f in enumerate(t.schema):  # only those columns: a table cast costs every column
+        if pa.types.is_dictionary(f.type):
+            t = t.set_column(i, pa.field(f.name, f.type.value_type, f.nullable),
+                             t.column(i).cast(f.type.value_type))
+    return t
 
 
 def _edge_defaults(ed: pl.DataFrame) -> pl.DataFrame:
