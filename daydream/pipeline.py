@@ -486,9 +486,13 @@ def slack_ms(tables: dict[str, pa.Table], used: list[int]) -> dict[str, float]:
     t = tables.get("slack")
     if t is None or not t.num_rows or not used:
         return {}
-    f = pl.from_arrow(t).filter(pl.col("iteration").is_in(used))
-    agg = f.group_by("kind").agg(pl.col("slack_ns").sum()).sort("kind")
-    return {k: v / 1e6 / len(used) for k, v in agg.iter_rows() if v}
+    # a row per iteration and kind: a few rows, summed here rather than by a frame
+    want, acc = set(used), {}
+    for k, i, v in zip(t["kind"].to_pylist(), t["iteration"].to_pylist(),
+                       t["slack_ns"].to_pylist(), strict=True):
+        if i in want:
+            acc[k] = acc.get(k, 0) + v
+    return {k: acc[k] / 1e6 / len(used) for k in sorted(acc) if acc[k]}
 
 
 def inferred_edges(tables: dict[str, pa.Table]) -> dict[str, int]:
@@ -496,8 +500,11 @@ def inferred_edges(tables: dict[str, pa.Table]) -> dict[str, int]:
     e = tables["edge"]
     if "inferred" not in e.column_names:
         return {}
-    f = pl.from_arrow(e.select(["kind", "inferred"])).filter(pl.col("inferred"))
-    return dict(sorted(f.group_by(pl.col("kind").cast(pl.String)).len().iter_rows()))
+    kind = e["kind"].filter(pc.fill_null(e["inferred"], False))
+    if pa.types.is_dictionary(kind.type):
+        kind = kind.cast(pa.string())
+    counts = pc.value_counts(kind).to_pylist()
+    return dict(sorted((c["values"], c["counts"]) for c in counts))
 
 
 def collectives(jg: JobGraph) -> dict:

@@ -144,11 +144,15 @@ def _overlap(rows: list[dict]) -> bool:
 def device_ranks(g: dict[str, pa.Table]) -> dict[int, int]:
     """unit_id -> rank (0-based, by device index) for a trace whose GPU work ran on several
     devices; {} when it ran on one. A CPU thread belongs to the device its launches went to."""
-    unit = pl.from_arrow(g["unit"])
-    devs = sorted(unit.filter(pl.col("kind") == "stream")["device"].drop_nulls().unique()
-                  .to_list())
-    if len(devs) < 2:
+    u = g["unit"]
+    kind = u["kind"]
+    if pa.types.is_dictionary(kind.type):
+        kind = kind.cast(pa.string())
+    streams = pc.fill_null(pc.equal(kind, "stream"), False)
+    devs = sorted(pc.unique(u["device"].filter(streams).drop_null()).to_pylist())
+    if len(devs) < 2:  # the usual case, answered without a frame (a fleet asks every trace)
         return {}
+    unit = pl.from_arrow(u)
     rank_of_dev = {d: i for i, d in enumerate(devs)}
     out = {int(u): rank_of_dev[int(d)] for u, d in unit.filter(pl.col("kind") == "stream")
            .select("unit_id", "device").iter_rows()}

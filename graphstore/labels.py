@@ -90,6 +90,7 @@ none of them did):
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 
@@ -296,14 +297,14 @@ class _Names:
                 return cls(col)
         return cls(r[column])
 
-    def mask(self, per_value: pl.Series) -> np.ndarray:
-        """Per-row booleans from one boolean per distinct value (null counts as False)."""
-        return per_value.fill_null(False).to_numpy()[self.codes]
-
-    def per_value(self, rule: tuple, fn: Callable[[pl.Series], pl.Series]) -> list:
-        """``fn`` (a rule over a string Series) of each distinct value, in ``values`` order;
-        what a rule gave a string is kept across traces (``_RULE_MEMO``), so a fleet whose
-        traces share their range names runs each rule on the names it has not seen only."""
+    def per_value(self, rule: tuple, fn: Callable[[pl.Series], pl.Series] | None,
+                  py: Callable[[str], bool] | None = None) -> list:
+        """``fn`` (a rule over a string Series) of each distinct value, in ``values`` order,
+        or ``py`` of each string (null: None) for a rule Python's str methods say exactly (a
+        fleet's traces bring new names each, and a Polars call on a few costs more than
+        them); what a rule gave a string is kept across traces (``_RULE_MEMO``), so a fleet
+        whose traces share their range names runs each rule on the names it has not seen
+        only."""
         if self._list is None:
             self._list = self.values.to_list()
         vals = self._list
@@ -316,22 +317,34 @@ class _Names:
         if new:
             if len(memo) + len(new) > _RULE_MEMO_VALUES:
                 memo.clear()
-            memo.update(zip(new, fn(pl.Series(new, dtype=pl.String)).to_list(), strict=True))
+            if py is not None:
+                memo.update((v, None if v is None else py(v)) for v in new)
+            else:
+                memo.update(zip(new, fn(pl.Series(new, dtype=pl.String)).to_list(),
+                                strict=True))
         return [memo[v] for v in vals]
 
-    def _rule_mask(self, rule: tuple, fn: Callable[[pl.Series], pl.Series]) -> np.ndarray:
-        per = self.per_value(rule, fn)
+    def _rule_mask(self, rule: tuple, fn: Callable[[pl.Series], pl.Series] | None,
+                   py: Callable[[str], bool] | None = None) -> np.ndarray:
+        per = self.per_value(rule, fn, py)
         return np.fromiter((v is True for v in per), bool, len(per))[self.codes]
 
     def starts_with(self, prefix: str) -> np.ndarray:
-        return self._rule_mask(("starts_with", prefix), lambda s: s.str.starts_with(prefix))
+        return self._rule_mask(("starts_with", prefix), None, lambda v: v.startswith(prefix))
 
     def contains(self, pattern: str, literal: bool = False) -> np.ndarray:
-        return self._rule_mask(("contains", pattern, literal),
-                               lambda s: s.str.contains(pattern, literal=literal))
+        """A regular expression (Polars', Rust's syntax), or a LITERAL substring."""
+        if literal:
+            return self._rule_mask(("contains", pattern, True), None, lambda v: pattern in v)
+        return self._rule_mask(("contains", pattern, False),
+                               lambda s: s.str.contains(pattern))
 
     def equals(self, value: str) -> np.ndarray:
-        return self._rule_mask(("equals", value), lambda s: s == value)
+        return self._rule_mask(("equals", value), None, lambda v: v == value)
+
+    def differs(self, value: str) -> np.ndarray:
+        """Rows whose value is not VALUE (null rows: False)."""
+        return self._rule_mask(("differs", value), None, lambda v: v != value)
 
 
 # what each name rule gave each distinct string (``_Names.per_value``): rule -> {value: result},
@@ -390,7 +403,7 @@ def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame, names: _Names, kin
                 ) -> tuple[pa.Table, tuple[int, int] | None]:
     """The iteration table and the (pid, tid) of the markers it came from (None: whole trace).
     ``names``, ``kinds``: r's name and kind columns encoded."""
-    is_cpu = kinds.mask(kinds.values != "gpu_user_annotation")
+    is_cpu = kinds.differs("gpu_user_annotation")
     steps = r.filter(pl.Series(is_cpu & names.contains(STEP_RE)))
     main: tuple[int, int] | None = None
     if steps.height:
@@ -475,12 +488,16 @@ def _iteration_of(t: np.ndarray, its: pa.Table) -> np.ndarray:
 # intervals that are not ranges (FSDP unit hooks)
 
 
+_FSDP_SCHEMA = {"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64,
+                "fqn": pl.String, "phase": pl.String}
+
+
 def _fsdp_intervals(r: pl.DataFrame, names: _Names | None = None) -> pl.DataFrame:
     """FSDP unit intervals per thread: pid, tid, start_ns, end_ns, fqn, phase (module doc c).
     ``names``: r's names, when the caller has them encoded."""
-    empty = pl.DataFrame(schema={"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64,
-                                 "end_ns": pl.Int64, "fqn": pl.String, "phase": pl.String})
-    if names is not None and not names.values.str.contains(FSDP_MARKER).any():
+    empty = pl.DataFrame(schema=_FSDP_SCHEMA)
+    if names is not None and not any(v is True for v in names.per_value(
+            ("contains", FSDP_MARKER, False), lambda s: s.str.contains(FSDP_MARKER))):
         return empty
     m = (r.select("pid", "tid", "start_ns", "end_ns",
                   pl.col("name").str.extract_groups(FSDP_MARKER).alias("g"))
@@ -586,14 +603,41 @@ def _backward_links(r: pl.DataFrame, flow: pa.Table | None, is_bwd: np.ndarray) 
 def _name_phases(names: _Names) -> np.ndarray:
     """Own phase from NAME_PHASE_RULES; -1 where no rule matches, MARKED where the rule gives
     no phase (iteration markers)."""
+    def rules(v: pl.Series) -> pl.Series:
+        # only names that may match go through the regular expressions (compiling them cost
+        # more than the rest of a small trace's labels); the others match no rule
+        may = np.fromiter((x is not None and _may_name_phase(x) for x in v.to_list()), bool,
+                          len(v))
+        out = np.full(len(v), NONE, np.int8)
+        if may.any():
+            out[may] = pl.DataFrame({"n": v.filter(pl.Series(may))}).select(
+                _name_phase_expr())["p"].to_numpy()
+        return pl.Series(out)
+    per = names.per_value(("name_phases",), rules)
+    return np.array(per, np.int8)[names.codes]
+
+
+@functools.cache
+def _name_phase_expr() -> pl.Expr:
+    """NAME_PHASE_RULES as one Polars expression over column ``n``, built once (building it
+    cost more than matching a small trace's names)."""
     expr = pl.lit(NONE, pl.Int8)
     for pattern, phase in reversed(NAME_PHASE_RULES):
         code = PHASES.index(phase) if phase else MARKED
-        expr = pl.when(pl.col("n").str.contains(pattern)).then(pl.lit(code, pl.Int8)).otherwise(
-            expr)
-    per = names.per_value(("name_phases",), lambda v: pl.DataFrame({"n": v}).select(
-        expr.alias("p"))["p"])
-    return np.array(per, np.int8)[names.codes]
+        expr = pl.when(pl.col("n").str.contains(pattern)).then(
+            pl.lit(code, pl.Int8)).otherwise(expr)
+    return expr.alias("p")
+
+
+# What every name a NAME_PHASE_RULES pattern matches holds: a prefix (the patterns are
+# anchored at ^ by a literal), or for the DataParallel rule its literal tail.
+_NAME_PHASE_PREFIXES = ("ProfilerStep#", "Optimizer.", "enumerate(DataLoader)", "##",
+                        "torch/_tensor.py(", "FSDP::")
+
+
+def _may_name_phase(name: str) -> bool:
+    """False only for a name no NAME_PHASE_RULES pattern can match."""
+    return name.startswith(_NAME_PHASE_PREFIXES) or "DataParallel.forward" in name
 
 
 class _Layers:
@@ -802,7 +846,7 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     on_gpu = kind.equals("gpu_user_annotation")
     gpu = r.select("pos", "external_id", "name").filter(pl.Series(on_gpu & has_ext))
     if gpu.height:
-        on_cpu = kind.mask(kind.values != "gpu_user_annotation")
+        on_cpu = kind.differs("gpu_user_annotation")
         cpu = (r.select("pos", "external_id", "name").filter(pl.Series(on_cpu & has_ext))
                .select("external_id", "name", pl.col("pos").alias("twin"))
                .unique(["external_id", "name"]))

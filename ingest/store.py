@@ -32,6 +32,7 @@ from ingest.model import Converted
 
 PART = "part-0.parquet"
 PARALLEL_ROWS = 200_000  # tables of a trace with fewer rows in all are written in turn
+THREADED_READ_ROWS = 65_536  # a table file with fewer rows is read on this thread alone
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,18 @@ class Store:
         """One table of one trace, with its declared schema."""
         f = self._open(table, trace_id)
         want = schema.TABLES[table].schema
-        if f.metadata.num_rows and f.schema_arrow.equals(want, check_metadata=True):
-            return f.read()
+        rows = f.metadata.num_rows
+        if rows:
+            # a small file's read on Arrow's thread pool costs more than the read
+            threads = rows >= THREADED_READ_ROWS
+            found = f.schema_arrow
+            if found.equals(want, check_metadata=True):
+                return f.read(use_threads=threads)
+            if _list_names_only(found, want):
+                # Parquet names a list's items `element` (the trace table's stats); renaming
+                # them back is a cast of the read table, where a read with a schema costs
+                # several milliseconds per small file
+                return f.read(use_threads=threads).cast(want)
         return pq.read_table(self.partition(table, trace_id) / PART, schema=want)
 
     def rows(self, table: str, trace_id: str) -> int:
@@ -175,6 +186,20 @@ class Store:
                 tomb = p.parent / f".old-{trace_id}-{uuid.uuid4().hex[:6]}"
                 os.replace(p, tomb)
                 shutil.rmtree(tomb, ignore_errors=True)
+
+
+def _list_names_only(found: pa.Schema, want: pa.Schema) -> bool:
+    """FOUND is WANT but for the names of list items (and nothing a cast would convert)."""
+    if found.names != want.names or found.metadata != want.metadata:
+        return False
+    for a, b in zip(found, want, strict=True):
+        if a.equals(b):
+            continue
+        if not (pa.types.is_list(a.type) and pa.types.is_list(b.type)
+                and a.nullable == b.nullable and a.type.value_field.nullable
+                == b.type.value_field.nullable and a.type.value_type.equals(b.type.value_type)):
+            return False
+    return True
 
 
 def _alive(pid: int) -> bool:

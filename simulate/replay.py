@@ -602,12 +602,9 @@ def steady_step(g: dict[str, pa.Table], its: list[Iteration], anchors: np.ndarra
     used = [i.index for i in its if i.used]
     if not used:
         return float("nan")
-    src = g["iteration"]["source"].to_pylist() if "source" in g["iteration"].column_names \
-        else []
-    if src and src[0] == "whole_trace":  # no iteration markers: the window is the step
+    whole, idx, row = _per_table("iteration_rows", g["iteration"], _iteration_rows)
+    if whole:  # no iteration markers: the window is the step
         return float(np.mean([getattr(i, attr) for i in its if i.used]))
-    idx = g["iteration"]["iteration"].to_numpy()
-    row = {int(v): k for k, v in enumerate(idx)}
     lab = _labels(g)
     f, last = used[0], used[-1]
     n_lab = int(max(idx.max(initial=-1), last)) + 1
@@ -633,6 +630,15 @@ def steady_step(g: dict[str, pa.Table], its: list[Iteration], anchors: np.ndarra
     # (the MI300X trace with its GPU work at a quarter)
     cpu = float(np.mean([getattr(i, attr) for i in its if i.used]))
     return max((done(last) - before) / len(used), cpu)
+
+
+def _iteration_rows(t: pa.Table) -> tuple[bool, np.ndarray, dict[int, int]]:
+    """Of an iteration table: whether it is the whole trace (no markers), the iteration
+    indices, and each index's row (read once per table: every replay of a graph asks)."""
+    src = t["source"].to_pylist() if "source" in t.column_names else []
+    idx = t["iteration"].to_numpy()
+    idx.setflags(write=False)
+    return bool(src) and src[0] == "whole_trace", idx, {int(v): k for k, v in enumerate(idx)}
 
 
 def replay(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Replay:

@@ -45,9 +45,18 @@ _EDGE_DEFAULTS = (("kind", "inserted"), ("anchor", "end_start"), ("lag_ns", 0),
 def _plain(t: pa.Table) -> pa.Table:
     """ENUM columns (Arrow dictionaries) as plain strings: transforms add rows and compare
     values as strings; :meth:`Graph.tables` encodes them again."""
-    fields = [pa.field(f.name, f.type.value_type, f.nullable)
-              if pa.types.is_dictionary(f.type) else f for f in t.schema]
-    return t.cast(pa.schema(fields)) if fields != list(t.schema) else t
+    for i, f in enumerate(t.schema):  # only those columns: a table cast costs every column
+        if pa.types.is_dictionary(f.type):
+            t = t.set_column(i, pa.field(f.name, f.type.value_type, f.nullable),
+                             t.column(i).cast(f.type.value_type))
+    return t
+
+
+def _edge_defaults(ed: pl.DataFrame) -> pl.DataFrame:
+    """ED with every column of ``_EDGE_DEFAULTS`` present and its nulls filled (one Polars
+    call: a small insert's edges are a few rows)."""
+    return ed.with_columns([pl.col(c).fill_null(v) if c in ed.columns else pl.lit(v).alias(c)
+                            for c, v in _EDGE_DEFAULTS])
 
 
 class Graph:
@@ -338,22 +347,20 @@ class Graph:
         if k == 0:
             return self, np.arange(n, dtype=np.int64), np.empty(0, np.int64)
         t = tasks
-        if "place" not in t.columns:
-            t = t.with_columns(pl.lit("before").alias("place"))
-        if "splice" not in t.columns:
-            t = t.with_columns(pl.lit(True).alias("splice"))
         at = t["at"].to_numpy().astype(np.int64)
         if np.any((at < 0) | (at >= n)):
             raise DaydreamError("insert: 'at' must name existing tasks")
-        after = (t["place"] == "after").to_numpy()
+        # place defaults to before, splice to true
+        after = ((t["place"] == "after").to_numpy() if "place" in t.columns
+                 else np.zeros(k, bool))
         base = self.task[at]
         # a job graph's tasks carry their rank (graphstore.job): an inserted task joins at's
         fill = {c: base[c] for c in ("phase", "iteration", "layer", "rank") if c in base.columns}
         row = {}
         for c, dt in self.task.schema.items():
             if c == "task_id":
-                continue
-            if c == "start_ns":
+                row[c] = pl.Series(c, np.zeros(k, np.int64))
+            elif c == "start_ns":
                 row[c] = base["start_ns"]
             elif c in t.columns:
                 row[c] = t[c].cast(dt)
@@ -365,8 +372,7 @@ class Graph:
                 row[c] = pl.Series(c, np.zeros(k, bool))
             else:
                 row[c] = pl.Series(c, [None] * k, dt)
-        newrows = pl.DataFrame({c: row[c].alias(c) for c in row}).with_columns(
-            pl.lit(0, pl.Int64).alias("task_id")).select(self.task.columns)
+        newrows = pl.DataFrame([row[c].alias(c) for c in row])
         # order: existing tasks at 2*id (scaled), new ones beside their anchor, ties by input order
         pos = np.concatenate([np.arange(n, dtype=np.float64) * 2,
                               at * 2.0 + np.where(after, 1.0, -1.0)])
@@ -376,15 +382,16 @@ class Graph:
         newid[order] = np.arange(n + k)
         allt = pl.concat([self.task, newrows])[order].with_columns(
             pl.Series("task_id", np.arange(n + k, dtype=np.int64)))
-        lut = pl.Series(newid)
-        e = self.edge.with_columns(pl.col("src").map_batches(lambda s: lut.gather(s)),
-                                   pl.col("dst").map_batches(lambda s: lut.gather(s)))
+        src = newid[self.edge["src"].to_numpy()]
+        dst = newid[self.edge["dst"].to_numpy()]
+        e = self.edge
         ins_ids = newid[n:]
         # splice into the unit order, new tasks in id order so that several placed before
         # one task chain up in input order
         unit = self.task["unit_id"].to_numpy()
         tu = t["unit_id"].to_numpy()
-        splice = t["splice"].to_numpy().astype(bool)
+        splice = (t["splice"].to_numpy().astype(bool) if "splice" in t.columns
+                  else np.ones(k, bool))
         ukind = dict(zip(self.unit["unit_id"].to_list(), self.unit["kind"].to_list(), strict=False))
         okind = {"thread": "thread", "stream": "stream"}
         unit_new = np.empty(n + k, np.int64)
@@ -398,12 +405,12 @@ class Graph:
         todo += [j for j in np.argsort(-ins_ids) if splice[j] and tu[j] == unit[at[j]]
                  and after[j]]
         if todo:
-            e = self._splice(e, todo, newid, ins_ids, at, tu, after, unit_new, ukind, okind)
+            e = self._splice(e, src, dst, todo, newid, ins_ids, at, tu, after, unit_new, ukind,
+                             okind)
+        else:
+            e = e.with_columns(pl.Series("src", src), pl.Series("dst", dst))
         if edges is not None and edges.height:
-            ed = edges
-            for c, v in _EDGE_DEFAULTS:
-                ed = ed.with_columns(pl.col(c).fill_null(v) if c in ed.columns else
-                                     pl.lit(v).alias(c))
+            ed = _edge_defaults(edges)
 
             def m(col):
                 a = ed[col].to_numpy().astype(np.int64)
@@ -414,18 +421,20 @@ class Graph:
         return self._with(task=allt, edge=e.sort(["src", "dst"])), newid[:n], ins_ids
 
     @staticmethod
-    def _splice(e: pl.DataFrame, todo: list[int], newid: np.ndarray, ins_ids: np.ndarray,
-                at: np.ndarray, tu: np.ndarray, after: np.ndarray, unit_new: np.ndarray,
-                ukind: dict, okind: dict) -> pl.DataFrame:
-        """The unit-order splice of ``_insert`` (edges already in new ids): a task placed
-        before its anchor takes over the anchor's in-edges from its unit, one placed after it
-        the out-edges to its unit, and each gets a zero-lag edge to (from) the anchor. Only the
-        edges into (out of) the anchors are looked at; one new edge per spliced task."""
+    def _splice(e: pl.DataFrame, e_src: np.ndarray, e_dst: np.ndarray, todo: list[int],
+                newid: np.ndarray, ins_ids: np.ndarray, at: np.ndarray, tu: np.ndarray,
+                after: np.ndarray, unit_new: np.ndarray, ukind: dict, okind: dict
+                ) -> pl.DataFrame:
+        """The unit-order splice of ``_insert`` (E's ends in new ids: E_SRC, E_DST): a task
+        placed before its anchor takes over the anchor's in-edges from its unit, one placed
+        after it the out-edges to its unit, and each gets a zero-lag edge to (from) the
+        anchor. Only the edges into (out of) the anchors are looked at; one new edge per
+        spliced task."""
         n_e, m = e.height, len(todo)
         src = np.empty(n_e + m, np.int64)
         dst = np.empty(n_e + m, np.int64)
-        src[:n_e] = e["src"].to_numpy()
-        dst[:n_e] = e["dst"].to_numpy()
+        src[:n_e] = e_src
+        dst[:n_e] = e_dst
         a_before = np.unique(newid[at[[j for j in todo if not after[j]]]])
         a_after = np.unique(newid[at[[j for j in todo if after[j]]]])
         into: dict[int, list[int]] = {}
@@ -466,10 +475,7 @@ class Graph:
         binding (default ``inserted``, ``end_start``, 0, false)."""
         if not edges.height:
             return self
-        ed = edges
-        for c, v in _EDGE_DEFAULTS:
-            ed = ed.with_columns(pl.col(c).fill_null(v) if c in ed.columns else
-                                 pl.lit(v).alias(c))
+        ed = _edge_defaults(edges)
         n = self.n_tasks
         bad = ed.filter((pl.col("src") < 0) | (pl.col("src") >= n) | (pl.col("dst") < 0) |
                         (pl.col("dst") >= n))

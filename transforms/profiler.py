@@ -14,43 +14,82 @@ time they remove included the profiler's, which the job without the profiler nev
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from transforms.constants import PROFILER
 from transforms.primitives import Graph
 
 
-def _op_counts(g: Graph, ranges: pa.Table | None) -> pl.DataFrame:
-    """Recorded ops per (thread unit, iteration): cpu_op ranges starting inside an iteration,
-    on the thread of the unit with the same pid and tid."""
-    empty = pl.DataFrame(schema={"unit_id": pl.Int32, "iteration": pl.Int32, "ops": pl.UInt32})
-    if ranges is None or not ranges.num_rows or g.iteration.height == 0:
-        return empty
-    r = pl.from_arrow(ranges.select(["pid", "tid", "kind", "start_ns"]))
-    if r.schema["kind"] != pl.String:
-        r = r.with_columns(pl.col("kind").cast(pl.String))
-    r = r.filter(pl.col("kind") == "cpu_op")
-    if not r.height:
-        return empty
-    units = g.unit.filter(pl.col("kind") == "thread", pl.col("tid").is_not_null()).select(
-        "unit_id", "pid", "tid")
+@dataclass(frozen=True)
+class PerThread:
+    """Per (thread unit, iteration), one entry each: recorded ops, traced calls, the
+    profiler's estimated cost (ns) and the host time it lies in (ns)."""
+
+    unit_id: np.ndarray
+    iteration: np.ndarray
+    ops: np.ndarray
+    calls: np.ndarray
+    host_ns: np.ndarray
+    overhead_ns: np.ndarray
+
+    def select(self, keep: np.ndarray) -> PerThread:
+        return PerThread(*(getattr(self, f.name)[keep] for f in fields(self)))
+
+
+def _int(s: pl.Series) -> np.ndarray:
+    return s.to_numpy().astype(np.int64, copy=False)
+
+
+def _op_counts(g: Graph, ranges: pa.Table | None, unit: np.ndarray, it: np.ndarray
+               ) -> np.ndarray:
+    """Recorded ops of each (thread UNIT, iteration IT) pair: cpu_op ranges starting inside
+    the iteration, on the thread of the unit with the same pid and tid (a range of a thread
+    that several units share counts for each). Numpy over the columns: a small trace's
+    joins and group-bys cost more in Polars calls than the work."""
+    ops = np.zeros(len(unit), np.int64)
+    if ranges is None or not ranges.num_rows or g.iteration.height == 0 or not len(unit):
+        return ops
     if "rank" in g.unit.columns:  # a job: ranks' ranges would need their own pid spaces
-        return empty
+        return ops
+    kind = ranges.column("kind")
+    if pa.types.is_dictionary(kind.type):
+        kind = kind.cast(pa.string())
+    cpu = pc.fill_null(pc.equal(kind, "cpu_op"), False).to_numpy(zero_copy_only=False)
+    if not cpu.any():
+        return ops
+    r = ranges.filter(pa.array(cpu))
+    rstart = r.column("start_ns").to_numpy()
     its = g.iteration.select("iteration", "start_ns", "end_ns").sort("start_ns")
-    starts = its["start_ns"].to_numpy()
-    k = np.searchsorted(starts, r["start_ns"].to_numpy(), "right") - 1
-    ok = k >= 0
-    ends = its["end_ns"].to_numpy()
-    ok &= r["start_ns"].to_numpy() < ends[np.clip(k, 0, len(ends) - 1)]
-    r = r.with_columns(pl.Series("iteration", np.where(ok, its["iteration"].to_numpy()[
-        np.clip(k, 0, len(ends) - 1)], -1)).cast(pl.Int32)).filter(pl.col("iteration") >= 0)
-    return (r.join(units, on=["pid", "tid"]).group_by("unit_id", "iteration")
-            .agg(pl.len().alias("ops")))
+    starts, ends = _int(its["start_ns"]), _int(its["end_ns"])
+    k = np.searchsorted(starts, rstart, "right") - 1
+    kc = np.clip(k, 0, len(ends) - 1)
+    ok = (k >= 0) & (rstart < ends[kc])
+    r_it = its["iteration"].to_numpy()[kc]
+    rpid = r.column("pid").to_numpy(zero_copy_only=False)
+    rtid = r.column("tid").to_numpy(zero_copy_only=False)
+    u = g.unit.filter(pl.col("kind") == "thread", pl.col("tid").is_not_null())
+    index = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(unit.tolist(), it.tolist(),
+                                                                 strict=True))}
+    for uid, pid, tid in u.select("unit_id", "pid", "tid").iter_rows():
+        if pid is None:
+            continue
+        on = ok & (rpid == pid) & (rtid == tid)
+        if not on.any():
+            continue
+        vals, counts = np.unique(r_it[on], return_counts=True)
+        for v, c in zip(vals.tolist(), counts.tolist(), strict=True):
+            i = index.get((int(uid), int(v)))
+            if i is not None:
+                ops[i] += c
+    return ops
 
 
-def per_thread(g: Graph, ranges: pa.Table | None) -> pl.DataFrame:
+def per_thread(g: Graph, ranges: pa.Table | None) -> PerThread:
     """Per (thread unit, iteration): ops, calls, the profiler's estimated cost (ns) and the
     host time it lies in (ns). Computed once per graph and ranges table."""
     hit = g._memo.get("per_thread")
@@ -61,17 +100,25 @@ def per_thread(g: Graph, ranges: pa.Table | None) -> pl.DataFrame:
     return out
 
 
-def _per_thread(g: Graph, ranges: pa.Table | None) -> pl.DataFrame:
-    t = g.task.filter(pl.col("iteration").is_not_null(), pl.col("kind").is_in(["api", "host"]))
-    agg = t.group_by("unit_id", "iteration").agg(
-        (pl.col("kind") == "api").sum().alias("calls"),
-        pl.col("dur_ns").filter(pl.col("kind") == "host").sum().alias("host_ns"))
-    ops = _op_counts(g, ranges)
-    out = agg.join(ops, on=["unit_id", "iteration"], how="left").with_columns(
-        pl.col("ops").fill_null(0))
-    return out.with_columns(
-        (pl.col("ops").cast(pl.Int64) * PROFILER["per_op_ns"]["value"]
-         + pl.col("calls").cast(pl.Int64) * PROFILER["per_call_ns"]["value"]).alias("overhead_ns"))
+def _per_thread(g: Graph, ranges: pa.Table | None) -> PerThread:
+    t = g.task
+    kind = t["kind"]
+    api = (kind == "api").to_numpy()
+    host = (kind == "host").to_numpy()
+    sel = (api | host) & t["iteration"].is_not_null().to_numpy()
+    unit = _int(t["unit_id"])[sel]
+    it = t["iteration"].fill_null(0).to_numpy().astype(np.int64)[sel]
+    dur = _int(t["dur_ns"])[sel]
+    api, host = api[sel], host[sel]
+    keys, inv = (np.unique(np.stack([unit, it]), axis=1, return_inverse=True) if len(unit)
+                 else (np.zeros((2, 0), np.int64), np.zeros(0, np.intp)))
+    inv = inv.reshape(-1)
+    calls = np.bincount(inv[api], minlength=keys.shape[1]).astype(np.int64)
+    host_ns = np.zeros(keys.shape[1], np.int64)
+    np.add.at(host_ns, inv[host], dur[host])
+    ops = _op_counts(g, ranges, keys[0], keys[1])
+    overhead = ops * PROFILER["per_op_ns"]["value"] + calls * PROFILER["per_call_ns"]["value"]
+    return PerThread(keys[0], keys[1], ops, calls, host_ns, overhead)
 
 
 def estimate(g: Graph, ranges: pa.Table | None, used: list[int] | None = None,
@@ -81,18 +128,27 @@ def estimate(g: Graph, ranges: pa.Table | None, used: list[int] | None = None,
     busiest thread) and its share of STEP_MS."""
     p = per_thread(g, ranges)
     if used is not None:
-        p = p.filter(pl.col("iteration").is_in(used))
-    n = max(p["iteration"].n_unique(), 1) if p.height else 1
-    by_unit = p.group_by("unit_id").agg(pl.col("overhead_ns").sum())
-    busiest = float(by_unit["overhead_ns"].max()) / n / 1e6 if by_unit.height else 0.0
+        p = p.select(np.isin(p.iteration, np.asarray(used, np.int64)))
+    rows = len(p.iteration)
+    n = max(len(np.unique(p.iteration)), 1) if rows else 1
+    by_unit = (np.unique(p.unit_id, return_inverse=True)[1].reshape(-1) if rows
+               else np.zeros(0, np.intp))
+    busiest = float(_sums(by_unit, p.overhead_ns).max()) / n / 1e6 if rows else 0.0
     out = {"per_op_us": PROFILER["per_op_ns"]["value"] / 1e3,
            "per_call_us": PROFILER["per_call_ns"]["value"] / 1e3,
-           "ops_per_iteration": float(p["ops"].sum()) / n if p.height else 0.0,
-           "calls_per_iteration": float(p["calls"].sum()) / n if p.height else 0.0,
-           "overhead_ms": float(p["overhead_ns"].sum()) / n / 1e6 if p.height else 0.0,
+           "ops_per_iteration": float(p.ops.sum()) / n if rows else 0.0,
+           "calls_per_iteration": float(p.calls.sum()) / n if rows else 0.0,
+           "overhead_ms": float(p.overhead_ns.sum()) / n / 1e6 if rows else 0.0,
            "busiest_thread_overhead_ms": busiest,
-           "ops_counted": ranges is not None and bool(p["ops"].sum() if p.height else 0)}
+           "ops_counted": ranges is not None and bool(p.ops.sum() if rows else 0)}
     out["share"] = busiest / step_ms if step_ms else None
+    return out
+
+
+def _sums(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Integer sums of VALUES per group index (exact, unlike a float bincount)."""
+    out = np.zeros(int(groups.max()) + 1 if len(groups) else 0, np.int64)
+    np.add.at(out, groups, values)
     return out
 
 
@@ -100,14 +156,22 @@ def without_profiler(g: Graph, ranges: pa.Table | None) -> tuple[Graph, float]:
     """The graph with the profiler's estimated cost taken out of each thread's host tasks per
     iteration (in proportion to their own time, none below PROFILER min_host_share of it);
     returns it and the time removed per iteration (ns, summed over threads)."""
-    p = per_thread(g, ranges).with_columns(
-        (1.0 - pl.col("overhead_ns") / pl.col("host_ns").cast(pl.Float64))
-        .clip(lower_bound=PROFILER["min_host_share"]["value"], upper_bound=1.0)
-        .fill_nan(1.0).fill_null(1.0).alias("factor"))
-    t = g.task.with_row_index("i").select("i", "unit_id", "iteration", "kind", "dur_ns")
-    f = t.join(p.select("unit_id", "iteration", "factor"), on=["unit_id", "iteration"],
-               how="left").sort("i")
-    fac = np.where((f["kind"] == "host").to_numpy(), f["factor"].fill_null(1.0).to_numpy(), 1.0)
-    removed = float((f["dur_ns"].to_numpy() * (1.0 - fac)).sum())
-    n = max(p["iteration"].n_unique(), 1) if p.height else 1
+    p = per_thread(g, ranges)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.clip(1.0 - p.overhead_ns.astype(np.float64) / p.host_ns.astype(np.float64),
+                         PROFILER["min_host_share"]["value"], 1.0)
+    factor[np.isnan(factor)] = 1.0
+    t = g.task
+    fac = np.ones(t.height)
+    host = (t["kind"] == "host").to_numpy() & t["iteration"].is_not_null().to_numpy()
+    if len(p.unit_id) and host.any():
+        unit = _int(t["unit_id"])[host]
+        it = t["iteration"].fill_null(0).to_numpy().astype(np.int64)[host]
+        index = {k: i for i, k in enumerate(zip(p.unit_id.tolist(), p.iteration.tolist(),
+                                                strict=True))}
+        at = np.array([index.get(k, -1) for k in zip(unit.tolist(), it.tolist(), strict=True)],
+                      np.int64)
+        fac[host] = np.where(at >= 0, factor[np.maximum(at, 0)], 1.0)
+    removed = float((t["dur_ns"].to_numpy() * (1.0 - fac)).sum())
+    n = max(len(np.unique(p.iteration)), 1) if len(p.iteration) else 1
     return g.scale(fac < 1.0, fac), removed / n

@@ -21,7 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphstore.labels import (
+    NAME_PHASE_RULES,
     _innermost,
+    _may_name_phase,
     find_iterations,
     find_layers,
     label_ranges,
@@ -554,3 +556,14 @@ def test_collector_module_markers_name_layer_and_phase():
         "range_id": [0, 1, 2, 3],
         "layer": ["model.layer1.0.conv1", "model.fc", "model.layer2", "y"],
         "phase": ["forward", "backward", "backward", "other"]}
+
+
+@pytest.mark.parametrize("pattern", [p for p, _ in NAME_PHASE_RULES])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_name_phase_prefilter_keeps_every_match(pattern, data):
+    """The names the phase rules' prefilter drops match none of the rules: any string a
+    rule's pattern matches passes it."""
+    name = data.draw(st.from_regex(pattern))
+    assert re.search(pattern, name)
+    assert _may_name_phase(name), name

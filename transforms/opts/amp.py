@@ -42,6 +42,7 @@ import numpy as np
 import orjson
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphstore.latency import LATENCY
 from graphstore.schema import LOCAL_GPU_KINDS
@@ -223,23 +224,27 @@ class Ops:
         self.ok = ranges is not None and ranges.num_rows > 0
         if not self.ok:
             return
+        # in Arrow (a small trace's ranges are a few rows: Polars calls cost more), the frame
+        # out_dims reads made from it when first asked
         cols = [c for c in ("range_id", "tid", "kind", "name", "parent", "start_ns", "dur_ns",
                             "input_dims", "input_types") if c in ranges.column_names]
-        r = pl.from_arrow(ranges.select(cols))
+        r = ranges.select(cols)
         for c in ("kind", "name"):
-            if r.schema[c] != pl.String:
-                r = r.with_columns(pl.col(c).cast(pl.String))
-        if "input_dims" not in r.columns:
-            r = r.with_columns(pl.lit(None, pl.String).alias("input_dims"))
-        r = r.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"]))
+            if not pa.types.is_string(r.schema.field(c).type):
+                r = r.set_column(r.schema.get_field_index(c), c, r[c].cast(pa.string()))
+        if "input_dims" not in r.column_names:
+            r = r.append_column("input_dims", pa.nulls(r.num_rows, pa.string()))
+        r = r.filter(pc.fill_null(pc.is_in(r["kind"], pa.array(["cpu_op", "user_annotation"])),
+                                  False))
         # op ranges say what autocast would do only where they name aten ops (an Nsight
         # export's NVTX ranges do not)
-        self.ok = bool(r.filter(pl.col("kind") == "cpu_op").height)
-        self.name = dict(zip(r["range_id"].to_list(), r["name"].to_list(), strict=True))
-        self.parent = dict(zip(r["range_id"].to_list(), r["parent"].to_list(), strict=True))
-        self.dims = dict(zip(r["range_id"].to_list(), r["input_dims"].to_list(), strict=True))
-        self.has_shapes = r["input_dims"].drop_nulls().len() > 0
-        self._r = r
+        self.ok = bool(pc.sum(pc.equal(r["kind"], "cpu_op")).as_py() or 0)
+        ids = r["range_id"].to_pylist()
+        self.name = dict(zip(ids, r["name"].to_pylist(), strict=True))
+        self.parent = dict(zip(ids, r["parent"].to_pylist(), strict=True))
+        self.dims = dict(zip(ids, r["input_dims"].to_pylist(), strict=True))
+        self.has_shapes = r["input_dims"].null_count < r.num_rows
+        self._arrow = r
         self._policy: dict[int, tuple[str | None, int | None]] = {}
         self._next: dict[int, list[int] | None] | None = None
 
@@ -281,12 +286,13 @@ class Ops:
         if self._next is None:
             self._next = {}
             self._by_tid = {}
-            r = self._r.filter(pl.col("input_dims").is_not_null()).sort("tid", "start_ns")
+            ops = pl.from_arrow(self._arrow)
+            r = ops.filter(pl.col("input_dims").is_not_null()).sort("tid", "start_ns")
             for (tid,), grp in r.group_by(["tid"], maintain_order=True):
                 self._by_tid[tid] = (grp["start_ns"].to_numpy(), grp["input_dims"].to_list())
-            self._end = dict(zip(self._r["range_id"].to_list(),
-                                 zip(self._r["tid"].to_list(),
-                                     (self._r["start_ns"] + self._r["dur_ns"]).to_list(),
+            self._end = dict(zip(ops["range_id"].to_list(),
+                                 zip(ops["tid"].to_list(),
+                                     (ops["start_ns"] + ops["dur_ns"]).to_list(),
                                      strict=True), strict=True))
         if rid in self._next:
             return self._next[rid]
@@ -536,14 +542,12 @@ def _host_costs(g: Graph) -> dict[str, int]:
     return out
 
 
-def _launch_lags(g: Graph) -> dict[int, int]:
+def _launches(g: Graph) -> tuple[dict[int, int], dict[int, int]]:
+    """Per launched GPU task: its launch call, and the launch edge's lag (one filter)."""
     la = g.edge.filter(pl.col("kind") == "launch")
-    return dict(zip(la["dst"].to_list(), la["lag_ns"].to_list(), strict=True))
-
-
-def _launch_of(g: Graph) -> dict[int, int]:
-    la = g.edge.filter(pl.col("kind") == "launch")
-    return dict(zip(la["dst"].to_list(), la["src"].to_list(), strict=True))
+    dst = la["dst"].to_list()
+    return (dict(zip(dst, la["src"].to_list(), strict=True)),
+            dict(zip(dst, la["lag_ns"].to_list(), strict=True)))
 
 
 def param_bytes_estimate(g: Graph, ctx: Context, bw_eff: float) -> tuple[float, str]:
@@ -589,8 +593,7 @@ def _insert_casts(g: Graph, ctx: Context, ops: Ops, pk: dict, t0: float) -> Grap
     t = g.task.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
     kern = t.filter(pl.col("kind") == "kernel", pl.col("phase").is_in(list(PHASES)),
                     pl.col("iteration").is_not_null())
-    launch = _launch_of(g)
-    lag = _launch_lags(g)
+    launch, lag = _launches(g)
     rid_of = dict(zip(t["id"].to_list(), t["range_id"].to_list(), strict=True))
     weighted = re.compile(r"conv|linear|addmm|prelu|_cell")
     first: dict[tuple[int, int], tuple[int, int]] = {}  # (iteration, op range) -> (kernel, api)
@@ -647,8 +650,7 @@ def _insert_loss_scaling(g: Graph, ctx: Context, pk: dict, t0: float) -> Graph:
     t = g.task.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
     kern = t.filter(pl.col("kind").is_in(list(LOCAL_GPU_KINDS)),
                     pl.col("iteration").is_not_null())
-    launch = _launch_of(g)
-    lag = _launch_lags(g)
+    launch, lag = _launches(g)
     wu = kern.filter(pl.col("phase") == "weight_update", pl.col("kind") == "kernel",
                      pl.col("id").is_in(list(launch)))
     bw = kern.filter(pl.col("phase") == "backward", pl.col("kind") == "kernel",

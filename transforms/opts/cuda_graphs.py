@@ -15,9 +15,9 @@ REGION = ("forward", "backward")
 def region_tasks(g: Graph) -> np.ndarray:
     """CPU tasks (calls and host time) of the captured region: phases forward and backward of
     an iteration, blocking calls excepted."""
-    t = g.task
-    return (t["kind"].is_in(["api", "host"]) & t["phase"].is_in(list(REGION))
-            & t["iteration"].is_not_null() & ~t["blocking"]).to_numpy()
+    return g.task.select(pl.col("kind").is_in(["api", "host"]) & pl.col("phase").is_in(
+        list(REGION)) & pl.col("iteration").is_not_null() & ~pl.col("blocking")
+    ).to_series().to_numpy()
 
 
 @register("cuda_graphs", removes_cpu=True)
