@@ -442,6 +442,18 @@ def test_version_mismatch(store: Path) -> None:
             f()
 
 
+def test_a_version_5_store_is_read_and_migrated_by_its_next_writer(store: Path) -> None:
+    # version 5 had the same tables and no Parquet graphs: readable as it is
+    con = duckdb.connect(str(db.db_path(store)))
+    con.execute("UPDATE meta SET value = '5'")
+    con.close()
+    assert rows(store, "SELECT count(*) FROM task") == [(17,)]
+    assert rows(store, "SELECT value FROM meta") == [("5",)]
+    db.write_trace(store, B, trace_b())
+    assert rows(store, "SELECT value FROM meta") == [(str(GRAPH_SCHEMA_VERSION),)]
+    assert rows(store, "SELECT count(*) FROM task") == [(17,)]
+
+
 def test_query_waits_for_a_writer_in_another_process(store: Path) -> None:
     # Another process holds the file read-write (as write_trace does for one transaction).
     code = ("import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('open', "
