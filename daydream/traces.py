@@ -31,6 +31,8 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     their dependency graphs (``graphstore.load``): each worker (``jobs`` local processes, or Ray
     tasks with ``ray``) converts a file and builds its graph; this process commits the traces
     and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph."""
+    files = expand(paths)
+    ids = source.content_ids_in_background(files)  # beside the imports below
     from graphstore import load as gload
 
     st = open_store(store)
@@ -55,9 +57,9 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
 
     try:
         try:
-            rep = ingest_files(paths, st, jobs=jobs, force=force, strict=strict, job=job,
+            rep = ingest_files(files, st, jobs=jobs, force=force, strict=strict, job=job,
                                on_progress=tick, ray=ray, hook=gload.stage_graph,
-                               hook_args=(str(staged),))
+                               hook_args=(str(staged),), ids=ids)
         except KeyboardInterrupt:
             loader.flush()  # keep the graphs of the traces already committed
             raise
