@@ -558,6 +558,23 @@ def test_every_query_in_docs_sql_md_runs_and_shows_its_output(store: Path) -> No
             assert got == shown, sql
 
 
+def test_parquet_graphs_read_without_daydream_as_docs_sql_md_shows(store: Path,
+                                                                    storage: str) -> None:
+    if storage != "parquet":
+        pytest.skip("the store holds no Parquet graphs")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "sql.md").read_text()
+    (files_sql,) = re.findall(r"```sql-files\n(.*?)```", text, re.S)
+    (polars_code,) = re.findall(r"```python\n(# Polars.*?)```", text, re.S)
+    want = sorted(rows(store, "SELECT trace_id, sum(obs_dur_ns) FROM task WHERE kind IN "
+                              "('kernel', 'memcpy', 'memset', 'comm') GROUP BY trace_id"))
+    assert want == [(A, 148), (B, 45)]  # the GPU tasks drawn at the top of this file
+    got = duckdb.sql(files_sql.replace("DIR", str(store))).fetchall()
+    assert sorted(got) == want
+    env: dict = {}
+    exec(polars_code.replace("DIR", str(store)), env)
+    assert sorted(env["gpu"].rows()) == want
+
+
 def test_a_creation_interrupted_before_its_schema_leaves_no_database(tmp_path: Path,
                                                                      monkeypatch) -> None:
     """A writer killed while creating graph.duckdb must not leave a file without tables, which
