@@ -152,7 +152,8 @@ def bench_ingest(repeats: int) -> list[str]:
     rows.insert(4, "")
     rows += ["", f"The whole `daydream ingest` command on the 1M-event trace "
              f"({info['events']:,} events, {info['bytes'] / 1e6:,.0f} MB): process start to exit "
-             "(imports, conversion, Parquet, the graph build and its DuckDB write included), "
+             "(imports, conversion, Parquet, the graph build and its write, as Parquet for a "
+             "graph this large, included; CPU seconds of every run, all threads), "
              f"median of {repeats}, beside HTA's load of the same file (imports not timed); "
              "target 10x.", "",
              "| what is timed | seconds | CPU seconds | ratio (HTA / Daydream) |",
