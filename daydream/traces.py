@@ -7,6 +7,7 @@ id prefix into a stored trace id (ingesting a new file when asked).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,12 +36,17 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     their dependency graphs (``graphstore.load``): each worker (``jobs`` local processes, or Ray
     tasks with ``ray``) converts a file and builds its graph; this process commits the traces
     and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph."""
+    files = expand(paths)
+    ids = source.content_ids_in_background(files)  # beside the imports below
     from graphstore import load as gload
     from ingest.batch import ingest as ingest_files
 
     st = open_store(store)
     st.root.mkdir(parents=True, exist_ok=True)
     loader = gload.Loader(st)
+    # where workers write large graphs as Parquet: named by this process, so no writer sweeps
+    # it while the loader has yet to move them into place
+    staged = st.new_staging_dir()
 
     def tick(r: FileResult) -> None:
         extra = r.extra or {}
@@ -50,16 +56,22 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
                 raise DaydreamError(r.error)
         elif extra.get("graph"):
             loader.add(r.trace_id, extra.pop("graph"))
+        elif extra.get("graph_dir"):
+            loader.add(r.trace_id, Path(extra.pop("graph_dir")))
         if on_progress:
             on_progress(r)
 
     try:
-        rep = ingest_files(paths, st, jobs=jobs, force=force, strict=strict, job=job,
-                           on_progress=tick, ray=ray, hook=gload.stage_graph)
-    except KeyboardInterrupt:
-        loader.flush()  # keep the graphs of the traces already committed
-        raise
-    loader.flush()
+        try:
+            rep = ingest_files(files, st, jobs=jobs, force=force, strict=strict, job=job,
+                               on_progress=tick, ray=ray, hook=gload.stage_graph,
+                               hook_args=(str(staged),), ids=ids)
+        except KeyboardInterrupt:
+            loader.flush()  # keep the graphs of the traces already committed
+            raise
+        loader.flush()
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
     build_graphs(st, rep, strict=strict, skip=loader.loaded)
     return rep
 

@@ -16,6 +16,17 @@ A connection that finds the file locked by the other side waits and retries (up 
 ``timeout_s``), so a query issued while an ingest is writing simply waits for the current
 trace's transaction to finish, and a writer waits for running queries. Each ``write_trace`` is
 one transaction: a reader sees a trace entirely before or entirely after it.
+
+Large graphs (``PARQUET_ROWS`` tasks and edges or more) are not inserted into DuckDB: inserting
+a million rows costs seconds of CPU, encoding them as Parquet a fraction of it. Their six
+tables are written as Parquet files into a staging folder, and the folder is renamed into place
+as ``DIR/graph/trace_id=<id>/`` (one rename: all six tables or none) while the writer holds
+the database read-write, so no reader is between its open and close meanwhile. Every
+connection that reads finds them through temporary views that union the DuckDB tables with
+the Parquet files (:func:`_graph_views`), so SQL, the views and ``graphstore.read`` see one
+set of tables. A trace's graph is in one place or the other, never both: a writer moves the
+old one out before the new one becomes visible, so a kill between leaves the trace without a
+graph (the next ingest builds it, ``graphstore.load.missing``), never with two.
 """
 
 from __future__ import annotations
@@ -28,8 +39,10 @@ import io
 import itertools
 import os
 import re
+import shutil
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -52,6 +65,18 @@ from ingest.store import PART, Store
 
 DB_FILE = "graph.duckdb"
 META_KEY = "graph_schema_version"
+# Stores of these versions hold the same tables as this one, without Parquet graphs: a writer
+# migrates them by stamping the version, readers read them as they are.
+MIGRATES_FROM = ("5",)
+GRAPH_DIR = "graph"  # DIR/graph/trace_id=<id>/<table>.parquet: large graphs (PARQUET_ROWS)
+# Graphs with at least this many task and edge rows are stored as Parquet, not inserted (the
+# environment variable lets the fault tests run every graph through that path).
+PARQUET_ROWS = int(os.environ.get("DAYDREAM_GRAPH_PARQUET_ROWS", "100000"))
+# Edges are read back ORDER BY src, dst like the DuckDB tables, and DuckDB breaks ties among
+# parallel edges (which the simulator's critical path sees) by how its scan cut the rows: files
+# in row groups of DuckDB's own size (2048 x 60) sort exactly as the table would.
+DUCKDB_ROW_GROUP = 122_880
+VERSION_KEY = b"daydream.graph_schema_version"
 # The order write_trace fills the tables in (the order is only for error messages: it is one
 # transaction).
 WRITE_ORDER = ("task", "edge", "unit", "iteration", "layer", "slack")
@@ -216,7 +241,9 @@ def create_schema(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> N
         "AND schema_name = 'main'").fetchall())
     tables = set(found)
     if tables:
-        check_version(con, path)
+        if check_version(con, path) in MIGRATES_FROM:
+            con.execute("UPDATE meta SET value = ? WHERE key = ?",
+                        [str(GRAPH_SCHEMA_VERSION), META_KEY])
         if (tables >= {"meta", *GRAPH_TABLES, *RESULT_TABLES}
                 and found["meta"] == _meta_comment()):
             return
@@ -250,8 +277,9 @@ def _rebuild_hint(path: Path | str) -> str:
             "traces")
 
 
-def check_version(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> None:
-    """Raise unless the database is a daydream graph of this version."""
+def check_version(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> str:
+    """Raise unless the database is a daydream graph of this version (or one it migrates);
+    returns the version found."""
     where = str(path) if path is not None else "the graph database"
     try:
         found = con.execute("SELECT value FROM meta WHERE key = ?", [META_KEY]).fetchall()
@@ -261,9 +289,10 @@ def check_version(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> N
     if row is None:
         raise DaydreamError(f"{where} is not a daydream graph (no meta table with "
                             f"{META_KEY}); {_rebuild_hint(where)}")
-    if row[0] != str(GRAPH_SCHEMA_VERSION):
+    if row[0] != str(GRAPH_SCHEMA_VERSION) and row[0] not in MIGRATES_FROM:
         raise DaydreamError(f"{where} has graph schema version {row[0]}, this daydream reads "
                             f"version {GRAPH_SCHEMA_VERSION}; {_rebuild_hint(where)}")
+    return row[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -376,6 +405,7 @@ def connect(store_root: str | Path, read_only: bool = True,
     try:
         if read_only:
             check_version(con, path)
+            _graph_views(con, Path(store_root))
         else:
             create_schema(con, path)
         yield con
@@ -403,6 +433,167 @@ def _create(path: Path) -> None:
 
 def _first_line(msg: str) -> str:
     return msg.strip().splitlines()[0] if msg.strip() else msg
+
+
+# --------------------------------------------------------------------------------------------
+# Large graphs as Parquet (see the module's docstring)
+
+
+def parquet_root(store_root: str | Path) -> Path:
+    return Path(store_root) / GRAPH_DIR
+
+
+def parquet_partition(store_root: str | Path, trace_id: str) -> Path:
+    return parquet_root(store_root) / f"trace_id={trace_id}"
+
+
+def parquet_ids(store_root: str | Path) -> list[str]:
+    """Traces whose graph is stored as Parquet, sorted. Read it with a connection open (a
+    writer moves partitions only while it holds the database read-write)."""
+    d = parquet_root(store_root)
+    if not d.exists():
+        return []
+    return sorted(q.name.split("=", 1)[1] for q in d.iterdir() if q.name.startswith("trace_id="))
+
+
+def stored_as_parquet(tables: Mapping[str, pa.Table]) -> bool:
+    """Whether a graph is large enough to be written as Parquet rather than inserted."""
+    return sum(tables[t].num_rows for t in ("task", "edge") if t in tables) >= PARQUET_ROWS
+
+
+_ARROW = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
+          "BOOLEAN": pa.bool_(), "DOUBLE": pa.float64()}
+
+
+def _declared(name: str, t: pa.Table, trace_id: str) -> pa.Table:
+    """An incoming graph table as the DuckDB table would hold it, refused as an INSERT would
+    refuse it (a value of another type, a null in a NOT NULL column, a word outside an ENUM):
+    a Parquet graph is checked before it is written, never when it is read."""
+    import pyarrow.compute as pc
+
+    cols = []
+    for c in GRAPH_TABLES[name].columns:
+        if c.name == "trace_id":
+            continue
+        a = t[c.name] if c.name in t.column_names else pa.nulls(t.num_rows)
+        if pa.types.is_null(a.type):
+            a = a.cast(_ARROW.get(c.sql.split()[0], pa.string()))
+        words = re.findall(r"'([^']*)'", c.sql) if c.sql.startswith("ENUM(") else None
+        try:
+            if words is not None:  # strings, or a dictionary of them (as the builder gives)
+                vals = (pa.concat_arrays([ch.dictionary for ch in a.chunks])
+                        if pa.types.is_dictionary(a.type) else a)
+                bad = pc.filter(vals, pc.invert(pc.is_in(vals, pa.array(words))))
+                if len(bad.drop_null()):
+                    raise DaydreamError(f"Conversion Error: {bad.drop_null()[0]} is not a "
+                                        f"value of {c.name}'s ENUM")
+            elif not (c.sql.startswith("VARCHAR") and pa.types.is_dictionary(a.type)
+                      and pa.types.is_string(a.type.value_type)):
+                a = a.cast(_ARROW[c.sql.split()[0]])
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise DaydreamError(f"writing graph table {name} of trace {trace_id} failed, "
+                                f"nothing written: Conversion Error: {_first_line(str(e))}"
+                                ) from None
+        except DaydreamError as e:
+            raise DaydreamError(f"writing graph table {name} of trace {trace_id} failed, "
+                                f"nothing written: {e}") from None
+        if "NOT NULL" in c.sql and a.null_count:
+            raise DaydreamError(f"writing graph table {name} of trace {trace_id} failed, "
+                                "nothing written: Constraint Error: NOT NULL constraint "
+                                f"failed: {name}.{c.name}")
+        cols.append(a)
+    return pa.table(cols, names=[c for c in GRAPH_TABLES[name].names if c != "trace_id"])
+
+
+def stage_parquet(folder: Path, trace_id: str, tables: Mapping[str, pa.Table]) -> Path:
+    """Write the six graph tables of one trace as ``folder/<table>.parquet`` (checked like an
+    insert, in the declared column order, the schema version in each file's metadata), the
+    tables on threads: Parquet encoding runs without the GIL. ``folder`` is then handed to
+    :func:`write_traces` in place of the tables."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    prepared = {}
+    for name in WRITE_ORDER:
+        t = (_prepare(name, tables[name], trace_id) if name in tables
+             else pa.table({c: pa.nulls(0) for c in GRAPH_TABLES[name].names[1:]}))
+        t = _declared(name, t, trace_id)  # a table left out is written empty
+        prepared[name] = t.replace_schema_metadata({VERSION_KEY: str(GRAPH_SCHEMA_VERSION)})
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def write(name: str) -> None:
+        # only edges need DuckDB's row groups (the other tables' sort keys are unique, or they
+        # are small); larger ones encode faster (a quarter less CPU for a million tasks)
+        pq.write_table(prepared[name], folder / f"{name}.parquet", compression="zstd",
+                       row_group_size=DUCKDB_ROW_GROUP if name == "edge" else None)
+
+    # the two large tables each on a thread of their own, the four small ones in this one
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futs = [pool.submit(write, name) for name in ("task", "edge")]
+        for name in WRITE_ORDER:
+            if name not in ("task", "edge"):
+                write(name)
+        for f in futs:
+            f.result()
+    return folder
+
+
+def _enum_casts(t: GTable) -> list[str]:
+    """The select list of a Parquet graph table as the DuckDB table declares it: ENUM columns
+    (strings in Parquet) cast back, so both read alike (Arrow dictionaries)."""
+    out = []
+    for c in t.columns:
+        if c.name == "trace_id":
+            continue
+        out.append(f"CAST({c.name} AS {c.sql.removesuffix(' NOT NULL')}) AS {c.name}"
+                   if c.sql.startswith("ENUM(") else c.name)
+    return out
+
+
+def parquet_select(store_root: str | Path, trace_id: str, name: str) -> str:
+    """A FROM-able query of one Parquet graph table of one trace (no trace_id column)."""
+    f = parquet_partition(store_root, trace_id) / f"{name}.parquet"
+    return (f"(SELECT {', '.join(_enum_casts(GRAPH_TABLES[name]))} "
+            f"FROM read_parquet({_lit(str(f.resolve()))}))")
+
+
+def base_table(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    """The DuckDB table NAME of the store ``con`` has open, past any view of the same name."""
+    return f'"{con.execute("SELECT current_database()").fetchall()[0][0]}".main.{name}'
+
+
+def _graph_views(con: duckdb.DuckDBPyConnection, store_root: Path) -> None:
+    """Where the store holds Parquet graphs: each graph table becomes a temporary view of the
+    DuckDB table and those files (the views and queries of ``con`` read both). Nothing where
+    there are none, so stores of small traces pay nothing."""
+    if not parquet_ids(store_root):
+        return
+    glob = _lit(str(parquet_root(store_root).resolve() / "trace_id=*" / "{}.parquet"))
+    for name, t in GRAPH_TABLES.items():
+        cols = [c for c in t.names if c != "trace_id"]
+        src = (f"read_parquet({glob.format(name)}, hive_partitioning = true, "
+               "hive_types = {'trace_id': 'VARCHAR'})")
+        con.execute(f'CREATE OR REPLACE TEMP VIEW {name} AS '
+                    f'SELECT trace_id, {", ".join(cols)} FROM {base_table(con, name)} UNION ALL '
+                    f'SELECT trace_id, {", ".join(_enum_casts(t))} FROM {src}')
+
+
+def _tombstone(store_root: Path, trace_id: str) -> Path | None:
+    """Move a trace's Parquet graph out of sight (renamed, removed later); None if none."""
+    p = parquet_partition(store_root, trace_id)
+    if not p.exists():
+        return None
+    tomb = p.parent / f".old-{trace_id}-{uuid.uuid4().hex[:6]}"
+    os.replace(p, tomb)
+    return tomb
+
+
+def _sweep_parquet(store_root: Path) -> None:
+    """Remove what killed writers left in DIR/graph (tombstones). With the store lock held."""
+    d = parquet_root(store_root)
+    if d.exists():
+        for q in d.iterdir():
+            if q.name.startswith(".old-"):
+                shutil.rmtree(q, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -445,20 +636,39 @@ def write_trace(store_root: str | Path, trace_id: str, tables: Mapping[str, pa.T
     return write_traces(store_root, {trace_id: tables}, timeout_s=timeout_s)[trace_id]
 
 
-def write_traces(store_root: str | Path, graphs: Mapping[str, Mapping[str, pa.Table]],
+def write_traces(store_root: str | Path,
+                 graphs: Mapping[str, Mapping[str, pa.Table] | Path],
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, dict[str, int]]:
     """:func:`write_trace` for many traces in one transaction (one open of the database, one
-    commit): how a batch loader keeps the write lock for a short time per many traces."""
+    commit): how a batch loader keeps the write lock for a short time per many traces. A
+    graph given as a folder (:func:`stage_parquet`) is moved into ``DIR/graph`` instead."""
+    root = Path(store_root)
+    large = [tid for tid, t in graphs.items() if not isinstance(t, Path)
+             and not set(t) - set(GRAPH_TABLES) and stored_as_parquet(t)]
+    if large:  # staged as Parquet here, then written as staged folders
+        staging = Store(root).new_staging_dir()
+        try:
+            return write_traces(root, {tid: stage_parquet(staging / tid, tid, t)
+                                       if tid in large else t for tid, t in graphs.items()},
+                                timeout_s)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     prepared: dict[str, dict[str, pa.Table]] = {}
+    staged: dict[str, Path] = {}
     for trace_id, tables in graphs.items():
+        if isinstance(tables, Path):
+            staged[trace_id] = tables
+            continue
         unknown = sorted(set(tables) - set(GRAPH_TABLES))
         if unknown:
             raise DaydreamError(f"unknown graph table(s) {', '.join(unknown)}; the graph tables "
                                 f"are {', '.join(WRITE_ORDER)}")
         prepared[trace_id] = {name: _prepare(name, tables[name], trace_id)
                               for name in WRITE_ORDER if name in tables}
-    counts: dict[str, dict[str, int]] = {}
-    if not prepared:
+    counts: dict[str, dict[str, int]] = {
+        tid: {name: pq.read_metadata(folder / f"{name}.parquet").num_rows
+              for name in WRITE_ORDER} for tid, folder in staged.items()}
+    if not prepared and not staged:
         return counts
     import numpy as np
 
@@ -487,15 +697,20 @@ def write_traces(store_root: str | Path, graphs: Mapping[str, Mapping[str, pa.Ta
             t = pa.concat_tables([t.replace_schema_metadata(None) for _, t in parts])
             groups.append((name, ids, t.add_column(0, "trace_id", tid)
                            .unify_dictionaries().combine_chunks()))
-    with Store(Path(store_root)).lock(), connect(store_root, read_only=False,
-                                                 timeout_s=timeout_s) as con:
+    with Store(root).lock(), connect(store_root, read_only=False,
+                                     timeout_s=timeout_s) as con:
+        _sweep_parquet(root)
+        # A trace now inserted loses its Parquet graph before the commit (put back should
+        # the transaction fail), one now staged its DuckDB rows in it and its old files after:
+        # killed anywhere, a trace has one graph or none, never two.
+        tombs = {tid: t for tid in prepared if (t := _tombstone(root, tid)) is not None}
         # Registered outside the transaction: unregistering inside an aborted one would fail
         # and hide the error that aborted it.
         views = {}
         for i, (name, _, t) in enumerate(groups):
             views[i] = f"_in_{i}_{name}"
             con.register(views[i], t)
-        name, ids = None, list(prepared)
+        name, ids = None, [*prepared, *staged]
         try:
             con.execute("BEGIN")
             try:
@@ -514,6 +729,7 @@ def write_traces(store_root: str | Path, graphs: Mapping[str, Mapping[str, pa.Ta
                 con.execute("COMMIT")
             except duckdb.Error as e:
                 con.execute("ROLLBACK")
+                _untomb(root, tombs)
                 which = (f"trace {ids[0]}" if len(ids) == 1 else
                          f"traces {', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''} "
                          f"({len(ids)})")
@@ -521,11 +737,38 @@ def write_traces(store_root: str | Path, graphs: Mapping[str, Mapping[str, pa.Ta
                                     f"nothing written: {_first_line(str(e))}") from None
             except BaseException:
                 con.execute("ROLLBACK")
+                _untomb(root, tombs)
                 raise
+            for tid, folder in staged.items():
+                tomb = _tombstone(root, tid)
+                if tomb is not None:
+                    tombs[tid] = tomb
+                dst = parquet_partition(root, tid)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(folder, dst)
+            if staged:
+                _fsync_dir(parquet_root(root))
+            for t in tombs.values():
+                shutil.rmtree(t, ignore_errors=True)
         finally:
             for v in views.values():
                 con.unregister(v)
     return counts
+
+
+def _untomb(root: Path, tombs: Mapping[str, Path]) -> None:
+    """Put back the Parquet graphs a failed write had moved out."""
+    for tid, t in tombs.items():
+        os.replace(t, parquet_partition(root, tid))
+
+
+def _fsync_dir(d: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def write_results(store_root: str | Path, table: str, rows: pa.Table, key: tuple[str, ...],
@@ -552,7 +795,8 @@ def write_results(store_root: str | Path, table: str, rows: pa.Table, key: tuple
                             f"(SELECT 1 FROM _in i WHERE {on})")
                 n = con.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM _in "
                                 "WHERE trace_id IN (SELECT trace_id FROM iteration UNION "
-                                "SELECT trace_id FROM task)").fetchall()[0][0]
+                                "SELECT trace_id FROM task UNION SELECT unnest(?::VARCHAR[]))",
+                                [parquet_ids(store_root)]).fetchall()[0][0]
                 con.execute("COMMIT")
             except duckdb.Error as e:
                 con.execute("ROLLBACK")
@@ -583,21 +827,27 @@ def delete_trace(store_root: str | Path, trace_id: str,
         except BaseException:
             con.execute("ROLLBACK")
             raise
+        tomb = _tombstone(Path(store_root), trace_id)
+        if tomb is not None:
+            n += pq.read_metadata(tomb / "task.parquet").num_rows
+            shutil.rmtree(tomb, ignore_errors=True)
     return int(n)
 
 
 def remove_db(store_root: str | Path) -> bool:
-    """Delete ``graph.duckdb`` (and its WAL), e.g. before a rebuild after a schema change."""
+    """Delete ``graph.duckdb`` (and its WAL) and the Parquet graphs, e.g. before a rebuild
+    after a schema change."""
     path = db_path(store_root)
     with Store(Path(store_root)).lock():
         found = path.exists()
         for p in (path, path.with_name(path.name + ".wal")):
             p.unlink(missing_ok=True)
+        shutil.rmtree(parquet_root(store_root), ignore_errors=True)
     return found
 
 
 def trace_ids(store_root: str | Path) -> list[str]:
-    """Traces that have a graph (rows in ``iteration`` or ``task``), sorted."""
+    """Traces that have a graph (rows in ``iteration`` or ``task``, or Parquet files), sorted."""
     if not db_path(store_root).exists():
         return []
     with connect(store_root) as con:

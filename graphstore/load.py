@@ -324,15 +324,17 @@ def load(store_root: Path | str, trace_id: str) -> Loaded:
     tables = activity_tables(st, trace_id)
     g, gt = graph_tables(tables, weight_ops_from_parquet(st.partition("range", trace_id) / PART))
     del tables  # the activity tables are not needed while the graph is written
-    db.write_trace(st.root, trace_id, gt)
+    db.write_trace(st.root, trace_id, gt)  # as Parquet, when it is large
     return Loaded(trace_id, g, gt)
 
 
-def stage_graph(trace_id: str, tables: dict[str, pa.Table]) -> dict:
+def stage_graph(trace_id: str, tables: dict[str, pa.Table], staging: str | None = None) -> dict:
     """Worker side of a batch ingest (``ingest.batch`` calls it where the trace was converted,
     with its activity tables as staged): build the graph and return ``{"graph": tables}`` for
     :class:`Loader` to put into DuckDB, or ``{"graph_error": message}`` when the graph fails its
-    checks (the trace is still stored; the error is reported against its file)."""
+    checks (the trace is still stored; the error is reported against its file). A large graph
+    is written as Parquet into ``staging`` here and returned as ``{"graph_dir": folder}``: the
+    worker encodes it, and its tables never travel to the loader."""
     try:
         rng = tables["range"]
         weights = (weight_ops(rng.select(COLUMNS).to_batches())
@@ -342,6 +344,11 @@ def stage_graph(trace_id: str, tables: dict[str, pa.Table]) -> dict:
         return {"graph_error": str(e)}
     except Exception as e:  # a bug, not bad input: still report it against the file
         return {"graph_error": f"internal error: {type(e).__name__}: {e}"}
+    if staging is not None and db.stored_as_parquet(gt):
+        try:
+            return {"graph_dir": str(db.stage_parquet(Path(staging) / trace_id, trace_id, gt))}
+        except DaydreamError as e:
+            return {"graph_error": str(e)}
     return {"graph": gt}
 
 
@@ -356,14 +363,16 @@ class Loader:
                  max_rows: int = 2_000_000) -> None:
         self.store = store
         self.batch, self.every_s, self.max_rows = batch, every_s, max_rows
-        self._queue: dict[str, dict[str, pa.Table]] = {}
+        self._queue: dict[str, dict[str, pa.Table] | Path] = {}
         self._rows = 0
         self._last = time.monotonic()
         self.loaded: set[str] = set()
 
-    def add(self, trace_id: str, tables: dict[str, pa.Table]) -> None:
+    def add(self, trace_id: str, tables: dict[str, pa.Table] | Path) -> None:
+        """Queue a graph: its tables, or the folder :func:`stage_graph` wrote it to."""
         self._queue[trace_id] = tables
-        self._rows += sum(t.num_rows for t in tables.values())
+        if not isinstance(tables, Path):
+            self._rows += sum(t.num_rows for t in tables.values())
         if (len(self._queue) >= self.batch or self._rows >= self.max_rows
                 or time.monotonic() - self._last >= self.every_s):
             self.flush()

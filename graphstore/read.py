@@ -39,18 +39,29 @@ def read_graphs(store_root: Path | str, trace_ids: list[str]) -> list[dict[str, 
     out: list[dict[str, pa.Table]] = [{} for _ in trace_ids]
     if not trace_ids:
         return out
-    pos = {tid: i for i, tid in enumerate(trace_ids)}
     with db.connect(root, read_only=True) as con:
-        for name, t in GRAPH_TABLES.items():
+        # graphs stored as Parquet (large ones) are read from their files by the same query
+        in_files = set(db.parquet_ids(root)) & set(trace_ids)
+        for i, tid in enumerate(trace_ids):
+            if tid in in_files:
+                for name, t in GRAPH_TABLES.items():
+                    cols = ", ".join(c for c in t.names if c != "trace_id")
+                    out[i][name] = con.sql(
+                        f"SELECT {cols} FROM {db.parquet_select(root, tid, name)} "
+                        f"ORDER BY {ORDER[name]}").to_arrow_table()
+        rest = [tid for tid in trace_ids if tid not in in_files]
+        pos = {tid: i for i, tid in enumerate(trace_ids) if tid not in in_files}
+        for name, t in GRAPH_TABLES.items() if rest else ():
             cols = ", ".join(c for c in t.names if c != "trace_id")
-            if len(trace_ids) == 1:
-                out[0][name] = con.sql(
-                    f"SELECT {cols} FROM {name} WHERE trace_id = $tid ORDER BY {ORDER[name]}",
-                    params={"tid": trace_ids[0]}).to_arrow_table()
+            table = db.base_table(con, name) if in_files else name
+            if len(rest) == 1:
+                out[pos[rest[0]]][name] = con.sql(
+                    f"SELECT {cols} FROM {table} WHERE trace_id = $tid ORDER BY {ORDER[name]}",
+                    params={"tid": rest[0]}).to_arrow_table()
                 continue
             tab = con.sql(
-                f"SELECT trace_id, {cols} FROM {name} WHERE trace_id IN (SELECT unnest($ids)) "
-                f"ORDER BY trace_id, {ORDER[name]}", params={"ids": trace_ids}).to_arrow_table()
+                f"SELECT trace_id, {cols} FROM {table} WHERE trace_id IN (SELECT unnest($ids)) "
+                f"ORDER BY trace_id, {ORDER[name]}", params={"ids": rest}).to_arrow_table()
             runs = pc.run_end_encode(tab["trace_id"].combine_chunks())
             ends = runs.run_ends.to_numpy()
             starts = np.concatenate([[0], ends[:-1]]) if len(ends) else ends
@@ -58,8 +69,8 @@ def read_graphs(store_root: Path | str, trace_ids: list[str]) -> list[dict[str, 
             for tid, a, b in zip(runs.values.to_pylist(), starts, ends, strict=True):
                 # a copy, not a slice: a slice pickles (to a worker) with all of its buffers
                 out[pos[tid]][name] = body.take(pa.array(np.arange(a, b)))
-            if len(runs.values) < len(trace_ids):
-                for g in out:
-                    if name not in g:
-                        g[name] = body.schema.empty_table()
+            if len(runs.values) < len(rest):
+                for tid in rest:
+                    if name not in out[pos[tid]]:
+                        out[pos[tid]][name] = body.schema.empty_table()
     return out

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 # rest of each observed delay is edge.slack_ns; edge.inferred; the slack table; 4: GPU work
 # launched before the window is bound by its stream predecessor (its gap is slack), not pinned
 # to the trace start; 5: launches whose work ran after the window wait on queue edges, and GPU
-# work without a launch takes the iteration of the launched task before it on its stream
-GRAPH_SCHEMA_VERSION = 5
+# work without a launch takes the iteration of the launched task before it on its stream; 6: large
+# graphs stored as Parquet in DIR/graph (graphstore.db; a version-5 store is migrated as it is)
+GRAPH_SCHEMA_VERSION = 6
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import glob
 import os
 import shutil
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +27,10 @@ TRACE_PATTERNS = ("*.json", "*.json.gz", "*.sqlite", "*.cupti", "*.cupti.gz")
 # PyTorch execution traces sit beside profiler traces (param's et_replay) but are not traces
 # of activity; folder expansion leaves them out.
 EXCLUDED_SUFFIXES = (".et.json", ".et.json.gz")
-BIG_BYTES = 64 << 20
+# A trace of more JSON than this (a gzipped one counted inflated) has its graph built after its
+# conversion, from the stored tables (see ``ingest``); a smaller one where it was converted,
+# from the tables in memory (the two together fit: some 1.3 GB for 217 MB of JSON).
+BIG_BYTES = 256 << 20
 
 
 @dataclass
@@ -108,11 +112,13 @@ def _convert_one(path: str, staging_root: str, trace_id: str, job: str | None,
             shutil.rmtree(staged)
         conv = read_trace(Path(path))
         staged.mkdir(parents=True)
-        tables = write_staged(conv, staged, path, os.path.getsize(path), job)
+        written: list = []  # the Parquet files are written while the hook builds the graph
+        tables = write_staged(conv, staged, path, os.path.getsize(path), job, written)
         events = conv.events
         del conv
         extra = hook(trace_id, tables, *hook_args) if hook is not None else None
         del tables
+        written[0]()
         if hook is None:
             _give_back_memory()
         return {"ok": True, "staged": str(staged), "events": events, "extra": extra}
@@ -128,13 +134,15 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
            force: bool = False, strict: bool = False, job: str | None = None,
            on_progress: Callable[[FileResult], None] | None = None,
            ray: str | None = None, hook: Callable | None = None,
-           hook_args: tuple = ()) -> IngestReport:
+           hook_args: tuple = (), ids: Future | None = None) -> IngestReport:
     """Convert and store every file in ``paths``. Re-ingesting a stored file is a no-op.
 
     ``jobs`` local worker processes convert (default: every core), or Ray tasks with ``ray``
     (see :mod:`ingest.runner`); this process commits each finished trace under the store lock.
-    ``hook`` is passed to the workers (:func:`_convert_one`) and must be picklable."""
+    ``hook`` is passed to the workers (:func:`_convert_one`) and must be picklable. ``ids``:
+    the files' content ids hashed already (``source.content_ids_in_background``)."""
     files = expand(paths)
+    hashed = ids.result() if ids is not None else {}
     report = IngestReport()
     store.root.mkdir(parents=True, exist_ok=True)
     with store.lock():
@@ -151,7 +159,9 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
         todo: list[tuple[Path, str]] = []
         for f in files:
             try:
-                tid = source.content_id(f)
+                tid = hashed.get(f) or source.content_id(f)
+                if isinstance(tid, OSError):
+                    raise tid
             except OSError as e:
                 r = FileResult(str(f), "failed", error=f"{f}: cannot read: {e.strerror}")
                 done(r)
@@ -187,7 +197,7 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
         # tables, with the conversion's memory given back first (_give_back_memory), so the
         # two peaks never add up; a worker process to convert it in would cost its start
         # (imports, compiled kernels: a second or more) for the same effect.
-        big = {tid for f, tid in items if f.stat().st_size > BIG_BYTES}
+        big = {tid for f, tid in items if source.json_bytes(f) > BIG_BYTES}
         n = len(items)
         runner = make_runner(jobs, ray, tasks=n)
         # never more in flight than the workers can take, plus one each queued: memory stays

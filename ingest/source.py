@@ -12,6 +12,7 @@ import os
 import tempfile
 import threading
 import zlib
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +36,37 @@ def content_id(path: Path) -> str:
         while chunk := f.read(1 << 22):
             h.update(chunk)
     return h.hexdigest()
+
+
+def content_ids_in_background(paths: list[Path]) -> Future:
+    """The content ids of ``paths`` (a dict of path to id, or to the OSError reading it raised),
+    hashed on a thread: hashing runs without the GIL, so the imports the caller does meanwhile
+    (a second of them before a trace is converted) cost no time of their own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ids() -> dict[Path, str | OSError]:
+        out: dict[Path, str | OSError] = {}
+        for p in paths:
+            try:
+                out[p] = content_id(p)
+            except OSError as e:
+                out[p] = e
+        return out
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        return pool.submit(ids)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def json_bytes(path: Path) -> int:
+    """The size of a trace once inflated: a gzipped file's trailer tells it (mod 2**32, so
+    never taken below the file's own size), any other file is its size."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    return max(size, _isize(path)) if gz and size >= 18 else size
 
 
 def sniff(path: Path) -> str:

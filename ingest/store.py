@@ -243,10 +243,12 @@ def trace_table(conv: Converted, file: str, file_bytes: int, job: str | None) ->
 
 
 def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
-                 job: str | None) -> dict[str, pa.Table]:
+                 job: str | None, written: list | None = None) -> dict[str, pa.Table]:
     """Write every table of a converted trace under ``staged/<table>/part-0.parquet``. Returns
     the tables as written (with their declared schemas). Large tables are written on threads
-    (Parquet encoding and compression run without the GIL), the largest first."""
+    (Parquet encoding and compression run without the GIL), the largest first. Given a list
+    ``written``, it returns as soon as the threads have started and appends a function that
+    waits for them (and raises what they raised): the caller builds the graph meanwhile."""
     out = {}
     tables = dict(conv.tables)
     tables["trace"] = trace_table(conv, file, file_bytes, job)
@@ -268,11 +270,23 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
     if sum(t.num_rows for t in out.values()) < PARALLEL_ROWS:
         for name in out:
             write(name)
+        if written is not None:
+            written.append(lambda: None)
     else:
         # (nbytes walks every dictionary: only worth it where the order matters)
         order = sorted(out, key=lambda name: -out[name].nbytes)
-        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-            list(pool.map(write, order))
+        pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1))
+        futs = [pool.submit(write, name) for name in order]
+        pool.shutdown(wait=False)
+
+        def wait() -> None:
+            for f in futs:
+                f.result()
+
+        if written is None:
+            wait()
+        else:
+            written.append(wait)
     return out
 
 

@@ -32,6 +32,16 @@ def traces(tmp_path_factory) -> list[Path]:
     return make_variants(TINY, 18, tmp_path_factory.mktemp("variants"))
 
 
+@pytest.fixture(autouse=True, params=["duckdb", "parquet"])
+def storage(request, monkeypatch) -> str:
+    """Every test twice: graphs inserted into DuckDB, and every graph stored as Parquet (as
+    large ones are: the commands started here inherit the setting)."""
+    if request.param == "parquet":
+        monkeypatch.setattr(db, "PARQUET_ROWS", 0)
+        monkeypatch.setenv("DAYDREAM_GRAPH_PARQUET_ROWS", "0")
+    return request.param
+
+
 def _daydream(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "daydream", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -58,7 +68,7 @@ def _check_store(root: Path) -> list[str]:
     return ids
 
 
-def test_two_writers_take_turns_and_both_finish(traces, tmp_path):
+def test_two_writers_take_turns_and_both_finish(traces, tmp_path, storage):
     root = tmp_path / "s"
     a = _daydream("ingest", *map(str, traces[:12]), "--store", str(root), "-j", "1")
     b = _daydream("ingest", *map(str, traces[6:]), "--store", str(root), "-j", "1")
@@ -68,6 +78,7 @@ def test_two_writers_take_turns_and_both_finish(traces, tmp_path):
     ids = _check_store(root)
     assert len(ids) == len(traces)
     assert sorted(db.trace_ids(root)) == ids
+    assert db.parquet_ids(root) == (ids if storage == "parquet" else [])
     # two batch predictions at once over the same store: each pair stored once
     a = _daydream("predict", "--all", "--store", str(root), "--opt", "amp", "--workers", "1")
     b = _daydream("predict", "--all", "--store", str(root), "--opt", "amp", "--workers", "1")
@@ -105,7 +116,8 @@ def test_queries_run_while_ingest_and_predict_write(traces, tmp_path):
 
 
 def test_killed_at_random_points_the_store_stays_readable_and_a_rerun_completes(traces,
-                                                                                tmp_path):
+                                                                                tmp_path,
+                                                                                storage):
     root = tmp_path / "s"
     rng = random.Random(8)
     steps = [("ingest", *map(str, traces), "--store", str(root), "-j", "2"),
@@ -124,6 +136,9 @@ def test_killed_at_random_points_the_store_stays_readable_and_a_rerun_completes(
         _check_store(root)
     ids = Store(root).trace_ids()
     assert len(ids) == len(traces) and sorted(db.trace_ids(root)) == ids
+    assert db.parquet_ids(root) == (ids if storage == "parquet" else [])
+    graphs = db.parquet_root(root)  # no tombstones left either
+    assert not graphs.exists() or all(p.name.startswith("trace_id=") for p in graphs.iterdir())
     n = db.run_sql(root, "SELECT count(*) FROM prediction").column(0)[0].as_py()
     assert n == 2 * len(traces)
     # nothing left behind by the killed runs once a writer has swept
