@@ -36,10 +36,13 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     their dependency graphs (``graphstore.load``): each worker (``jobs`` local processes, or Ray
     tasks with ``ray``) converts a file and builds its graph; this process commits the traces
     and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph."""
-    files = expand(paths)
-    ids = source.content_ids_in_background(files)  # beside the imports below
-    from graphstore import load as gload
+    from ingest import source
+    from ingest.batch import expand
     from ingest.batch import ingest as ingest_files
+
+    files = expand(paths)
+    ids = source.content_ids_in_background(files)  # beside the graph's imports below
+    from graphstore import load as gload
 
     st = open_store(store)
     st.root.mkdir(parents=True, exist_ok=True)
