@@ -61,7 +61,7 @@ from graphstore.schema import (
 )
 from ingest import schema as activity_schema
 from ingest.errors import DaydreamError
-from ingest.store import PART, Store
+from ingest.store import PART, Store, fsync_dir
 
 DB_FILE = "graph.duckdb"
 META_KEY = "graph_schema_version"
@@ -747,7 +747,7 @@ def write_traces(store_root: str | Path,
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(folder, dst)
             if staged:
-                _fsync_dir(parquet_root(root))
+                fsync_dir(parquet_root(root))
             for t in tombs.values():
                 shutil.rmtree(t, ignore_errors=True)
         finally:
@@ -760,15 +760,6 @@ def _untomb(root: Path, tombs: Mapping[str, Path]) -> None:
     """Put back the Parquet graphs a failed write had moved out."""
     for tid, t in tombs.items():
         os.replace(t, parquet_partition(root, tid))
-
-
-def _fsync_dir(d: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def write_results(store_root: str | Path, table: str, rows: pa.Table, key: tuple[str, ...],

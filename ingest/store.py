@@ -166,7 +166,7 @@ class Store:
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staged / table, dst)
             shutil.rmtree(staged, ignore_errors=True)
-            _fsync_dir(self.partition("trace", trace_id).parent)
+            fsync_dir(self.partition("trace", trace_id).parent)
             return True
 
     def sweep_partial(self, trace_id: str) -> None:
@@ -212,7 +212,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _fsync_dir(d: Path) -> None:
+def fsync_dir(d: Path) -> None:
+    """Make a rename inside D durable (its directory entry on disk); best effort."""
     with contextlib.suppress(OSError):
         fd = os.open(d, os.O_RDONLY)
         try:
