@@ -346,22 +346,31 @@ def iteration_times(g: dict[str, pa.Table], sim_start: np.ndarray, sim_end: np.n
             # the last iteration ends at its marker's end (CPU step or the GPU work it
             # launched): map that time through the task of the iteration that ended there
             # (the last to end at or before it)
-            end_ns = int(ends[k])
-            last = int(acc[_report.MINE_TASK])
-            if last >= 0:
-                # ... and no earlier than the work of every iteration so far is done, less
-                # what the trace itself left running past the end: a CPU that runs ahead (up
-                # to the launch queue) leaves GPU work behind it, which the window's last
-                # iteration must still wait for
-                slack = int(acc[_report.DONE_OBS_END]) - end_ns
-                meas = end_ns - obs_start[a]
-                simt = max(int(sim_end[last]) + (end_ns - int(acc[_report.MINE_END])),
-                           int(acc[_report.DONE_SIM_END]) - max(slack, 0)) - sim_start[a]
+            end = _last_end(int(ends[k]), acc, sim_end)
+            if end is not None:
+                meas = int(ends[k]) - obs_start[a]
+                simt = end[0] - sim_start[a]
             else:
                 meas = simt = 0
         out.append(Iteration(int(idx[k]), labels[k], int(meas), int(simt)))
     _mark_warmup(out)
     return out
+
+
+def _last_end(end_ns: int, acc: np.ndarray, sim_end: np.ndarray) -> tuple[int, bool] | None:
+    """The simulated end of the window's last iteration, whose marker ends at END_NS (``acc``:
+    ``_scan``'s), and whether the last of its tasks to end by then times it: that task's end
+    mapped through, but no earlier than the work of every iteration so far is done, less what
+    the trace itself left running past the end (a CPU that runs ahead, up to the launch queue,
+    leaves GPU work behind it, which the window's last iteration must still wait for). None
+    where none of its tasks ended by its marker's end."""
+    last = int(acc[_report.MINE_TASK])
+    if last < 0:
+        return None
+    own = int(sim_end[last]) + end_ns - int(acc[_report.MINE_END])
+    behind = max(int(acc[_report.DONE_OBS_END]) - end_ns, 0)
+    done = int(acc[_report.DONE_SIM_END]) - behind
+    return max(own, done), own >= done
 
 
 def _mark_warmup(its: list[Iteration]) -> None:
@@ -674,13 +683,12 @@ def last_end_task(g: dict[str, pa.Table], sched: Schedule, scan: _Scan) -> int:
     so far ends later, the task that ends last. -1 without iterations. A thread asleep
     between its calls (a poller's host time) can outlast the marker; it does not end it."""
     its, acc = g["iteration"], scan.acc
-    mine = int(acc[_report.MINE_TASK]) if its.num_rows else -1
-    if mine < 0:
+    end = (_last_end(int(its["end_ns"][its.num_rows - 1].as_py()), acc, sched.end_ns)
+           if its.num_rows else None)
+    if end is None:
         return -1
-    end_ns = int(its["end_ns"][its.num_rows - 1].as_py())
-    behind = max(int(acc[_report.DONE_OBS_END]) - end_ns, 0)
-    if (int(sched.end_ns[mine]) + end_ns - int(acc[_report.MINE_END])
-            >= int(acc[_report.DONE_SIM_END]) - behind):
+    mine = int(acc[_report.MINE_TASK])
+    if end[1]:
         return mine
     last_it = int(its["iteration"][its.num_rows - 1].as_py())
     labels = _labels(g)
