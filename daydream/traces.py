@@ -7,7 +7,9 @@ id prefix into a stored trace id (ingesting a new file when asked).
 
 from __future__ import annotations
 
+import importlib
 import shutil
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,42 +43,59 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     from ingest.batch import ingest as ingest_files
 
     files = expand(paths)
-    ids = source.content_ids_in_background(files)  # beside the graph's imports below
-    from graphstore import load as gload
+    ids = source.content_ids_in_background(files)
+    # The graph stage's modules (polars, duckdb, graphstore: some 0.4 s) are imported on a
+    # thread while the first file is converted, whose scanner runs without the GIL; the
+    # converters' compiler is imported here first, so the two threads import nothing in common.
+    import numba  # noqa: F401
+    threading.Thread(target=importlib.import_module, args=("graphstore.load",),
+                     daemon=True).start()
 
     st = open_store(store)
     st.root.mkdir(parents=True, exist_ok=True)
-    loader = gload.Loader(st)
+    loader = None  # made at the first graph (graphstore.load imported by then)
     # where workers write large graphs as Parquet: named by this process, so no writer sweeps
     # it while the loader has yet to move them into place
     staged = st.new_staging_dir()
 
     def tick(r: FileResult) -> None:
+        nonlocal loader
         extra = r.extra or {}
         if extra.get("graph_error"):
             r.status, r.error = "failed", f"{r.path}: graph: {extra['graph_error']}"
             if strict:
                 raise DaydreamError(r.error)
-        elif extra.get("graph"):
-            loader.add(r.trace_id, extra.pop("graph"))
-        elif extra.get("graph_dir"):
-            loader.add(r.trace_id, Path(extra.pop("graph_dir")))
+        elif extra.get("graph") or extra.get("graph_dir"):
+            if loader is None:
+                from graphstore import load as gload
+                loader = gload.Loader(st)
+            loader.add(r.trace_id, extra.pop("graph") if extra.get("graph")
+                       else Path(extra.pop("graph_dir")))
         if on_progress:
             on_progress(r)
 
     try:
         try:
             rep = ingest_files(files, st, jobs=jobs, force=force, strict=strict, job=job,
-                               on_progress=tick, ray=ray, hook=gload.stage_graph,
+                               on_progress=tick, ray=ray, hook=stage_graph,
                                hook_args=(str(staged),), ids=ids)
         except KeyboardInterrupt:
-            loader.flush()  # keep the graphs of the traces already committed
+            if loader is not None:
+                loader.flush()  # keep the graphs of the traces already committed
             raise
-        loader.flush()
+        if loader is not None:
+            loader.flush()
     finally:
         shutil.rmtree(staged, ignore_errors=True)
-    build_graphs(st, rep, strict=strict, skip=loader.loaded)
+    build_graphs(st, rep, strict=strict, skip=loader.loaded if loader is not None else set())
     return rep
+
+
+def stage_graph(trace_id: str, tables: dict, staging: str) -> dict:
+    """The workers' hook: ``graphstore.load.stage_graph``, imported where it runs (in this
+    process, by then, by the thread ``ingest`` starts)."""
+    from graphstore import load as gload
+    return gload.stage_graph(trace_id, tables, staging)
 
 
 def build_graphs(st: Store, rep: IngestReport | None = None, *, strict: bool = False,

