@@ -45,11 +45,10 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import orjson
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from graphstore.schema import (
     CPU_KINDS,
@@ -59,9 +58,12 @@ from graphstore.schema import (
     RESULT_TABLES,
     GTable,
 )
-from ingest import schema as activity_schema
+from ingest import COMMIT_ORDER
 from ingest.errors import DaydreamError
-from ingest.store import PART, Store, fsync_dir
+from ingest.store import DUCKDB_MEMORY_LIMIT, PART, Store, duckdb_instance, fsync_dir
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 DB_FILE = "graph.duckdb"
 META_KEY = "graph_schema_version"
@@ -299,28 +301,24 @@ def check_version(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> s
 # Connections
 
 
-DUCKDB_MEMORY_LIMIT = "1GB"
-
-# One in-memory DuckDB instance per process, to which each connection attaches the store's
-# file and detaches it when done. A new DuckDB instance costs about 30 ms of CPU (its catalog
-# of built-in functions), an ATTACH about 2: the price of every short-lived connection, paid
-# per chunk of graphs a fleet reads and per batch of results it writes. The file's lock is
-# held from the ATTACH to the DETACH, exactly as a connection of its own held it.
-_INSTANCE: tuple[int, duckdb.DuckDBPyConnection] | None = None
+# One in-memory DuckDB instance per process (``ingest.store.duckdb_instance``), to which each
+# connection attaches the store's file and detaches it when done. A new DuckDB instance costs
+# about 30 ms of CPU (its catalog of built-in functions), an ATTACH about 2: the price of every
+# short-lived connection, paid per chunk of graphs a fleet reads and per batch of results it
+# writes. The file's lock is held from the ATTACH to the DETACH, exactly as a connection of its
+# own held it.
 _ATTACHED: dict[str, int] = {}  # path -> connections of this process that have it attached
+_ATTACHED_PID = 0  # the process _ATTACHED counts for (a forked child attaches its own)
 _SEQ = itertools.count()
 _GUARD = threading.Lock()
 
 
 def _instance() -> duckdb.DuckDBPyConnection:
-    global _INSTANCE
-    if _INSTANCE is None or _INSTANCE[0] != os.getpid():  # a forked child makes its own
-        # a bounded buffer pool: the graph of a 1 GB trace is written within the memory
-        # budget of ingest (DuckDB spills to its temp directory past it)
-        _INSTANCE = (os.getpid(), duckdb.connect(":memory:",
-                                                 config={"memory_limit": DUCKDB_MEMORY_LIMIT}))
+    global _ATTACHED_PID
+    if _ATTACHED_PID != os.getpid():
         _ATTACHED.clear()
-    return _INSTANCE[1]
+        _ATTACHED_PID = os.getpid()
+    return duckdb_instance()
 
 
 def _attach(path: Path, read_only: bool) -> tuple[duckdb.DuckDBPyConnection, str | None]:
@@ -355,8 +353,8 @@ def _detach(con: duckdb.DuckDBPyConnection, path: Path, alias: str | None) -> No
         return
     with _GUARD:
         _ATTACHED.pop(str(path.resolve()), None)
-        if _INSTANCE is not None and _INSTANCE[0] == os.getpid():
-            c = _INSTANCE[1].cursor()
+        if _ATTACHED_PID == os.getpid():
+            c = duckdb_instance().cursor()
             try:
                 c.execute(f"DETACH {alias}")  # checkpoints a written file, then unlocks it
             finally:
@@ -461,14 +459,22 @@ def stored_as_parquet(tables: Mapping[str, pa.Table]) -> bool:
     return sum(tables[t].num_rows for t in ("task", "edge") if t in tables) >= PARQUET_ROWS
 
 
-_ARROW = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
-          "BOOLEAN": pa.bool_(), "DOUBLE": pa.float64()}
+# the Arrow type of a column by its declared DuckDB type (names of pyarrow's type functions)
+_ARROW = {"VARCHAR": "string", "BIGINT": "int64", "INTEGER": "int32", "BOOLEAN": "bool_",
+          "DOUBLE": "float64"}
+
+
+def _arrow_type(sql: str, default: str | None = None):
+    import pyarrow as pa
+    key = sql.split()[0]
+    return getattr(pa, _ARROW[key] if default is None else _ARROW.get(key, default))()
 
 
 def _declared(name: str, t: pa.Table, trace_id: str) -> pa.Table:
     """An incoming graph table as the DuckDB table would hold it, refused as an INSERT would
     refuse it (a value of another type, a null in a NOT NULL column, a word outside an ENUM):
     a Parquet graph is checked before it is written, never when it is read."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     cols = []
@@ -477,7 +483,7 @@ def _declared(name: str, t: pa.Table, trace_id: str) -> pa.Table:
             continue
         a = t[c.name] if c.name in t.column_names else pa.nulls(t.num_rows)
         if pa.types.is_null(a.type):
-            a = a.cast(_ARROW.get(c.sql.split()[0], pa.string()))
+            a = a.cast(_arrow_type(c.sql, "string"))
         words = re.findall(r"'([^']*)'", c.sql) if c.sql.startswith("ENUM(") else None
         try:
             if words is not None:  # strings, or a dictionary of them (as the builder gives)
@@ -489,7 +495,7 @@ def _declared(name: str, t: pa.Table, trace_id: str) -> pa.Table:
                                         f"value of {c.name}'s ENUM")
             elif not (c.sql.startswith("VARCHAR") and pa.types.is_dictionary(a.type)
                       and pa.types.is_string(a.type.value_type)):
-                a = a.cast(_ARROW[c.sql.split()[0]])
+                a = a.cast(_arrow_type(c.sql))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise DaydreamError(f"writing graph table {name} of trace {trace_id} failed, "
                                 f"nothing written: Conversion Error: {_first_line(str(e))}"
@@ -511,6 +517,9 @@ def stage_parquet(folder: Path, trace_id: str, tables: Mapping[str, pa.Table]) -
     tables on threads: Parquet encoding runs without the GIL. ``folder`` is then handed to
     :func:`write_traces` in place of the tables."""
     from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     prepared = {}
     for name in WRITE_ORDER:
@@ -642,6 +651,8 @@ def write_traces(store_root: str | Path,
     """:func:`write_trace` for many traces in one transaction (one open of the database, one
     commit): how a batch loader keeps the write lock for a short time per many traces. A
     graph given as a folder (:func:`stage_parquet`) is moved into ``DIR/graph`` instead."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     root = Path(store_root)
     large = [tid for tid, t in graphs.items() if not isinstance(t, Path)
              and not set(t) - set(GRAPH_TABLES) and stored_as_parquet(t)]
@@ -804,6 +815,7 @@ def write_results(store_root: str | Path, table: str, rows: pa.Table, key: tuple
 def delete_trace(store_root: str | Path, trace_id: str,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
     """Delete one trace's rows from every graph table (one transaction). Returns task rows."""
+    import pyarrow.parquet as pq
     if not db_path(store_root).exists():
         return 0
     with Store(Path(store_root)).lock(), connect(store_root, read_only=False,
@@ -863,11 +875,14 @@ def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path,
     a view lists its table's partitions, which over thousands of traces costs more than a query
     that does not need them.
     """
+    import pyarrow as pa
+
+    from ingest import schema as activity_schema
     activity = Store(Path(store_root)).activity.resolve()
     names = []
     wanted = None if sql is None else _named_tables(sql)
     # trace first: the other views filter on it.
-    for table in ("trace", *(t for t in activity_schema.COMMIT_ORDER if t != "trace")):
+    for table in ("trace", *(t for t in COMMIT_ORDER if t != "trace")):
         if wanted is not None and table not in wanted:
             continue
         if next((activity / table).glob(f"trace_id=*/{PART}"), None) is not None:
@@ -892,7 +907,7 @@ def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path,
 def _named_tables(sql: str) -> set[str]:
     """Activity tables whose names occur as words in ``sql`` (a superset is harmless)."""
     words = set(re.findall(r"[a-z_][a-z0-9_]*", sql.lower()))
-    named = {t for t in activity_schema.COMMIT_ORDER if t in words}
+    named = {t for t in COMMIT_ORDER if t in words}
     return named | {"trace"} if named else named
 
 
@@ -911,6 +926,7 @@ def query(store_root: str | Path, sql: str, fmt: str = "table", out: str | Path 
     With ``activity`` the raw activity tables are views too (:func:`register_activity`). A store
     with activity tables but no graph yet is queried over the activity views alone.
     """
+    import pyarrow.parquet as pq
     if fmt not in FORMATS:
         raise DaydreamError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     if fmt == "parquet" and out is None:
@@ -936,6 +952,7 @@ def query(store_root: str | Path, sql: str, fmt: str = "table", out: str | Path 
 def run_sql(store_root: str | Path, sql: str, *, activity: bool = True,
             timeout_s: float = DEFAULT_TIMEOUT_S) -> pa.Table:
     """Run ``sql`` read-only and return the result of its last statement as an Arrow table."""
+    import pyarrow as pa
     root = Path(store_root)
     has_graph = db_path(root).exists()
     has_activity = has_graph or bool(Store(root).trace_ids())
@@ -1003,6 +1020,7 @@ def _cell(v) -> str:
 
 
 def _text_table(t: pa.Table, max_rows: int | None) -> str:
+    import pyarrow as pa
     if t.num_columns == 0:
         return "(0 rows)\n"
     numeric = [pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
