@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import datetime as dt
 import decimal
 import hashlib
 import io
@@ -44,6 +45,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -875,9 +877,6 @@ def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path,
     a view lists its table's partitions, which over thousands of traces costs more than a query
     that does not need them.
     """
-    import pyarrow as pa
-
-    from ingest import schema as activity_schema
     activity = Store(Path(store_root)).activity.resolve()
     names = []
     wanted = None if sql is None else _named_tables(sql)
@@ -897,6 +896,9 @@ def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path,
                 sql = f"SELECT * FROM {src} WHERE trace_id IN (SELECT trace_id FROM trace)"
             con.execute(f'CREATE OR REPLACE TEMP VIEW "{table}" AS {sql}')
         else:
+            import pyarrow as pa  # only for a table no trace has a file of
+
+            from ingest import schema as activity_schema
             empty = activity_schema.empty(table)
             empty = empty.append_column("trace_id", pa.array([], pa.string()))
             con.register(table, empty)
@@ -926,33 +928,39 @@ def query(store_root: str | Path, sql: str, fmt: str = "table", out: str | Path 
     With ``activity`` the raw activity tables are views too (:func:`register_activity`). A store
     with activity tables but no graph yet is queried over the activity views alone.
     """
-    import pyarrow.parquet as pq
     if fmt not in FORMATS:
         raise DaydreamError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     if fmt == "parquet" and out is None:
         raise DaydreamError("--format parquet needs --out FILE")
-    result = run_sql(store_root, sql, activity=activity, timeout_s=timeout_s)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+        table = _run(store_root, sql, _arrow, activity=activity, timeout_s=timeout_s)
+        try:
+            pq.write_table(table, out)
+        except OSError as e:
+            raise DaydreamError(f"cannot write {out}: {e}") from None
+        return f"{_rows(table.num_rows)} -> {out}"
+    result = _run(store_root, sql, _result, activity=activity, timeout_s=timeout_s)
     if out is not None:
         out = Path(out)
-        if fmt == "parquet":
-            try:
-                pq.write_table(result, out)
-            except OSError as e:
-                raise DaydreamError(f"cannot write {out}: {e}") from None
-        else:
-            text = render(result, fmt, max_rows=None)
-            try:
-                out.write_text(text)
-            except OSError as e:
-                raise DaydreamError(f"cannot write {out}: {e}") from None
-        return f"{_rows(result.num_rows)} -> {out}"
+        text = render(result, fmt, max_rows=None)
+        try:
+            out.write_text(text)
+        except OSError as e:
+            raise DaydreamError(f"cannot write {out}: {e}") from None
+        return f"{_rows(len(result.rows))} -> {out}"
     return render(result, fmt, max_rows=max_rows)
 
 
 def run_sql(store_root: str | Path, sql: str, *, activity: bool = True,
             timeout_s: float = DEFAULT_TIMEOUT_S) -> pa.Table:
     """Run ``sql`` read-only and return the result of its last statement as an Arrow table."""
-    import pyarrow as pa
+    return _run(store_root, sql, _arrow, activity=activity, timeout_s=timeout_s)
+
+
+def _run(store_root: str | Path, sql: str, fetch, *, activity: bool, timeout_s: float):
+    """``fetch`` of the relation of the last statement of ``sql`` (None where it has none),
+    run read-only over the store."""
     root = Path(store_root)
     has_graph = db_path(root).exists()
     has_activity = has_graph or bool(Store(root).trace_ids())
@@ -968,10 +976,7 @@ def run_sql(store_root: str | Path, sql: str, *, activity: bool = True,
         if activity or not has_graph:
             register_activity(con, root, sql)
         try:
-            rel = con.sql(sql)
-            if rel is None:
-                return pa.table({})
-            return rel.to_arrow_table()
+            return fetch(con, con.sql(sql))
         except duckdb.Error as e:
             msg = _first_line(str(e))
             if not has_graph and any(v in msg for v in (*GRAPH_TABLES, *VIEWS)):
@@ -980,30 +985,87 @@ def run_sql(store_root: str | Path, sql: str, *, activity: bool = True,
             raise DaydreamError(f"sql: {msg}") from None
 
 
+def _arrow(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
+    import pyarrow as pa
+    return pa.table({}) if rel is None else rel.to_arrow_table()
+
+
+@dataclass(frozen=True)
+class Result:
+    """A query's result as Python values, what ``render`` prints: column names, whether each
+    is a number (right-aligned), rows."""
+    columns: list[str]
+    numeric: list[bool]
+    rows: list[tuple]
+
+
+_INTEGERS = {"tinyint", "smallint", "integer", "bigint", "utinyint", "usmallint", "uinteger",
+             "ubigint"}
+_NUMBERS = _INTEGERS | {"hugeint", "uhugeint", "float", "double", "decimal"}
+# Types whose values DuckDB's Python conversion gives as Arrow's does (``pa.Table.to_pylist``),
+# HUGEINT but for the Decimal Arrow makes of it, TIMESTAMPTZ (which DuckDB converts through
+# pytz) read as microseconds and zoned as Arrow zones them; a result with any other type
+# (INTERVAL, MAP, UUID, ...) is fetched through Arrow.
+_ZONED = "timestamp with time zone"
+_PLAIN = _INTEGERS | {"hugeint", "float", "double", "decimal", "boolean", "varchar", "enum",
+                      "date", "time", "timestamp", "blob", _ZONED}
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _plain(t: duckdb.DuckDBPyType) -> bool:
+    if t.id in ("list", "struct"):
+        return all(_plain(c) for _, c in t.children)
+    return t.id in _PLAIN
+
+
+def _result(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None) -> Result:
+    """The result as Python values without Arrow (pyarrow's import costs a short query more
+    than the query) where DuckDB converts its types alike; through Arrow otherwise."""
+    if rel is None:
+        return Result([], [], [])
+    types = rel.types
+    numeric = [t.id in _NUMBERS for t in types]
+    zoned = {i for i, t in enumerate(types) if t.id == _ZONED}
+    huge = {i for i, t in enumerate(types) if t.id == "hugeint"}
+    if all(_plain(t) for t in types) and len(set(rel.columns)) == len(types):
+        if zoned:
+            names = ['"' + c.replace('"', '""') + '"' for c in rel.columns]
+            rel = rel.project(", ".join(f"epoch_us({n}) AS {n}" if i in zoned else n
+                                        for i, n in enumerate(names)))
+            from zoneinfo import ZoneInfo
+            zone = ZoneInfo(con.execute("SELECT current_setting('TimeZone')").fetchall()[0][0])
+        rows = rel.fetchall()
+        if huge or zoned:
+            # HUGEINT as Arrow carries it (decimal128(38, 0)), TIMESTAMPTZ in the session's
+            # zone as Arrow gives it
+            rows = [tuple(v if v is None else decimal.Decimal(v) if i in huge
+                          else (_EPOCH + dt.timedelta(microseconds=v)).astimezone(zone)
+                          if i in zoned else v for i, v in enumerate(r)) for r in rows]
+    else:
+        rows = list(_tuples(rel.to_arrow_table()))
+    return Result(rel.columns, numeric, rows)
+
+
 def _rows(n: int) -> str:
     return f"{n} row" if n == 1 else f"{n} rows"
 
 
-def render(t: pa.Table, fmt: str, max_rows: int | None = TABLE_MAX_ROWS) -> str:
-    """Render an Arrow table as ``table``, ``csv`` or ``json`` text."""
+def render(t: Result, fmt: str, max_rows: int | None = TABLE_MAX_ROWS) -> str:
+    """Render a query's result as ``table``, ``csv`` or ``json`` text."""
     if fmt == "table":
         return _text_table(t, max_rows)
     if fmt == "csv":
         return _csv(t)
     if fmt == "json":
-        return orjson.dumps(t.to_pylist(), default=_json_default).decode() + "\n"
+        return orjson.dumps([dict(zip(t.columns, r, strict=True)) for r in t.rows],
+                            default=_json_default).decode() + "\n"
     raise DaydreamError(f"cannot render format {fmt!r} as text; use one of table, csv, json")
 
 
-def _columns(t: pa.Table, n: int | None = None) -> Iterator[list]:
-    """Rows of ``t`` as lists, batch by batch (no dict per row)."""
-    left = t.num_rows if n is None else min(n, t.num_rows)
+def _tuples(t: pa.Table) -> Iterator[tuple]:
+    """Rows of ``t`` as tuples, batch by batch (no dict per row)."""
     for batch in t.to_batches():
-        if left <= 0:
-            return
-        batch = batch.slice(0, left)
-        left -= batch.num_rows
-        yield from (list(r) for r in zip(*(c.to_pylist() for c in batch.columns), strict=True))
+        yield from zip(*(c.to_pylist() for c in batch.columns), strict=True)
 
 
 def _cell(v) -> str:
@@ -1019,24 +1081,21 @@ def _cell(v) -> str:
     return str(v).replace("\n", "\\n")
 
 
-def _text_table(t: pa.Table, max_rows: int | None) -> str:
-    import pyarrow as pa
-    if t.num_columns == 0:
+def _text_table(t: Result, max_rows: int | None) -> str:
+    if not t.columns:
         return "(0 rows)\n"
-    numeric = [pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
-               or pa.types.is_decimal(f.type) for f in t.schema]
-    header = t.column_names
-    rows = [[_cell(v) for v in r] for r in _columns(t, max_rows)]
+    header = t.columns
+    rows = [[_cell(v) for v in r] for r in t.rows[:max_rows]]
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
 
     def line(cells: list[str]) -> str:
         return "  ".join(c.rjust(w) if num else c.ljust(w)
-                         for c, w, num in zip(cells, widths, numeric, strict=True)).rstrip()
+                         for c, w, num in zip(cells, widths, t.numeric, strict=True)).rstrip()
 
     out = [line(header), "  ".join("-" * w for w in widths)]
     out += [line(r) for r in rows]
-    foot = f"({_rows(t.num_rows)}"
-    if len(rows) < t.num_rows:
+    foot = f"({_rows(len(t.rows))}"
+    if len(rows) < len(t.rows):
         foot += f", first {len(rows)} shown; use --format csv or --out for all"
     out.append(foot + ")")
     return "\n".join(out) + "\n"
@@ -1052,11 +1111,11 @@ def _csv_cell(v) -> object:
     return v
 
 
-def _csv(t: pa.Table) -> str:
+def _csv(t: Result) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(t.column_names)
-    for r in _columns(t):
+    w.writerow(t.columns)
+    for r in t.rows:
         w.writerow([_csv_cell(v) for v in r])
     return buf.getvalue()
 
