@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING
 import orjson
 
 from daydream.traces import build_graphs, ingest, open_store, resolve_trace
-from ingest import DEFAULT_STORE, schema
+from ingest import DEFAULT_STORE
 from ingest.errors import DaydreamError
 
 # collect, collect_command, collect_steps and expand come from __getattr__ below
@@ -57,11 +57,7 @@ def info(target: str, store: str | Path | None = None) -> dict:
 
 def _trace_info(st, tid: str) -> dict:
     row = st.trace_row(tid)
-    counts = {}
-    for name in schema.COMMIT_ORDER:
-        if name == "trace":
-            continue
-        counts[name] = st.rows(name, tid)
+    counts = {k: n for k, n in st.table_rows(tid).items() if k != "trace"}
     listed = orjson.loads(row["devices"]) if row["devices"] else []
     g = _graph_facts(st, tid)
     used = g.get("devices_used")

@@ -13,8 +13,6 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
 from daydream.traces import ingest_folder
 from ingest.errors import DaydreamError
 from ingest.store import Store
@@ -22,8 +20,8 @@ from ingest.store import Store
 if TYPE_CHECKING:
     from graphstore.job import JobGraph, Member
 
-# graphstore.job (polars, numpy) is imported where a job is looked for or built: `daydream
-# info` of a stored trace never needs it.
+# graphstore.job (polars, numpy) is imported where a job is looked for or built, pyarrow where
+# collectives are stored: `daydream info` of a stored trace needs neither.
 
 
 def trace_rows(st: Store, ids: list[str] | None = None) -> list[dict]:
@@ -113,6 +111,8 @@ def store_collectives(st: Store, jg: JobGraph) -> int:
     """Keep the job's matched collectives in the ``collective`` table of graph.duckdb (one row
     per rank and collective, replacing the job's earlier rows), so SQL can ask which rank
     waited where. Returns rows written."""
+    import pyarrow as pa
+
     from graphstore import db
     from graphstore.schema import COLLECTIVE
     c = jg.collective

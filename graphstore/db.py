@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import datetime as dt
 import decimal
 import hashlib
 import io
@@ -44,12 +45,12 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import orjson
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from graphstore.schema import (
     CPU_KINDS,
@@ -59,9 +60,12 @@ from graphstore.schema import (
     RESULT_TABLES,
     GTable,
 )
-from ingest import schema as activity_schema
+from ingest import COMMIT_ORDER
 from ingest.errors import DaydreamError
-from ingest.store import PART, Store, fsync_dir, write_parquet
+from ingest.store import DUCKDB_MEMORY_LIMIT, PART, Store, duckdb_instance, fsync_dir, write_parquet
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 DB_FILE = "graph.duckdb"
 META_KEY = "graph_schema_version"
@@ -299,28 +303,24 @@ def check_version(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> s
 # Connections
 
 
-DUCKDB_MEMORY_LIMIT = "1GB"
-
-# One in-memory DuckDB instance per process, to which each connection attaches the store's
-# file and detaches it when done. A new DuckDB instance costs about 30 ms of CPU (its catalog
-# of built-in functions), an ATTACH about 2: the price of every short-lived connection, paid
-# per chunk of graphs a fleet reads and per batch of results it writes. The file's lock is
-# held from the ATTACH to the DETACH, exactly as a connection of its own held it.
-_INSTANCE: tuple[int, duckdb.DuckDBPyConnection] | None = None
+# One in-memory DuckDB instance per process (``ingest.store.duckdb_instance``), to which each
+# connection attaches the store's file and detaches it when done. A new DuckDB instance costs
+# about 30 ms of CPU (its catalog of built-in functions), an ATTACH about 2: the price of every
+# short-lived connection, paid per chunk of graphs a fleet reads and per batch of results it
+# writes. The file's lock is held from the ATTACH to the DETACH, exactly as a connection of its
+# own held it.
 _ATTACHED: dict[str, int] = {}  # path -> connections of this process that have it attached
+_ATTACHED_PID = 0  # the process _ATTACHED counts for (a forked child attaches its own)
 _SEQ = itertools.count()
 _GUARD = threading.Lock()
 
 
 def _instance() -> duckdb.DuckDBPyConnection:
-    global _INSTANCE
-    if _INSTANCE is None or _INSTANCE[0] != os.getpid():  # a forked child makes its own
-        # a bounded buffer pool: the graph of a 1 GB trace is written within the memory
-        # budget of ingest (DuckDB spills to its temp directory past it)
-        _INSTANCE = (os.getpid(), duckdb.connect(":memory:",
-                                                 config={"memory_limit": DUCKDB_MEMORY_LIMIT}))
+    global _ATTACHED_PID
+    if _ATTACHED_PID != os.getpid():
         _ATTACHED.clear()
-    return _INSTANCE[1]
+        _ATTACHED_PID = os.getpid()
+    return duckdb_instance()
 
 
 def _attach(path: Path, read_only: bool) -> tuple[duckdb.DuckDBPyConnection, str | None]:
@@ -355,8 +355,8 @@ def _detach(con: duckdb.DuckDBPyConnection, path: Path, alias: str | None) -> No
         return
     with _GUARD:
         _ATTACHED.pop(str(path.resolve()), None)
-        if _INSTANCE is not None and _INSTANCE[0] == os.getpid():
-            c = _INSTANCE[1].cursor()
+        if _ATTACHED_PID == os.getpid():
+            c = duckdb_instance().cursor()
             try:
                 c.execute(f"DETACH {alias}")  # checkpoints a written file, then unlocks it
             finally:
@@ -461,14 +461,22 @@ def stored_as_parquet(tables: Mapping[str, pa.Table]) -> bool:
     return sum(tables[t].num_rows for t in ("task", "edge") if t in tables) >= PARQUET_ROWS
 
 
-_ARROW = {"VARCHAR": pa.string(), "BIGINT": pa.int64(), "INTEGER": pa.int32(),
-          "BOOLEAN": pa.bool_(), "DOUBLE": pa.float64()}
+# the Arrow type of a column by its declared DuckDB type (names of pyarrow's type functions)
+_ARROW = {"VARCHAR": "string", "BIGINT": "int64", "INTEGER": "int32", "BOOLEAN": "bool_",
+          "DOUBLE": "float64"}
+
+
+def _arrow_type(sql: str, default: str | None = None):
+    import pyarrow as pa
+    key = sql.split()[0]
+    return getattr(pa, _ARROW[key] if default is None else _ARROW.get(key, default))()
 
 
 def _declared(name: str, t: pa.Table, trace_id: str) -> pa.Table:
     """An incoming graph table as the DuckDB table would hold it, refused as an INSERT would
     refuse it (a value of another type, a null in a NOT NULL column, a word outside an ENUM):
     a Parquet graph is checked before it is written, never when it is read."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     cols = []
@@ -477,7 +485,7 @@ def _declared(name: str, t: pa.Table, trace_id: str) -> pa.Table:
             continue
         a = t[c.name] if c.name in t.column_names else pa.nulls(t.num_rows)
         if pa.types.is_null(a.type):
-            a = a.cast(_ARROW.get(c.sql.split()[0], pa.string()))
+            a = a.cast(_arrow_type(c.sql, "string"))
         words = re.findall(r"'([^']*)'", c.sql) if c.sql.startswith("ENUM(") else None
         try:
             if words is not None:  # strings, or a dictionary of them (as the builder gives)
@@ -489,7 +497,7 @@ def _declared(name: str, t: pa.Table, trace_id: str) -> pa.Table:
                                         f"value of {c.name}'s ENUM")
             elif not (c.sql.startswith("VARCHAR") and pa.types.is_dictionary(a.type)
                       and pa.types.is_string(a.type.value_type)):
-                a = a.cast(_ARROW[c.sql.split()[0]])
+                a = a.cast(_arrow_type(c.sql))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise DaydreamError(f"writing graph table {name} of trace {trace_id} failed, "
                                 f"nothing written: Conversion Error: {_first_line(str(e))}"
@@ -511,6 +519,8 @@ def stage_parquet(folder: Path, trace_id: str, tables: Mapping[str, pa.Table]) -
     tables on threads: Parquet encoding runs without the GIL. ``folder`` is then handed to
     :func:`write_traces` in place of the tables."""
     from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
 
     prepared = {}
     for name in WRITE_ORDER:
@@ -642,6 +652,8 @@ def write_traces(store_root: str | Path,
     """:func:`write_trace` for many traces in one transaction (one open of the database, one
     commit): how a batch loader keeps the write lock for a short time per many traces. A
     graph given as a folder (:func:`stage_parquet`) is moved into ``DIR/graph`` instead."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     root = Path(store_root)
     large = [tid for tid, t in graphs.items() if not isinstance(t, Path)
              and not set(t) - set(GRAPH_TABLES) and stored_as_parquet(t)]
@@ -804,6 +816,7 @@ def write_results(store_root: str | Path, table: str, rows: pa.Table, key: tuple
 def delete_trace(store_root: str | Path, trace_id: str,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> int:
     """Delete one trace's rows from every graph table (one transaction). Returns task rows."""
+    import pyarrow.parquet as pq
     if not db_path(store_root).exists():
         return 0
     with Store(Path(store_root)).lock(), connect(store_root, read_only=False,
@@ -867,7 +880,7 @@ def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path,
     names = []
     wanted = None if sql is None else _named_tables(sql)
     # trace first: the other views filter on it.
-    for table in ("trace", *(t for t in activity_schema.COMMIT_ORDER if t != "trace")):
+    for table in ("trace", *(t for t in COMMIT_ORDER if t != "trace")):
         if wanted is not None and table not in wanted:
             continue
         if next((activity / table).glob(f"trace_id=*/{PART}"), None) is not None:
@@ -882,6 +895,9 @@ def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path,
                 sql = f"SELECT * FROM {src} WHERE trace_id IN (SELECT trace_id FROM trace)"
             con.execute(f'CREATE OR REPLACE TEMP VIEW "{table}" AS {sql}')
         else:
+            import pyarrow as pa  # only for a table no trace has a file of
+
+            from ingest import schema as activity_schema
             empty = activity_schema.empty(table)
             empty = empty.append_column("trace_id", pa.array([], pa.string()))
             con.register(table, empty)
@@ -892,7 +908,7 @@ def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path,
 def _named_tables(sql: str) -> set[str]:
     """Activity tables whose names occur as words in ``sql`` (a superset is harmless)."""
     words = set(re.findall(r"[a-z_][a-z0-9_]*", sql.lower()))
-    named = {t for t in activity_schema.COMMIT_ORDER if t in words}
+    named = {t for t in COMMIT_ORDER if t in words}
     return named | {"trace"} if named else named
 
 
@@ -915,27 +931,35 @@ def query(store_root: str | Path, sql: str, fmt: str = "table", out: str | Path 
         raise DaydreamError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     if fmt == "parquet" and out is None:
         raise DaydreamError("--format parquet needs --out FILE")
-    result = run_sql(store_root, sql, activity=activity, timeout_s=timeout_s)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+        table = _run(store_root, sql, _arrow, activity=activity, timeout_s=timeout_s)
+        try:
+            pq.write_table(table, out)
+        except OSError as e:
+            raise DaydreamError(f"cannot write {out}: {e}") from None
+        return f"{_rows(table.num_rows)} -> {out}"
+    result = _run(store_root, sql, _result, activity=activity, timeout_s=timeout_s)
     if out is not None:
         out = Path(out)
-        if fmt == "parquet":
-            try:
-                pq.write_table(result, out)
-            except OSError as e:
-                raise DaydreamError(f"cannot write {out}: {e}") from None
-        else:
-            text = render(result, fmt, max_rows=None)
-            try:
-                out.write_text(text)
-            except OSError as e:
-                raise DaydreamError(f"cannot write {out}: {e}") from None
-        return f"{_rows(result.num_rows)} -> {out}"
+        text = render(result, fmt, max_rows=None)
+        try:
+            out.write_text(text)
+        except OSError as e:
+            raise DaydreamError(f"cannot write {out}: {e}") from None
+        return f"{_rows(len(result.rows))} -> {out}"
     return render(result, fmt, max_rows=max_rows)
 
 
 def run_sql(store_root: str | Path, sql: str, *, activity: bool = True,
             timeout_s: float = DEFAULT_TIMEOUT_S) -> pa.Table:
     """Run ``sql`` read-only and return the result of its last statement as an Arrow table."""
+    return _run(store_root, sql, _arrow, activity=activity, timeout_s=timeout_s)
+
+
+def _run(store_root: str | Path, sql: str, fetch, *, activity: bool, timeout_s: float):
+    """``fetch`` of the relation of the last statement of ``sql`` (None where it has none),
+    run read-only over the store."""
     root = Path(store_root)
     has_graph = db_path(root).exists()
     has_activity = has_graph or bool(Store(root).trace_ids())
@@ -951,10 +975,7 @@ def run_sql(store_root: str | Path, sql: str, *, activity: bool = True,
         if activity or not has_graph:
             register_activity(con, root, sql)
         try:
-            rel = con.sql(sql)
-            if rel is None:
-                return pa.table({})
-            return rel.to_arrow_table()
+            return fetch(con, con.sql(sql))
         except duckdb.Error as e:
             msg = _first_line(str(e))
             if not has_graph and any(v in msg for v in (*GRAPH_TABLES, *VIEWS)):
@@ -963,30 +984,87 @@ def run_sql(store_root: str | Path, sql: str, *, activity: bool = True,
             raise DaydreamError(f"sql: {msg}") from None
 
 
+def _arrow(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
+    import pyarrow as pa
+    return pa.table({}) if rel is None else rel.to_arrow_table()
+
+
+@dataclass(frozen=True)
+class Result:
+    """A query's result as Python values, what ``render`` prints: column names, whether each
+    is a number (right-aligned), rows."""
+    columns: list[str]
+    numeric: list[bool]
+    rows: list[tuple]
+
+
+_INTEGERS = {"tinyint", "smallint", "integer", "bigint", "utinyint", "usmallint", "uinteger",
+             "ubigint"}
+_NUMBERS = _INTEGERS | {"hugeint", "uhugeint", "float", "double", "decimal"}
+# Types whose values DuckDB's Python conversion gives as Arrow's does (``pa.Table.to_pylist``),
+# HUGEINT but for the Decimal Arrow makes of it, TIMESTAMPTZ (which DuckDB converts through
+# pytz) read as microseconds and zoned as Arrow zones them; a result with any other type
+# (INTERVAL, MAP, UUID, ...) is fetched through Arrow.
+_ZONED = "timestamp with time zone"
+_PLAIN = _INTEGERS | {"hugeint", "float", "double", "decimal", "boolean", "varchar", "enum",
+                      "date", "time", "timestamp", "blob", _ZONED}
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _plain(t: duckdb.DuckDBPyType) -> bool:
+    if t.id in ("list", "struct"):
+        return all(_plain(c) for _, c in t.children)
+    return t.id in _PLAIN
+
+
+def _result(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None) -> Result:
+    """The result as Python values without Arrow (pyarrow's import costs a short query more
+    than the query) where DuckDB converts its types alike; through Arrow otherwise."""
+    if rel is None:
+        return Result([], [], [])
+    types = rel.types
+    numeric = [t.id in _NUMBERS for t in types]
+    zoned = {i for i, t in enumerate(types) if t.id == _ZONED}
+    huge = {i for i, t in enumerate(types) if t.id == "hugeint"}
+    if all(_plain(t) for t in types) and len(set(rel.columns)) == len(types):
+        if zoned:
+            names = ['"' + c.replace('"', '""') + '"' for c in rel.columns]
+            rel = rel.project(", ".join(f"epoch_us({n}) AS {n}" if i in zoned else n
+                                        for i, n in enumerate(names)))
+            from zoneinfo import ZoneInfo
+            zone = ZoneInfo(con.execute("SELECT current_setting('TimeZone')").fetchall()[0][0])
+        rows = rel.fetchall()
+        if huge or zoned:
+            # HUGEINT as Arrow carries it (decimal128(38, 0)), TIMESTAMPTZ in the session's
+            # zone as Arrow gives it
+            rows = [tuple(v if v is None else decimal.Decimal(v) if i in huge
+                          else (_EPOCH + dt.timedelta(microseconds=v)).astimezone(zone)
+                          if i in zoned else v for i, v in enumerate(r)) for r in rows]
+    else:
+        rows = list(_tuples(rel.to_arrow_table()))
+    return Result(rel.columns, numeric, rows)
+
+
 def _rows(n: int) -> str:
     return f"{n} row" if n == 1 else f"{n} rows"
 
 
-def render(t: pa.Table, fmt: str, max_rows: int | None = TABLE_MAX_ROWS) -> str:
-    """Render an Arrow table as ``table``, ``csv`` or ``json`` text."""
+def render(t: Result, fmt: str, max_rows: int | None = TABLE_MAX_ROWS) -> str:
+    """Render a query's result as ``table``, ``csv`` or ``json`` text."""
     if fmt == "table":
         return _text_table(t, max_rows)
     if fmt == "csv":
         return _csv(t)
     if fmt == "json":
-        return orjson.dumps(t.to_pylist(), default=_json_default).decode() + "\n"
+        return orjson.dumps([dict(zip(t.columns, r, strict=True)) for r in t.rows],
+                            default=_json_default).decode() + "\n"
     raise DaydreamError(f"cannot render format {fmt!r} as text; use one of table, csv, json")
 
 
-def _columns(t: pa.Table, n: int | None = None) -> Iterator[list]:
-    """Rows of ``t`` as lists, batch by batch (no dict per row)."""
-    left = t.num_rows if n is None else min(n, t.num_rows)
+def _tuples(t: pa.Table) -> Iterator[tuple]:
+    """Rows of ``t`` as tuples, batch by batch (no dict per row)."""
     for batch in t.to_batches():
-        if left <= 0:
-            return
-        batch = batch.slice(0, left)
-        left -= batch.num_rows
-        yield from (list(r) for r in zip(*(c.to_pylist() for c in batch.columns), strict=True))
+        yield from zip(*(c.to_pylist() for c in batch.columns), strict=True)
 
 
 def _cell(v) -> str:
@@ -1002,23 +1080,21 @@ def _cell(v) -> str:
     return str(v).replace("\n", "\\n")
 
 
-def _text_table(t: pa.Table, max_rows: int | None) -> str:
-    if t.num_columns == 0:
+def _text_table(t: Result, max_rows: int | None) -> str:
+    if not t.columns:
         return "(0 rows)\n"
-    numeric = [pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
-               or pa.types.is_decimal(f.type) for f in t.schema]
-    header = t.column_names
-    rows = [[_cell(v) for v in r] for r in _columns(t, max_rows)]
+    header = t.columns
+    rows = [[_cell(v) for v in r] for r in t.rows[:max_rows]]
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
 
     def line(cells: list[str]) -> str:
         return "  ".join(c.rjust(w) if num else c.ljust(w)
-                         for c, w, num in zip(cells, widths, numeric, strict=True)).rstrip()
+                         for c, w, num in zip(cells, widths, t.numeric, strict=True)).rstrip()
 
     out = [line(header), "  ".join("-" * w for w in widths)]
     out += [line(r) for r in rows]
-    foot = f"({_rows(t.num_rows)}"
-    if len(rows) < t.num_rows:
+    foot = f"({_rows(len(t.rows))}"
+    if len(rows) < len(t.rows):
         foot += f", first {len(rows)} shown; use --format csv or --out for all"
     out.append(foot + ")")
     return "\n".join(out) + "\n"
@@ -1034,11 +1110,11 @@ def _csv_cell(v) -> object:
     return v
 
 
-def _csv(t: pa.Table) -> str:
+def _csv(t: Result) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(t.column_names)
-    for r in _columns(t):
+    w.writerow(t.columns)
+    for r in t.rows:
         w.writerow([_csv_cell(v) for v in r])
     return buf.getvalue()
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+from ingest import COMMIT_ORDER, SCHEMA_VERSION  # noqa: F401  (re-exported)
 
 NAME = pa.dictionary(pa.int32(), pa.string())
 
@@ -190,9 +190,7 @@ TRACE = Table("trace", "One row per trace: where it came from and what ingest ha
 TABLES: dict[str, Table] = {t.name: t for t in
                             (KERNEL, MEMCPY, MEMSET, API, SYNC, RANGE, FLOW, TRACE)}
 
-# The order tables are committed to the store: ``trace`` last, so a trace is visible only once
-# all of its tables are in place.
-COMMIT_ORDER = ("kernel", "memcpy", "memset", "api", "sync", "range", "flow", "trace")
+assert tuple(TABLES) == COMMIT_ORDER
 
 
 def empty(table: str) -> pa.Table:

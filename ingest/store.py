@@ -21,18 +21,43 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from ingest import schema
+from ingest import COMMIT_ORDER, SCHEMA_VERSION
 from ingest.errors import DaydreamError
-from ingest.model import Converted
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ingest.model import Converted
 
 PART = "part-0.parquet"
 PARALLEL_ROWS = 200_000  # tables of a trace with fewer rows in all are written in turn
 THREADED_READ_ROWS = 65_536  # a table file with fewer rows is read on this thread alone
+DUCKDB_MEMORY_LIMIT = "1GB"
+
+# pyarrow (with numpy, a third of a second of start-up) is imported inside the functions that
+# read or write Arrow tables: the commands that only look at the store (`daydream info`, `sql`)
+# read it through DuckDB alone (``duckdb_instance``, ``Store.trace_row``, ``Store.table_rows``).
+
+_INSTANCE: tuple[int, duckdb.DuckDBPyConnection] | None = None
+
+
+def duckdb_instance() -> duckdb.DuckDBPyConnection:
+    """This process's in-memory DuckDB instance (graphstore.db attaches the graph to it). A new
+    instance costs about 30 ms of CPU (its catalog of built-in functions): made once."""
+    global _INSTANCE
+    import duckdb
+    if _INSTANCE is None or _INSTANCE[0] != os.getpid():  # a forked child makes its own
+        # a bounded buffer pool: the graph of a 1 GB trace is written within the memory
+        # budget of ingest (DuckDB spills to its temp directory past it)
+        _INSTANCE = (os.getpid(), duckdb.connect(":memory:",
+                                                 config={"memory_limit": DUCKDB_MEMORY_LIMIT}))
+    return _INSTANCE[1]
 
 
 @dataclass(frozen=True)
@@ -62,6 +87,9 @@ class Store:
 
     def read(self, table: str, trace_id: str) -> pa.Table:
         """One table of one trace, with its declared schema."""
+        import pyarrow.parquet as pq
+
+        from ingest import schema
         f = self._open(table, trace_id)
         want = schema.TABLES[table].schema
         rows = f.metadata.num_rows
@@ -78,33 +106,71 @@ class Store:
                 return f.read(use_threads=threads).cast(want)
         return pq.read_table(self.partition(table, trace_id) / PART, schema=want)
 
-    def rows(self, table: str, trace_id: str) -> int:
-        """How many rows one table of one trace has, from its footer."""
-        return self._open(table, trace_id).metadata.num_rows
+    def table_rows(self, trace_id: str) -> dict[str, int]:
+        """How many rows each table of one trace has (``COMMIT_ORDER``), from the footers,
+        each checked to be of this activity schema version."""
+        files = [self._path(t, trace_id) for t in COMMIT_ORDER]
+        con = duckdb_instance().cursor()
+        try:
+            got = {f: (n, v) for f, n, v in con.execute(
+                "SELECT m.file_name, m.num_rows, decode(v.value) FROM parquet_file_metadata(?) m "
+                "LEFT JOIN (SELECT * FROM parquet_kv_metadata(?) WHERE key = "
+                "'daydream.schema_version'::BLOB) v USING (file_name)", [files, files]
+            ).fetchall()}
+        finally:
+            con.close()
+        out = {}
+        for table, f in zip(COMMIT_ORDER, files, strict=True):
+            n, version = got[f]
+            self._check_version(f, version)
+            out[table] = n
+        return out
+
+    def _path(self, table: str, trace_id: str) -> str:
+        path = self.partition(table, trace_id) / PART
+        if not path.exists():
+            raise DaydreamError(f"trace {trace_id} has no {table} table in {self.root}")
+        return str(path)
+
+    def _check_version(self, path: str | Path, found: str | None) -> None:
+        """A store written by a daydream of another activity schema is refused, not misread."""
+        if found != str(SCHEMA_VERSION):
+            raise DaydreamError(
+                f"{path} has activity schema version {found or '(none)'}, this daydream "
+                f"reads version {SCHEMA_VERSION}; rebuild the store: run `daydream "
+                f"ingest --force` over its traces (or delete {self.root} and ingest them "
+                "again)")
 
     def _open(self, table: str, trace_id: str) -> pq.ParquetFile:
         """One table's file of one trace, opened once (its footer, then its data), checked to
         be of this activity schema version."""
-        path = self.partition(table, trace_id) / PART
-        if not path.exists():
-            raise DaydreamError(f"trace {trace_id} has no {table} table in {self.root}")
-        # a store written by a daydream of another activity schema is refused, not misread
+        import pyarrow.parquet as pq
+        path = self._path(table, trace_id)
         f = pq.ParquetFile(path)
         found = (f.metadata.metadata or {}).get(b"daydream.schema_version")
-        if found != str(schema.SCHEMA_VERSION).encode():
-            raise DaydreamError(
-                f"{path} has activity schema version "
-                f"{found.decode(errors='replace') if found else '(none)'}, this daydream "
-                f"reads version {schema.SCHEMA_VERSION}; rebuild the store: run `daydream "
-                f"ingest --force` over its traces (or delete {self.root} and ingest them "
-                "again)")
+        self._check_version(path, None if found is None else found.decode(errors="replace"))
         return f
 
     def trace_row(self, trace_id: str) -> dict:
-        # as the file holds it: conforming it to the declared schema (``read``) would only
-        # rename its list fields (Parquet's "element" for Arrow's "item"), through
-        # pyarrow.dataset, a fifth of `daydream info`'s start-up
-        return self._open("trace", trace_id).read().to_pylist()[0]
+        """The trace's row of the ``trace`` table as Python values, read by DuckDB (no
+        Arrow)."""
+        path = self._path("trace", trace_id)
+        con = duckdb_instance().cursor()
+        try:
+            # the file's schema version with the row; ingested_at (TIMESTAMPTZ, which DuckDB
+            # converts to Python through pytz) read as UTC
+            cur = con.execute(
+                "SELECT *, (SELECT decode(value) FROM parquet_kv_metadata(?) WHERE key = "
+                "'daydream.schema_version'::BLOB) AS _version FROM (SELECT * REPLACE "
+                "(ingested_at::TIMESTAMP AS ingested_at) FROM read_parquet(?, "
+                "hive_partitioning = false))", [path, path])
+            names = [c[0] for c in cur.description]
+            row = dict(zip(names, cur.fetchall()[0], strict=True))
+        finally:
+            con.close()
+        self._check_version(path, row.pop("_version"))
+        row["ingested_at"] = row["ingested_at"].replace(tzinfo=dt.UTC)
+        return row
 
     @contextlib.contextmanager
     def lock(self, wait: bool = True) -> Iterator[None]:
@@ -137,7 +203,7 @@ class Store:
                     shutil.rmtree(d, ignore_errors=True)
                     removed += 1
         live = set(self.trace_ids())
-        for table in schema.COMMIT_ORDER:
+        for table in COMMIT_ORDER:
             d = self.activity / table
             if not d.exists():
                 continue
@@ -161,7 +227,7 @@ class Store:
                     shutil.rmtree(staged, ignore_errors=True)
                     return False
                 self.remove(trace_id)
-            for table in schema.COMMIT_ORDER:
+            for table in COMMIT_ORDER:
                 dst = self.partition(table, trace_id)
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staged / table, dst)
@@ -173,14 +239,14 @@ class Store:
         """Drop table partitions of ``trace_id`` that have no trace row (a killed commit)."""
         if self.has_trace(trace_id):
             return
-        for table in schema.COMMIT_ORDER:
+        for table in COMMIT_ORDER:
             p = self.partition(table, trace_id)
             if p.exists():
                 shutil.rmtree(p)
 
     def remove(self, trace_id: str) -> None:
         """Delete a trace: its trace row first, so it is never visible half-deleted."""
-        for table in reversed(schema.COMMIT_ORDER):
+        for table in reversed(COMMIT_ORDER):
             p = self.partition(table, trace_id)
             if p.exists():
                 tomb = p.parent / f".old-{trace_id}-{uuid.uuid4().hex[:6]}"
@@ -190,6 +256,7 @@ class Store:
 
 def _list_names_only(found: pa.Schema, want: pa.Schema) -> bool:
     """FOUND is WANT but for the names of list items (and nothing a cast would convert)."""
+    import pyarrow as pa
     if found.names != want.names or found.metadata != want.metadata:
         return False
     for a, b in zip(found, want, strict=True):
@@ -223,6 +290,9 @@ def fsync_dir(d: Path) -> None:
 
 
 def trace_table(conv: Converted, file: str, file_bytes: int, job: str | None) -> pa.Table:
+    import pyarrow as pa
+
+    from ingest import schema
     meta = orjson.dumps(conv.metadata, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
     row = {
         "file": [file],
@@ -250,6 +320,8 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
     (Parquet encoding and compression run without the GIL), the largest first. Given a list
     ``written``, it returns as soon as the threads have started and appends a function that
     waits for them (and raises what they raised): the caller builds the graph meanwhile."""
+
+    from ingest import schema
     out = {}
     tables = dict(conv.tables)
     tables["trace"] = trace_table(conv, file, file_bytes, job)
@@ -293,6 +365,7 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
 @functools.cache
 def _empty_parquet(name: str) -> bytes:
     """The Parquet file of an empty table NAME (its declared schema), encoded once."""
+    from ingest import schema
     buf = io.BytesIO()
     write_parquet(schema.empty(name), buf)
     return buf.getvalue()
@@ -306,6 +379,9 @@ def write_parquet(table: pa.Table, where: Path | io.BytesIO, **options) -> None:
     a large trace's tables (0.75 s of 1.1 s for a million edges). Ids and times grow row by
     row, so their deltas encode in a third less time again and read back faster (by Arrow
     and DuckDB), in files a quarter to a fifth the size. The values read back are the same."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     strings = [f.name for f in table.schema
                if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
                or pa.types.is_dictionary(f.type)]

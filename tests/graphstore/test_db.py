@@ -388,6 +388,30 @@ def test_query_csv_json(store: Path) -> None:
     assert db.query(store, "SELECT 'a,b' AS s, [1, 2] AS l", "csv") == 's,l\n"a,b","[1,2]"\n'
 
 
+def test_query_rows_without_arrow_are_the_rows_arrow_gives() -> None:
+    """`daydream sql` fetches rows through DuckDB alone where it converts the result's types
+    as Arrow does (no pyarrow import); the values, and so what is printed, must be Arrow's."""
+    import duckdb
+    con = duckdb.connect()
+    for q in ("SELECT 1::TINYINT a, 2::UBIGINT b, 3.5::FLOAT c, 2.25::DOUBLE d, "
+              "1.50::DECIMAL(5, 2) e, sum(x) f, NULL g, true h, 'x\ny' i, 'y'::BLOB j, "
+              "DATE '2024-02-29' k, TIME '01:02:03.5' l, TIMESTAMP '2024-01-02 03:04:05' m, "
+              "TIMESTAMPTZ '2024-06-01 12:00:00.25+02' n, TIMESTAMPTZ '2024-01-01' o, "
+              "[1, NULL] p, {'q': [{'r': 1.5}]} q, 'a'::ENUM ('a', 'b') r "
+              "FROM (SELECT 170141183460469231731687303715884105727::HUGEINT x)",
+              "SELECT INTERVAL 1 DAY a, MAP {'k': 1} b, uuid() IS NULL c",  # through Arrow
+              "SELECT 1 a, 2 a", "SELECT 1 WHERE false"):
+        for zone in ("UTC", "America/New_York"):
+            con.execute(f"SET TimeZone = '{zone}'")
+            got = db._result(con, con.sql(q))
+            want = con.sql(q).to_arrow_table()
+            assert got.rows == list(db._tuples(want)), (q, zone)
+            assert [str(v) for r in got.rows for v in r] == [
+                str(v) for r in db._tuples(want) for v in r]
+            assert got.columns == want.column_names
+    assert db._result(con, None).rows == []
+
+
 def test_query_parquet_and_out(store: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.parquet"
     assert db.query(store, Q, "parquet", out) == f"2 rows -> {out}"
