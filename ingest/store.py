@@ -100,11 +100,13 @@ class Store:
                 "again)")
         return f
 
-    def trace_row(self, trace_id: str) -> dict:
+    def trace_row(self, trace_id: str, columns: list[str] | None = None) -> dict:
+        """The trace's row (only ``columns`` when given: a few of its 14 read in half the
+        time, what every fleet worker reads of each trace)."""
         # as the file holds it: conforming it to the declared schema (``read``) would only
         # rename its list fields (Parquet's "element" for Arrow's "item"), through
         # pyarrow.dataset, a fifth of `daydream info`'s start-up
-        return self._open("trace", trace_id).read().to_pylist()[0]
+        return self._open("trace", trace_id).read(columns=columns).to_pylist()[0]
 
     @contextlib.contextmanager
     def lock(self, wait: bool = True) -> Iterator[None]:
