@@ -167,7 +167,7 @@ def trace_subject(st: Store, trace_id: str, tables: dict[str, pa.Table] | None =
         tables = read_graph(st.root, trace_id)
     if not st.has_trace(trace_id):  # a graph whose activity tables were removed meanwhile
         return Subject(trace_id, "", tables)
-    row = st.trace_row(trace_id)
+    row = st.trace_row(trace_id, ["file", "devices", "world_size"])
     used = set(tables["unit"]["device"].drop_null().to_pylist())
     return Subject(trace_id, row["file"], tables, trace_device(row, used),
                    row["world_size"], _reader(lambda name: st.read(name, trace_id)))

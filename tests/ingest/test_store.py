@@ -141,3 +141,19 @@ def test_a_store_of_another_activity_schema_is_refused_with_how_to_rebuild(tmp_p
     rep = api.ingest(SMALL[:1], st, jobs=1, force=True)
     assert rep.results[0].status == "ingested"
     assert store.read("kernel", tid).equals(old.cast(schema.TABLES["kernel"].schema))
+
+
+def test_trace_row_is_the_same_read_by_arrow_or_duckdb(tmp_path):
+    """`trace_row` reads with pyarrow where a process has it (fleet workers) and with DuckDB
+    where it has not (`daydream info`): both must give the same Python values, the stats'
+    list of structs and the zoned ingest time included, whole or a few columns."""
+    st = tmp_path / "s"
+    rep = api.ingest(SMALL, st, jobs=1)
+    store = Store(st)
+    for r in rep.results:
+        for columns in (None, ["file", "devices", "world_size"], ["stats", "ingested_at"]):
+            by_arrow = store._trace_row_arrow(r.trace_id, columns)
+            by_duckdb = store._trace_row_duckdb(r.trace_id, columns)
+            assert by_arrow == by_duckdb, (r.path, columns)
+            assert list(by_arrow) == (columns or list(schema.TABLES["trace"].schema.names))
+        assert by_duckdb["ingested_at"].utcoffset().total_seconds() == 0
