@@ -11,4 +11,5 @@ DEFAULT_STORE = Path(".daydream")
 # every table's file carries, and the order tables are committed to the store, ``trace`` last,
 # so a trace is visible only once all of its tables are in place.
 SCHEMA_VERSION = 1
+VERSION_KEY = "daydream.schema_version"  # the footer key each table's file carries it under
 COMMIT_ORDER = ("kernel", "memcpy", "memset", "api", "sync", "range", "flow", "trace")

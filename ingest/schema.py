@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ingest import COMMIT_ORDER, SCHEMA_VERSION  # noqa: F401  (re-exported)
+from ingest import COMMIT_ORDER, SCHEMA_VERSION, VERSION_KEY  # noqa: F401  (re-exported)
 
 NAME = pa.dictionary(pa.int32(), pa.string())
 
@@ -36,7 +36,7 @@ class Table:
 
     @property
     def schema(self) -> pa.Schema:
-        meta = {b"daydream.schema_version": str(SCHEMA_VERSION).encode(),
+        meta = {VERSION_KEY.encode(): str(SCHEMA_VERSION).encode(),
                 b"daydream.table": self.name.encode()}
         return pa.schema([pa.field(c.name, c.type, c.nullable) for c in self.columns],
                          metadata=meta)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from ingest import COMMIT_ORDER, SCHEMA_VERSION
+from ingest import COMMIT_ORDER, SCHEMA_VERSION, VERSION_KEY
 from ingest.errors import DaydreamError
 
 if TYPE_CHECKING:
@@ -46,6 +46,10 @@ DUCKDB_MEMORY_LIMIT = "1GB"
 # read it through DuckDB alone (``duckdb_instance``, ``Store.trace_row``, ``Store.table_rows``).
 
 _INSTANCE: tuple[int, duckdb.DuckDBPyConnection] | None = None
+# each file's activity schema version as DuckDB reads it from the footers of the files ``?``
+# names: the rows (file_name, version) that the look-only readers join to what they read
+_VERSIONS_SQL = ("(SELECT file_name, decode(value) AS version FROM parquet_kv_metadata(?) "
+                 f"WHERE key = '{VERSION_KEY}'::BLOB)")
 
 
 def duckdb_instance() -> duckdb.DuckDBPyConnection:
@@ -114,9 +118,8 @@ class Store:
         con = duckdb_instance().cursor()
         try:
             got = {f: (n, v) for f, n, v in con.execute(
-                "SELECT m.file_name, m.num_rows, decode(v.value) FROM parquet_file_metadata(?) m "
-                "LEFT JOIN (SELECT * FROM parquet_kv_metadata(?) WHERE key = "
-                "'daydream.schema_version'::BLOB) v USING (file_name)", [files, files]
+                "SELECT m.file_name, m.num_rows, v.version FROM parquet_file_metadata(?) m "
+                f"LEFT JOIN {_VERSIONS_SQL} v USING (file_name)", [files, files]
             ).fetchall()}
         finally:
             con.close()
@@ -148,7 +151,7 @@ class Store:
         import pyarrow.parquet as pq
         path = self._path(table, trace_id)
         f = pq.ParquetFile(path)
-        found = (f.metadata.metadata or {}).get(b"daydream.schema_version")
+        found = (f.metadata.metadata or {}).get(VERSION_KEY.encode())
         self._check_version(path, None if found is None else found.decode(errors="replace"))
         return f
 
@@ -176,10 +179,9 @@ class Store:
             # the file's schema version with the row; ingested_at (TIMESTAMPTZ, which DuckDB
             # converts to Python through pytz) read as UTC
             cur = con.execute(
-                f"SELECT {picked}, (SELECT decode(value) FROM parquet_kv_metadata(?) WHERE "
-                "key = 'daydream.schema_version'::BLOB) AS _version FROM (SELECT * REPLACE "
-                "(ingested_at::TIMESTAMP AS ingested_at) FROM read_parquet(?, "
-                "hive_partitioning = false))", [path, path])
+                f"SELECT {picked}, (SELECT version FROM {_VERSIONS_SQL}) AS _version FROM "
+                "(SELECT * REPLACE (ingested_at::TIMESTAMP AS ingested_at) FROM "
+                "read_parquet(?, hive_partitioning = false))", [path, path])
             names = [c[0] for c in cur.description]
             row = dict(zip(names, cur.fetchall()[0], strict=True))
         finally:
@@ -337,7 +339,6 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
     (Parquet encoding and compression run without the GIL), the largest first. Given a list
     ``written``, it returns as soon as the threads have started and appends a function that
     waits for them (and raises what they raised): the caller builds the graph meanwhile."""
-
     from ingest import schema
     out = {}
     tables = dict(conv.tables)
