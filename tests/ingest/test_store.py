@@ -135,9 +135,23 @@ def test_a_store_of_another_activity_schema_is_refused_with_how_to_rebuild(tmp_p
                        rf"{schema.SCHEMA_VERSION}; rebuild the store: run `daydream ingest "
                        r"--force` over its traces"):
         store.read("kernel", tid)
+    # the look-only readers (DuckDB, for `daydream info`) refuse it alike
+    with pytest.raises(DaydreamError, match=rf"kernel/trace_id={tid}/part-0.parquet has "
+                       r"activity schema version 0, this daydream"):
+        store.table_rows(tid)
     pq.write_table(old.replace_schema_metadata(None), f)  # no version at all
     with pytest.raises(DaydreamError, match=r"activity schema version \(none\)"):
         store.read("kernel", tid)
+    with pytest.raises(DaydreamError, match=r"activity schema version \(none\)"):
+        store.table_rows(tid)
+    t = st / "activity" / "trace" / f"trace_id={tid}" / PART
+    row = pq.read_table(t)
+    pq.write_table(row.replace_schema_metadata({b"daydream.schema_version": b"0"}), t)
+    for read in (store._trace_row_arrow, store._trace_row_duckdb):
+        with pytest.raises(DaydreamError, match=rf"trace/trace_id={tid}/part-0.parquet has "
+                           r"activity schema version 0"):
+            read(tid, None)
+    pq.write_table(row, t)
     rep = api.ingest(SMALL[:1], st, jobs=1, force=True)
     assert rep.results[0].status == "ingested"
     assert store.read("kernel", tid).equals(old.cast(schema.TABLES["kernel"].schema))
