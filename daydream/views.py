@@ -52,7 +52,8 @@ def trace_table(d: dict) -> Table:
         how = ITERATIONS_FROM.get(d.get("iterations_from") or "", "")
         t.add("iterations", f"{d['iterations']}" + (f", {how}" if how else ""))
     if d["rank"] is not None:
-        t.add("rank", f"{d['rank']} of {d['world_size']}")
+        t.add("rank", f"{d['rank']} of {d['world_size']}" if d["world_size"] is not None
+              else f"{d['rank']} (the trace records no world size)")
     if d["job"]:
         t.add("job", d["job"])
     t.add("device" if len(d.get("devices") or []) <= 1 else "devices",

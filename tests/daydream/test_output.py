@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import re
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -342,6 +343,44 @@ def test_opts_and_info_answered_without_the_cli_framework_print_what_the_cli_pri
     light = tuple(m for m in heavy if m != "duckdb")
     assert _loaded_after(["info", tid, "--store", str(store)], light) == []
     assert _loaded_after(["info", "--json", tid, "--store", str(store)], light) == []
+
+
+def test_info_prints_no_none_and_says_what_the_trace_does_not_record(store):
+    """The alexnet trace has a rank but records no world size (its distributedInfo has
+    none): `info` says so rather than printing "rank 0 of None"."""
+    for path in (RESNET, TOY, WHOLE):
+        d = api.info(str(path), store)
+        out = cli("info", path, "--store", store).stdout
+        assert "None" not in out, path
+        rank = next((x for x in out.splitlines() if x.startswith("rank")), None)
+        if d["rank"] is None:
+            assert rank is None, path
+        elif path == WHOLE:
+            assert d["rank"] == 0 and d["world_size"] is None
+            assert rank.split(None, 1)[1] == "0 (the trace records no world size)"
+        else:
+            assert rank.split(None, 1)[1] == f"{d['rank']} of {d['world_size']}"
+
+
+def test_info_of_a_trace_without_a_graph_beside_one_with(tmp_path):
+    """A store where one trace has its graph and the other does not yet (ingested by the
+    stage alone): `info` gives the graph's facts for the first only, and for the second what
+    its trace table says (its listed devices, no iteration count)."""
+    from graphstore import load
+    from ingest.batch import ingest
+    from ingest.store import Store
+
+    root = tmp_path / "s"
+    rep = ingest([TOY, WHOLE], Store(root), jobs=1, strict=True)
+    ids = {Path(r.path).name: r.trace_id for r in rep.results}
+    load.load(root, ids[WHOLE.name])
+    built, bare = api.info(ids[WHOLE.name], root), api.info(ids[TOY.name], root)
+    assert built["iterations"] == 1 and built["iterations_from"] == "whole_trace"
+    assert built["slack"] and [x["id"] for x in built["devices"]] == [0]
+    assert bare["iterations"] is None and bare["slack"] == []
+    assert bare["tables"]["kernel"] > 0
+    out = cli("info", ids[TOY.name], "--store", root).stdout
+    assert "iterations" not in out and "slack" not in out and "None" not in out
 
 
 def test_gpu_idle_nothing_ended_gets_its_own_line():
