@@ -970,7 +970,7 @@ def _run(store_root: str | Path, sql: str, fetch, *, activity: bool, timeout_s: 
         if has_graph:
             con = stack.enter_context(connect(root, read_only=True, timeout_s=timeout_s))
         else:
-            con = duckdb.connect(":memory:")
+            con = _instance().cursor()  # the process's instance: no second catalog to build
             stack.callback(con.close)
         if activity or not has_graph:
             register_activity(con, root, sql)
