@@ -44,19 +44,19 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
 
     files = expand(paths)
     ids = source.content_ids_in_background(files)
-    # The graph stage's modules (polars, duckdb, graphstore: some 0.4 s) are imported on a
-    # thread while the first file is converted, whose scanner runs without the GIL; the
-    # converters' compiler is imported here first, so the two threads import nothing in common.
-    import numba  # noqa: F401
-    threading.Thread(target=importlib.import_module, args=("graphstore.load",),
-                     daemon=True).start()
-
     st = open_store(store)
     st.root.mkdir(parents=True, exist_ok=True)
     loader = None  # made at the first graph (graphstore.load imported by then)
     # where workers write large graphs as Parquet: named by this process, so no writer sweeps
     # it while the loader has yet to move them into place
     staged = st.new_staging_dir()
+    # The graph stage's modules (polars, duckdb, graphstore: some 0.4 s) are imported on a
+    # thread while the first file is converted, whose scanner runs without the GIL, and the
+    # thread has the store's graph database made there if it has none; the converters'
+    # compiler is imported here first, so the two threads import nothing in common.
+    import numba  # noqa: F401
+    ahead = threading.Thread(target=_graph_stage_ahead, args=(st, staged), daemon=True)
+    ahead.start()
 
     def tick(r: FileResult) -> None:
         nonlocal loader
@@ -86,9 +86,20 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
         if loader is not None:
             loader.flush()
     finally:
+        ahead.join()
+        from graphstore import db
+        db.forget_prepared(st.root)  # unused when no graph was written
         shutil.rmtree(staged, ignore_errors=True)
     build_graphs(st, rep, strict=strict, skip=loader.loaded if loader is not None else set())
     return rep
+
+
+def _graph_stage_ahead(st: Store, staged: Path) -> None:
+    """What ``ingest`` runs on a thread while it converts: the graph stage imported, and the
+    store's graph database made in ``staged`` where it has none (``graphstore.db.prepare``)."""
+    importlib.import_module("graphstore.load")
+    from graphstore import db
+    db.prepare(st.root, staged)
 
 
 def stage_graph(trace_id: str, tables: dict, staging: str) -> dict:

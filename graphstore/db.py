@@ -416,11 +416,22 @@ def connect(store_root: str | Path, read_only: bool = True,
 def _create(path: Path) -> None:
     """Create the database with its tables and views under a temporary name, then rename it
     into place: a process killed meanwhile leaves no half-made graph.duckdb that readers
-    would take for a broken graph (the caller holds the store's writer lock)."""
+    would take for a broken graph (the caller holds the store's writer lock). One made ahead
+    by :func:`prepare` is moved into place instead."""
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(path.name + ".new*"):
         stale.unlink(missing_ok=True)  # left by a writer killed while creating
+    made = _take_prepared(path)
+    if made is not None:
+        os.replace(made, path)
+        return
     tmp = path.with_name(path.name + ".new")
+    _make_empty(tmp)
+    os.replace(tmp, path)
+
+
+def _make_empty(tmp: Path) -> None:
+    """An empty graph database (tables, ``meta``, views) at ``tmp``, checkpointed."""
     con = duckdb.connect(str(tmp))
     try:
         create_schema(con, tmp)
@@ -428,7 +439,50 @@ def _create(path: Path) -> None:
     finally:
         con.close()
     tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)  # checkpointed on close
-    os.replace(tmp, path)
+
+
+# databases made ahead of their store's first write (prepare): graph.duckdb's path -> the
+# thread making it and the file it makes
+_PREPARED: dict[Path, tuple[threading.Thread, Path]] = {}
+
+
+def prepare(store_root: str | Path, folder: Path) -> None:
+    """Make the empty database of a store that has none yet on a thread, in ``folder`` (a
+    staging folder of this process, inside the store: swept if the process dies), for
+    :func:`_create` to move into place under the writer lock. An ingest calls it before it
+    converts: making the database costs little CPU but waits for its checkpoint's fsync (half
+    a second on a cold disk), which the conversion then hides."""
+    path = db_path(store_root)
+    if path.exists():
+        return
+    made = folder / DB_FILE
+
+    def make() -> None:
+        part = folder / (DB_FILE + ".part")
+        try:
+            _make_empty(part)
+            os.replace(part, made)  # whole, or not there at all
+        except (duckdb.Error, OSError):
+            pass  # _create makes its own
+
+    t = threading.Thread(target=make, name="graph-db", daemon=True)
+    t.start()
+    _PREPARED[path.resolve()] = (t, made)
+
+
+def _take_prepared(path: Path) -> Path | None:
+    """The database :func:`prepare` made for ``path`` (waited for), or None."""
+    job = _PREPARED.pop(path.resolve(), None)
+    if job is None:
+        return None
+    job[0].join()
+    return job[1] if job[1].exists() else None
+
+
+def forget_prepared(store_root: str | Path) -> None:
+    """Wait for a database :func:`prepare` is making for the store and drop it (the caller
+    then removes its folder): an ingest that wrote no graph leaves no thread writing there."""
+    _take_prepared(db_path(store_root))
 
 
 def _first_line(msg: str) -> str:

@@ -8,6 +8,7 @@ tables in one transaction.
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,10 @@ from ingest.store import PART, Store
 
 ACTIVITY = [t for t in activity_schema.COMMIT_ORDER if t != "trace"]
 GPU_CODES = [TASK_KINDS.index(k) for k in GPU_KINDS]  # build.Graph.kind codes of GPU tasks
+# A graph of this many tasks has its name column decoded on a thread while its labels are found
+# (Arrow's cast runs without the GIL: 0.15-0.2 s of a million-task graph off the critical path);
+# for a smaller one the thread would cost more than it overlaps.
+THREADED_NAMES_TASKS = 100_000
 
 
 @dataclass
@@ -60,6 +65,7 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None,
     the layer table its parameter bytes where shapes were recorded; ``latency``: edge
     latencies other than graphstore.latency's (the accuracy suite's cross-validation)."""
     g = build(tables, latency)
+    names = _names_later(g)
     check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name, g.start_ns, g.obs_dur_ns)
     launch = g.ekind == EK_LAUNCH
     gpu = np.flatnonzero(np.isin(g.kind, GPU_CODES))
@@ -78,7 +84,7 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None,
         "task_id": pa.array(np.arange(g.n_tasks, dtype=np.int64)),
         "kind": _named(g.kind, TASK_KINDS),
         "unit_id": pa.array(g.unit.astype(np.int32)),
-        "name": g.name_column(),
+        "name": names.result(),
         "layer": layer,
         "phase": phase,
         "iteration": pa.array(iteration, pa.int32(), mask=iteration < 0),
@@ -117,6 +123,20 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None,
                                          layer_t.schema.field("param_bytes"), col)
     return g, {"task": task, "edge": edge, "unit": unit, "iteration": its, "layer": layer_t,
                "slack": slack_table(g, iteration)}
+
+
+def _names_later(g: Graph) -> Future:
+    """``g.name_column()``, decoded on a thread for a large graph (THREADED_NAMES_TASKS), here
+    for a small one."""
+    if g.n_tasks < THREADED_NAMES_TASKS:
+        f: Future = Future()
+        f.set_result(g.name_column())
+        return f
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-names")
+    try:
+        return pool.submit(g.name_column)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _isin_sorted(values: np.ndarray, pool: np.ndarray) -> np.ndarray:

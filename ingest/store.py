@@ -65,6 +65,16 @@ def duckdb_instance() -> duckdb.DuckDBPyConnection:
     return _INSTANCE[1]
 
 
+def close_duckdb_instance() -> None:
+    """Close this process's DuckDB instance, if it made one: what DuckDB spilled to its
+    temporary directory goes with it (for a process that ends without the interpreter's
+    teardown, which would close it)."""
+    global _INSTANCE
+    if _INSTANCE is not None and _INSTANCE[0] == os.getpid():
+        _INSTANCE[1].close()
+    _INSTANCE = None
+
+
 @dataclass(frozen=True)
 class Store:
     root: Path

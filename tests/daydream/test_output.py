@@ -266,6 +266,44 @@ def _loaded_after(args: list[str], heavy: tuple[str, ...]) -> list[str]:
     return eval(p.stdout.strip().splitlines()[-1])
 
 
+def test_ingest_through_main_prints_and_stores_what_the_typer_command_does(tmp_path):
+    """`python -m daydream ingest` ends its process without the interpreter's teardown
+    (daydream/__main__.py): what it printed into a pipe, its exit status, and the store it
+    leaves (activity tables, graph database, no staging left) are what the typer command
+    gives, for a good file and for a bad one."""
+    import subprocess
+    import sys
+
+    from graphstore import db
+    from ingest.store import Store
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    good = DATA / "kineto" / "event_sync_single_stream.json.gz"
+    for files in ([good], [bad], [good, bad]):
+        got = []
+        for how, cmd in (("main", ["-m", "daydream"]),
+                         ("typer", ["-c", "import sys; from daydream.cli import main; "
+                                          "sys.argv[0] = 'daydream'; main()"])):
+            root = tmp_path / f"{how}-{len(files)}-{files[-1].stem}"
+            p = subprocess.run([sys.executable, *cmd, "ingest", *map(str, files), "--store",
+                                str(root), "-j", "1"], capture_output=True, text=True,
+                               cwd=ROOT)
+            st = Store(root)
+            got.append((p.returncode, p.stdout.replace(str(root), "STORE"),
+                        p.stderr.replace(str(root), "STORE"), st.trace_ids(),
+                        db.trace_ids(root) if db.db_path(root).exists() else None,
+                        sorted(q.name for q in st.staging.iterdir())))
+        assert got[0] == got[1], files
+        code, out, err, ids, graphs, staging = got[0]
+        assert code == (0 if files == [good] else 1) and staging == []
+        if files == [bad]:
+            assert ids == [] and graphs is None and "ingested" not in out
+        else:  # the good file's trace and its graph are stored
+            assert len(ids) == 1 and graphs == ids and f"{ids[0]}  ingested" in out
+        assert ("bad.json" in err) == (bad in files)
+
+
 def test_the_fast_commands_take_what_the_typer_commands_take():
     """daydream/__main__.py answers plain `sql`, `opts` and `info` itself (``FAST``); what it
     takes must be what the typer commands declare, or a valid command line would be misread

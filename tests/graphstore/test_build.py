@@ -496,3 +496,20 @@ def test_launch_of_unseen_work_waits_on_its_stream(tmp_path):
            for i, n in enumerate(g.name) if n == "cudaLaunchKernel"}
     assert own == {0: 2000, 2: 2000, 4: 2000, 6: 2000, 8: 2000, 12: 2000, 2005: 495_000,
                    6000: 300_000}
+
+
+def test_task_names_decoded_on_a_thread_are_the_names_decoded_inline(monkeypatch):
+    """A large graph's task names are decoded on a thread (graphstore.load._names_later)
+    while the labels are found: the task table is the same, name by name, as when they are
+    decoded inline (every graph below THREADED_NAMES_TASKS)."""
+    from graphstore import load as gload
+    from tests.conftest import DATA
+
+    conv = read_trace(DATA / "kineto" / "event_sync_single_stream.json.gz")
+    tables = {t: gload._for_graph(t, conv.tables[t]) for t in gload.ACTIVITY}
+    inline = gload.graph_tables(tables)[1]["task"]
+    monkeypatch.setattr(gload, "THREADED_NAMES_TASKS", 1)
+    threaded = gload.graph_tables(tables)[1]["task"]
+    assert threaded.equals(inline)
+    names = threaded["name"].to_pylist()
+    assert names[0] == "<trace start>" and len(set(names)) > 10 and None not in names

@@ -621,6 +621,54 @@ def test_a_creation_interrupted_before_its_schema_leaves_no_database(tmp_path: P
         "graph.duckdb"]
 
 
+def test_a_prepared_database_is_the_one_the_first_writer_moves_into_place(tmp_path: Path
+                                                                          ) -> None:
+    """``prepare`` makes an empty database in the caller's staging folder on a thread; the
+    first write moves that file into place (no second one made), and the store reads as one
+    whose writer created its database."""
+    root = tmp_path / "store"
+    staged = Store(root).new_staging_dir()
+    db.prepare(root, staged)
+    made = staged / db.DB_FILE
+    db._PREPARED[db.db_path(root).resolve()][0].join()
+    assert made.exists() and not db.db_path(root).exists()
+    ino = made.stat().st_ino
+    db.write_trace(root, A, trace_a())
+    assert db.db_path(root).stat().st_ino == ino and not made.exists()
+    assert not db._PREPARED
+    other = tmp_path / "other"
+    db.write_trace(other, A, trace_a())
+    assert snapshot(root) == snapshot(other)
+    assert db.trace_ids(root) == [A]
+    db.prepare(root, staged)  # a store with a database: nothing to make
+    assert not db._PREPARED and not list(staged.iterdir())
+
+
+def test_a_prepared_database_that_failed_or_was_not_used_leaves_nothing(tmp_path: Path,
+                                                                        monkeypatch) -> None:
+    """A preparation that fails leaves no file and the writer creates its own database; one
+    never used is waited for by ``forget_prepared``, so its folder can go."""
+    root = tmp_path / "store"
+    staged = Store(root).new_staging_dir()
+
+    def broken(con, path=None):
+        raise duckdb.IOException("disk full")
+
+    monkeypatch.setattr(db, "create_schema", broken)
+    db.prepare(root, staged)
+    db._PREPARED[db.db_path(root).resolve()][0].join()
+    monkeypatch.undo()
+    assert not (staged / db.DB_FILE).exists()
+    db.write_trace(root, A, trace_a())
+    assert db.trace_ids(root) == [A]
+    unused = tmp_path / "unused"
+    staged = Store(unused).new_staging_dir()
+    db.prepare(unused, staged)
+    db.forget_prepared(unused)
+    assert not db._PREPARED and (staged / db.DB_FILE).exists()
+    assert not db.db_path(unused).exists()
+
+
 def test_a_real_graph_reads_back_the_same_from_parquet_as_from_duckdb(tmp_path: Path,
                                                                       monkeypatch,
                                                                       storage: str) -> None:
