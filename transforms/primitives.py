@@ -59,11 +59,11 @@ def isin(values: np.ndarray, allowed) -> np.ndarray:
     return np.fromiter((v in allowed for v in values), bool, len(values))
 
 
-def _edge_defaults(ed: pl.DataFrame) -> pl.DataFrame:
-    """ED with every column of ``_EDGE_DEFAULTS`` present and its nulls filled (one Polars
-    call: a small insert's edges are a few rows)."""
+def _edge_defaults(ed: pl.DataFrame, *replace: pl.Series) -> pl.DataFrame:
+    """ED with every column of ``_EDGE_DEFAULTS`` present and its nulls filled, and the
+    columns REPLACE replaced (one Polars call: a small insert's edges are a few rows)."""
     return ed.with_columns([pl.col(c).fill_null(v) if c in ed.columns else pl.lit(v).alias(c)
-                            for c, v in _EDGE_DEFAULTS])
+                            for c, v in _EDGE_DEFAULTS] + list(replace))
 
 
 class Graph:
@@ -105,7 +105,10 @@ class Graph:
                 continue
             t = frame.to_arrow()
             s = self._schemas.get(k)
-            out[k] = t.select(s.names).cast(s) if s is not None else t
+            # only the columns whose type differs are cast (a table's cast casts every one)
+            out[k] = t if s is None else pa.Table.from_arrays(
+                [t[f.name] if t.schema.field(f.name).type == f.type else t[f.name].cast(f.type)
+                 for f in s], schema=s)
         return out
 
     def _with(self, **kw) -> Graph:
@@ -395,8 +398,8 @@ class Graph:
         if np.any((at < 0) | (at >= n)):
             raise DaydreamError("insert: 'at' must name existing tasks")
         # place defaults to before, splice to true
-        after = ((t["place"] == "after").to_numpy() if "place" in t.columns
-                 else np.zeros(k, bool))
+        after = (np.array([p == "after" for p in t["place"].to_list()], bool)
+                 if "place" in t.columns else np.zeros(k, bool))
         base = self.task[at]
         # a job graph's tasks carry their rank (graphstore.job): an inserted task joins at's
         fill = {c: base[c] for c in ("phase", "iteration", "layer", "rank") if c in base.columns}
@@ -407,7 +410,7 @@ class Graph:
             elif c == "start_ns":
                 row[c] = base["start_ns"]
             elif c in t.columns:
-                row[c] = t[c].cast(dt)
+                row[c] = t[c] if t[c].dtype == dt else t[c].cast(dt)
             elif c in fill:
                 row[c] = fill[c]
             elif c in ("obs_dur_ns", "slack_ns"):
@@ -454,13 +457,11 @@ class Graph:
         else:
             e = e.with_columns(pl.Series("src", src), pl.Series("dst", dst))
         if edges is not None and edges.height:
-            ed = _edge_defaults(edges)
-
             def m(col):
-                a = ed[col].to_numpy().astype(np.int64)
+                a = edges[col].to_numpy().astype(np.int64)
                 return np.where(a < 0, ins_ids[np.clip(-1 - a, 0, k - 1)],
                                 newid[np.clip(a, 0, n - 1)])
-            ed = ed.with_columns(pl.Series("src", m("src")), pl.Series("dst", m("dst")))
+            ed = _edge_defaults(edges, pl.Series("src", m("src")), pl.Series("dst", m("dst")))
             e = pl.concat([e, ed.select(e.columns).cast(e.schema)])
         return self._with(task=allt, edge=e.sort(["src", "dst"])), newid[:n], ins_ids
 
