@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphstore.schema import GPU_KINDS, POLICIES
 from ingest.errors import DaydreamError
@@ -149,7 +150,8 @@ class Graph:
             elif s.null_count():
                 if null is None:
                     raise DaydreamError(f"task column {column!r} has nulls: give NULL")
-                out = s.fill_null(null).to_numpy()
+                # through Arrow: a Polars Series operation costs ~0.1 ms, this ~10 us
+                out = pc.fill_null(s.to_arrow(), null).to_numpy(zero_copy_only=False)
             else:
                 out = s.to_numpy()
             out.setflags(write=False)
