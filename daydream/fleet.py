@@ -26,10 +26,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from daydream import pipeline
-from graphstore import db
 from graphstore.schema import PREDICTION
 from ingest.errors import DaydreamError
-from ingest.runner import make_runner
+from ingest.runner import InlineRunner, make_runner
 from ingest.store import Store
 
 KEY = ("trace_id", "spec")
@@ -70,6 +69,7 @@ class FleetReport:
 def select_traces(store_root: Path, where: str | None = None) -> list[str]:
     """Stored traces that have a graph, filtered by ``where``: a SQL predicate over the
     ``trace`` table (file, source_format, job, rank, world_size, ingested_at, ...)."""
+    from graphstore import db
     have = set(db.trace_ids(store_root))
     if where is None:
         return sorted(have)
@@ -82,6 +82,7 @@ def select_traces(store_root: Path, where: str | None = None) -> list[str]:
 
 def stored_pairs(store_root: Path, trace_ids: list[str] | None = None) -> set[tuple[str, str]]:
     """(trace, spec) pairs the prediction table already holds."""
+    from graphstore import db
     if not db.db_path(store_root).exists():
         return set()
     with db.connect(store_root) as con:
@@ -98,17 +99,20 @@ def _has_prediction(con) -> bool:
                             "AND schema_name = 'main'").fetchall())
 
 
-def predict_trace(store_root: str, trace_id: str, graph: dict[str, bytes], specs: list[str],
+def predict_trace(store_root: str, trace_id: str,
+                  graph: dict[str, bytes] | dict[str, pa.Table], specs: list[str],
                   param_bytes: int | None = None) -> dict:
     """Worker: one trace with every spec, through ``daydream.pipeline`` (what ``daydream predict
     TRACE --opt SPEC`` runs, the baseline replayed once). The loader sends the graph it read
-    from DuckDB (``pack_graph``); the worker reads the trace row and any activity table an
-    optimization asks for from the store's Parquet files itself: those can be larger than the
-    graph (the range table with its recorded shapes), are read only where a spec needs them, in
-    parallel beside the other workers, and never pass through the loader or Ray's object store
-    (the store is at the same path on every node, as ingest already needs). Never raises for bad
-    input: returns ``{"ok": True, "rows": [...], "errors": {spec: message}}`` or ``{"ok": False,
-    "error": message}`` when even the baseline fails."""
+    from DuckDB (``pack_graph``; its tables as they are to an inline run); the worker reads
+    the trace row and any activity table an optimization asks for from the store's Parquet
+    files itself: those can be larger than the graph (the range table with its recorded
+    shapes), are read only where a spec needs them, in parallel beside the other workers, and
+    never pass through the loader or Ray's object store (the store is at the same path on
+    every node, as ingest already needs). A worker imports no DuckDB (the driver's
+    ``graphstore.db`` is imported where it is used). Never raises for bad input: returns
+    ``{"ok": True, "rows": [...], "errors": {spec: message}}`` or ``{"ok": False, "error":
+    message}`` when even the baseline fails."""
     try:
         s = pipeline.trace_subject(Store(Path(store_root)), trace_id, unpack_graph(graph))
         s.baseline()
@@ -144,9 +148,10 @@ def pack_graph(graph: dict[str, pa.Table]) -> dict[str, bytes]:
     return out
 
 
-def unpack_graph(packed: dict[str, bytes]) -> dict[str, pa.Table]:
-    """The tables ``pack_graph`` wrote."""
-    return {name: pa.ipc.open_stream(b).read_all() for name, b in packed.items()}
+def unpack_graph(packed: dict[str, bytes] | dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """The tables ``pack_graph`` wrote (tables that were not packed as they are)."""
+    return {name: pa.ipc.open_stream(b).read_all() if isinstance(b, bytes) else b
+            for name, b in packed.items()}
 
 
 def row(trace_id: str, spec: str, d: dict) -> dict:
@@ -175,6 +180,7 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
     the same for every trace). ``on_plan(n)`` is told how many (trace, spec) pairs there are
     before the work starts, and ``on_progress`` gets each pair as it is done (or found
     stored)."""
+    from graphstore import db
     from transforms.registry import check
 
     root = Path(store_root)
@@ -245,7 +251,8 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
             while True:
                 while runner.pending() < limit:
                     if not ready:
-                        ready = _read_chunk(st, next(queue, []))
+                        ready = _read_chunk(st, next(queue, []),
+                                            pack=not isinstance(runner, InlineRunner))
                         if not ready:
                             break
                     tid, g = ready.pop(0)
@@ -265,6 +272,7 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
 
 def _chunks(root: Path, tids: list[str]) -> list[list[str]]:
     """``tids`` cut into the chunks the loader reads at once (READ_CHUNK, READ_TASKS)."""
+    from graphstore import db
     if not tids:
         return []
     with db.connect(root) as con:
@@ -282,12 +290,13 @@ def _chunks(root: Path, tids: list[str]) -> list[list[str]]:
     return out
 
 
-def _read_chunk(st: Store, tids: list[str]) -> list[tuple[str, dict]]:
-    """Graph tables of a few traces, read on one read-only connection, packed for the
-    workers (``pack_graph``)."""
+def _read_chunk(st: Store, tids: list[str], pack: bool = True) -> list[tuple[str, dict]]:
+    """Graph tables of a few traces, read on one read-only connection, packed for workers in
+    other processes (``pack_graph``; an inline run gets the tables: packing them would cost
+    it both ends of the trip for nothing)."""
     from graphstore.read import read_graphs
-    return [(tid, pack_graph(g)) for tid, g in zip(tids, read_graphs(st.root, tids),
-                                                    strict=True)] if tids else []
+    return [(tid, pack_graph(g) if pack else g)
+            for tid, g in zip(tids, read_graphs(st.root, tids), strict=True)] if tids else []
 
 
 def _rows_table(rows: list[dict]) -> pa.Table:
@@ -298,6 +307,7 @@ def results(store_root: str | Path, traces: list[str] | None = None,
             specs: list[str] | None = None) -> pa.Table:
     """Prediction rows (of ``traces`` and ``specs`` when given), best gain first, with the
     trace's file and job."""
+    from graphstore import db
     root = Path(store_root)
     where = []
     if traces is not None:

@@ -170,12 +170,11 @@ def to_simgraph(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Si
         restore = edge.filter(pc.and_(edge["inferred"], edge["binding"]))["dst"]
         g = _without_inferred(g)
         edge = g["edge"]
-    policy = _codes(unit["policy"], POLICY, "unit policy").astype(np.int8)
-    kind = _codes8(edge["anchor"], ANCHOR_KIND, "edge anchor")
-    n = task.num_rows
-    prio = task["priority"]
-    priority = (np.zeros(n, np.int64) if prio.null_count == n  # untouched pages: no cost
-                else prio.fill_null(0).to_numpy())
+    # what does not depend on the slack kept, decoded once per table (a graph is replayed
+    # with and without slack: every prediction replays its baseline four times)
+    policy = _per_table("policy", unit, _policy_codes)
+    kind = _per_table("anchor", edge, _anchor_codes)
+    priority = _per_table("priority", task, _priorities)
     lag_col = edge_lags(edge, slack)
     dur_col = task_durations(task, slack)
     if restore is not None and len(restore):
@@ -195,6 +194,22 @@ def to_simgraph(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Si
         order_key=task["start_ns"].to_numpy(),
         priority=priority,
     )
+
+
+# (shared by every replay of a table, and never written: left writable all the same, as the
+# compiled core's cached signatures take them)
+def _policy_codes(unit: pa.Table) -> np.ndarray:
+    return _codes(unit["policy"], POLICY, "unit policy").astype(np.int8)
+
+
+def _anchor_codes(edge: pa.Table) -> np.ndarray:
+    return _codes8(edge["anchor"], ANCHOR_KIND, "edge anchor")
+
+
+def _priorities(task: pa.Table) -> np.ndarray:
+    n, prio = task.num_rows, task["priority"]
+    return (np.zeros(n, np.int64) if prio.null_count == n  # untouched pages: no cost
+            else prio.fill_null(0).to_numpy())
 
 
 @dataclass
@@ -740,7 +755,10 @@ def _without_inferred(g: dict[str, pa.Table]) -> dict[str, pa.Table]:
     edge = g["edge"]
     if "inferred" not in edge.column_names:
         return g
-    return {**g, "edge": edge.filter(pc.invert(edge["inferred"]))}
+    # one table per edge table (to_simgraph and replay both ask), so what is memoized per
+    # table is found again
+    return {**g, "edge": _per_table("without_inferred", edge,
+                                    lambda e: e.filter(pc.invert(e["inferred"])))}
 
 
 def _gpu_and_backlog(g: dict[str, pa.Table]) -> tuple[np.ndarray, np.ndarray]:

@@ -88,8 +88,10 @@ def step_memory(g, ranges: pa.Table | None) -> StepMemory | None:
     if ranges is None or "input_dims" not in ranges.column_names or \
             pc.all(pc.is_null(ranges["input_dims"])).as_py():
         return None
-    it = g.iteration.sort("iteration")
-    iters = list(zip(it["start_ns"].to_list(), it["end_ns"].to_list(), strict=True))
+    it = g.iteration  # in iteration order (a small table: no Polars sort)
+    iters = sorted(zip(it["iteration"].to_list(), it["start_ns"].to_list(),
+                       it["end_ns"].to_list(), strict=True))
+    iters = [(s, e) for _, s, e in iters]
     first = _first_iteration(ranges, iters)
     names = ranges["name"].to_pylist()
     dims = ranges["input_dims"].to_pylist()
@@ -138,7 +140,7 @@ def step_memory(g, ranges: pa.Table | None) -> StepMemory | None:
             if layer not in layer_in:
                 first_in = next((ts[0] for ts in wk.tensors(dims[i], types[i]) if ts), None)
                 layer_in[layer] = first_in.nbytes if first_in is not None else 0
-    training = bool((g.task["phase"] == "backward").any())
+    training = bool((g.array("phase") == "backward").any())
     opt = _optimizer(names)
     states = OPTIMIZER_STATES.get(opt, 0) if training else 0
     how = (f"parameters from {'the trace' if p_bytes else 'no'} weight shapes; "
@@ -158,8 +160,8 @@ def _optimizer(names: list[str]) -> str | None:
 
 def _range_layers(g) -> dict[int, str]:
     """Range id -> layer, from the CPU tasks labelled with both."""
-    t = g.task.select("range_id", "layer").drop_nulls()
-    return dict(zip(t["range_id"].to_list(), t["layer"].to_list(), strict=True))
+    return {r: la for r, la in zip(g.task["range_id"].to_list(), g.task["layer"].to_list(),
+                                   strict=True) if r is not None and la is not None}
 
 
 def device_bytes(ctx_device: dict | None) -> int | None:

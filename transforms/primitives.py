@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import duckdb
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphstore.schema import GPU_KINDS, POLICIES
 from ingest.errors import DaydreamError
@@ -52,11 +52,18 @@ def _plain(t: pa.Table) -> pa.Table:
     return t
 
 
-def _edge_defaults(ed: pl.DataFrame) -> pl.DataFrame:
-    """ED with every column of ``_EDGE_DEFAULTS`` present and its nulls filled (one Polars
-    call: a small insert's edges are a few rows)."""
+def isin(values: np.ndarray, allowed) -> np.ndarray:
+    """Whether each value of an object array (strings, None) is one of ALLOWED (np.isin sorts,
+    which None and strings cannot be)."""
+    allowed = frozenset(allowed)
+    return np.fromiter((v in allowed for v in values), bool, len(values))
+
+
+def _edge_defaults(ed: pl.DataFrame, *replace: pl.Series) -> pl.DataFrame:
+    """ED with every column of ``_EDGE_DEFAULTS`` present and its nulls filled, and the
+    columns REPLACE replaced (one Polars call: a small insert's edges are a few rows)."""
     return ed.with_columns([pl.col(c).fill_null(v) if c in ed.columns else pl.lit(v).alias(c)
-                            for c, v in _EDGE_DEFAULTS])
+                            for c, v in _EDGE_DEFAULTS] + list(replace))
 
 
 class Graph:
@@ -98,7 +105,10 @@ class Graph:
                 continue
             t = frame.to_arrow()
             s = self._schemas.get(k)
-            out[k] = t.select(s.names).cast(s) if s is not None else t
+            # only the columns whose type differs are cast (a table's cast casts every one)
+            out[k] = t if s is None else pa.Table.from_arrays(
+                [t[f.name] if t.schema.field(f.name).type == f.type else t[f.name].cast(f.type)
+                 for f in s], schema=s)
         return out
 
     def _with(self, **kw) -> Graph:
@@ -123,6 +133,44 @@ class Graph:
     def n_tasks(self) -> int:
         return self.task.height
 
+    def array(self, column: str, null=None) -> np.ndarray:
+        """A task column as a read-only numpy array, nulls as NULL (strings are objects),
+        converted once per graph (a graph never changes). What an optimization reads of a
+        small graph: a numpy mask over a hundred tasks costs microseconds where a Polars
+        filter or Series operation costs a tenth of a millisecond, and a trace's rewrite
+        would make dozens."""
+        key = ("array", column, null)
+        out = self._memo.get(key)
+        if out is None:
+            s = self.task[column]
+            if s.dtype == pl.String:
+                out = np.array(s.to_list(), object)
+                if null is not None:
+                    out[out == None] = null  # noqa: E711 (elementwise)
+            elif s.null_count():
+                if null is None:
+                    raise DaydreamError(f"task column {column!r} has nulls: give NULL")
+                # through Arrow: a Polars Series operation costs ~0.1 ms, this ~10 us
+                out = pc.fill_null(s.to_arrow(), null).to_numpy(zero_copy_only=False)
+            else:
+                out = s.to_numpy()
+            out.setflags(write=False)
+            self._memo[key] = out
+        return out
+
+    def launch_pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(launch call, GPU task, lag ns) of each launch edge in edge order, as numpy,
+        computed once per graph (``launches`` as arrays)."""
+        out = self._memo.get("launch_pairs")
+        if out is None:
+            e = self.edge
+            la = np.array(e["kind"].to_list(), object) == "launch"
+            out = tuple(e[c].to_numpy()[la] for c in ("src", "dst", "lag_ns"))
+            for a in out:
+                a.setflags(write=False)
+            self._memo["launch_pairs"] = out
+        return out
+
     # -- select ---------------------------------------------------------------------------------
     def select(self, pred: Predicate) -> np.ndarray:
         """Boolean mask over tasks. ``pred``: a Polars expression, a SQL WHERE clause over the
@@ -134,6 +182,7 @@ class Graph:
         elif isinstance(pred, pl.Expr):
             mask = self.task.select(pred.fill_null(False)).to_series().to_numpy().astype(bool)
         elif isinstance(pred, str):
+            import duckdb  # here only: a fleet worker never selects by SQL (~0.1 s to import)
             task = self.task.to_arrow()  # noqa: F841 (read by duckdb's replacement scan)
             try:
                 ids = duckdb.sql(f"SELECT task_id FROM task WHERE {pred}").fetchnumpy()["task_id"]
@@ -351,8 +400,8 @@ class Graph:
         if np.any((at < 0) | (at >= n)):
             raise DaydreamError("insert: 'at' must name existing tasks")
         # place defaults to before, splice to true
-        after = ((t["place"] == "after").to_numpy() if "place" in t.columns
-                 else np.zeros(k, bool))
+        after = (np.array([p == "after" for p in t["place"].to_list()], bool)
+                 if "place" in t.columns else np.zeros(k, bool))
         base = self.task[at]
         # a job graph's tasks carry their rank (graphstore.job): an inserted task joins at's
         fill = {c: base[c] for c in ("phase", "iteration", "layer", "rank") if c in base.columns}
@@ -363,7 +412,7 @@ class Graph:
             elif c == "start_ns":
                 row[c] = base["start_ns"]
             elif c in t.columns:
-                row[c] = t[c].cast(dt)
+                row[c] = t[c] if t[c].dtype == dt else t[c].cast(dt)
             elif c in fill:
                 row[c] = fill[c]
             elif c in ("obs_dur_ns", "slack_ns"):
@@ -410,13 +459,11 @@ class Graph:
         else:
             e = e.with_columns(pl.Series("src", src), pl.Series("dst", dst))
         if edges is not None and edges.height:
-            ed = _edge_defaults(edges)
-
             def m(col):
-                a = ed[col].to_numpy().astype(np.int64)
+                a = edges[col].to_numpy().astype(np.int64)
                 return np.where(a < 0, ins_ids[np.clip(-1 - a, 0, k - 1)],
                                 newid[np.clip(a, 0, n - 1)])
-            ed = ed.with_columns(pl.Series("src", m("src")), pl.Series("dst", m("dst")))
+            ed = _edge_defaults(edges, pl.Series("src", m("src")), pl.Series("dst", m("dst")))
             e = pl.concat([e, ed.select(e.columns).cast(e.schema)])
         return self._with(task=allt, edge=e.sort(["src", "dst"])), newid[:n], ins_ids
 

@@ -64,19 +64,20 @@ def _op_counts(g: Graph, ranges: pa.Table | None, unit: np.ndarray, it: np.ndarr
         return ops
     r = ranges.filter(pa.array(cpu))
     rstart = r.column("start_ns").to_numpy()
-    its = g.iteration.select("iteration", "start_ns", "end_ns").sort("start_ns")
-    starts, ends = _int(its["start_ns"]), _int(its["end_ns"])
+    by_start = np.argsort(_int(g.iteration["start_ns"]), kind="stable")
+    starts, ends = (_int(g.iteration[c])[by_start] for c in ("start_ns", "end_ns"))
     k = np.searchsorted(starts, rstart, "right") - 1
     kc = np.clip(k, 0, len(ends) - 1)
     ok = (k >= 0) & (rstart < ends[kc])
-    r_it = its["iteration"].to_numpy()[kc]
+    r_it = g.iteration["iteration"].to_numpy()[by_start][kc]
     rpid = r.column("pid").to_numpy(zero_copy_only=False)
     rtid = r.column("tid").to_numpy(zero_copy_only=False)
-    u = g.unit.filter(pl.col("kind") == "thread", pl.col("tid").is_not_null())
     index = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(unit.tolist(), it.tolist(),
                                                                  strict=True))}
-    for uid, pid, tid in u.select("unit_id", "pid", "tid").iter_rows():
-        if pid is None:
+    u = g.unit
+    for uk, uid, pid, tid in zip(*(u[c].to_list() for c in ("kind", "unit_id", "pid", "tid")),
+                                 strict=True):
+        if uk != "thread" or tid is None or pid is None:
             continue
         on = ok & (rpid == pid) & (rtid == tid)
         if not on.any():
@@ -101,14 +102,12 @@ def per_thread(g: Graph, ranges: pa.Table | None) -> PerThread:
 
 
 def _per_thread(g: Graph, ranges: pa.Table | None) -> PerThread:
-    t = g.task
-    kind = t["kind"]
-    api = (kind == "api").to_numpy()
-    host = (kind == "host").to_numpy()
-    sel = (api | host) & t["iteration"].is_not_null().to_numpy()
-    unit = _int(t["unit_id"])[sel]
-    it = t["iteration"].fill_null(0).to_numpy().astype(np.int64)[sel]
-    dur = _int(t["dur_ns"])[sel]
+    kind, iteration = g.array("kind"), g.array("iteration", -1)
+    api, host = kind == "api", kind == "host"
+    sel = (api | host) & (iteration >= 0)
+    unit = g.array("unit_id").astype(np.int64)[sel]
+    it = iteration.astype(np.int64)[sel]
+    dur = g.array("dur_ns").astype(np.int64)[sel]
     api, host = api[sel], host[sel]
     keys, inv = (np.unique(np.stack([unit, it]), axis=1, return_inverse=True) if len(unit)
                  else (np.zeros((2, 0), np.int64), np.zeros(0, np.intp)))
@@ -161,17 +160,16 @@ def without_profiler(g: Graph, ranges: pa.Table | None) -> tuple[Graph, float]:
         factor = np.clip(1.0 - p.overhead_ns.astype(np.float64) / p.host_ns.astype(np.float64),
                          PROFILER["min_host_share"]["value"], 1.0)
     factor[np.isnan(factor)] = 1.0
-    t = g.task
-    fac = np.ones(t.height)
-    host = (t["kind"] == "host").to_numpy() & t["iteration"].is_not_null().to_numpy()
+    fac = np.ones(g.n_tasks)
+    host = (g.array("kind") == "host") & (g.array("iteration", -1) >= 0)
     if len(p.unit_id) and host.any():
-        unit = _int(t["unit_id"])[host]
-        it = t["iteration"].fill_null(0).to_numpy().astype(np.int64)[host]
+        unit = g.array("unit_id").astype(np.int64)[host]
+        it = g.array("iteration", -1).astype(np.int64)[host]
         index = {k: i for i, k in enumerate(zip(p.unit_id.tolist(), p.iteration.tolist(),
                                                 strict=True))}
         at = np.array([index.get(k, -1) for k in zip(unit.tolist(), it.tolist(), strict=True)],
                       np.int64)
         fac[host] = np.where(at >= 0, factor[np.maximum(at, 0)], 1.0)
-    removed = float((t["dur_ns"].to_numpy() * (1.0 - fac)).sum())
+    removed = float((g.array("dur_ns") * (1.0 - fac)).sum())
     n = max(len(np.unique(p.iteration)), 1) if len(p.iteration) else 1
     return g.scale(fac < 1.0, fac), removed / n

@@ -90,3 +90,23 @@ def test_last_iteration_waits_for_work_left_queued(tmp_path):
     first = pred.schedule.start_ns[1]  # the first CPU task (task 0 is the origin marker)
     total = sum(i.simulated_ns for i in pred.iterations)
     assert total >= pred.schedule.end_ns[a] - first
+
+
+def test_the_replays_of_one_graph_share_what_the_slack_does_not_change(tmp_path):
+    """``to_simgraph`` decodes policies, anchors and priorities once per table (every
+    prediction replays its baseline four ways): each slack variant, asked after the others
+    on the same tables, is the SimGraph fresh copies of the tables give."""
+    import numpy as np
+    import pyarrow as pa
+
+    from simulate.replay import to_simgraph
+    path = DATA / "kineto" / "resnet50_v100_nw0_run1.json.gz"
+    g = read_graph(tmp_path, stored_graphs([path], tmp_path)[path])
+    variants = [(True, True), (False, True), (False, False), (frozenset({"peer_wait"}), True)]
+    shared = [to_simgraph(g, *v) for v in variants]
+    for v, sg in zip(variants, shared, strict=True):
+        fresh = to_simgraph({k: pa.table(t.columns, schema=t.schema) for k, t in g.items()}, *v)
+        for f in ("dur_ns", "unit", "unit_policy", "order_key", "priority", "indptr", "dst",
+                  "lag_ns", "edge_kind"):
+            assert np.array_equal(getattr(sg, f), getattr(fresh, f)), (v, f)
+    assert not np.array_equal(shared[0].lag_ns, shared[1].lag_ns)  # the slack does differ

@@ -189,3 +189,16 @@ def test_v100_resnet50_lands_in_the_published_range(graphs, activity):
 def test_chain_on_a100(graphs):
     g2 = rewrite(graphs["a100"], "amp", Context(device=A100))
     assert replay(g2).mean("simulated_ns") > 0
+
+
+@pytest.mark.parametrize("key", ["v100", "alexnet", "mi300x"])
+def test_host_costs_are_the_medians_of_the_calls(graphs, key):
+    """The inserted calls' own costs (numpy over the task columns) are the medians a Polars
+    filter finds: cudaLaunchKernel, non-blocking cudaMemcpyAsync, blocking calls."""
+    g = Graph.from_tables(graphs[key])
+    api = g.task.filter(pl.col("kind") == "api")
+    want = {k: int(api.filter(e)["dur_ns"].median()) for k, e in (
+        ("launch", pl.col("name").str.contains("LaunchKernel")),
+        ("copy", pl.col("name").str.contains("Memcpy") & ~pl.col("blocking")),
+        ("sync", pl.col("blocking")))}
+    assert amp._host_costs(g) == want

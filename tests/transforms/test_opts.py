@@ -115,6 +115,10 @@ def test_cuda_graphs(graphs, baselines):
     g = graphs["v100"]
     gr = Graph.from_tables(g)
     sel = region_tasks(gr)
+    # the numpy selection is the region as a Polars filter writes it
+    assert sel.sum() > 100 and sel.tolist() == gr.task.select(
+        pl.col("kind").is_in(["api", "host"]) & pl.col("phase").is_in(["forward", "backward"])
+        & pl.col("iteration").is_not_null() & ~pl.col("blocking")).to_series().to_list()
     pairs = gr.task.filter(pl.Series(sel)).select("iteration", "unit_id").unique().height
     g2 = rewrite(g, "cuda_graphs")
     t1 = T(g2)

@@ -185,3 +185,29 @@ def test_replace_inserts_beside_what_it_removes(g):
     assert g.task["name"][k] not in g2.task["name"][x:x + 1].to_list()
     # the new kernel took the removed one's place in stream order
     assert g2.edge.filter(pl.col("dst") == x, pl.col("kind") == "stream").height == 1
+
+
+@pytest.mark.parametrize("key", ["alexnet", "v100", "mi300x"])
+def test_arrays_are_the_task_columns(graphs, key):
+    """``Graph.array`` (what optimizations read of a graph as numpy) holds each task column's
+    values as Polars has them, nulls as asked; ``launch_pairs`` are the launch edges; ``isin``
+    is Polars' ``is_in``."""
+    g = Graph.from_tables(graphs[key])
+    t = g.task
+    assert g.array("kind").tolist() == t["kind"].to_list()
+    assert g.array("name", "").tolist() == t["name"].fill_null("").to_list()
+    assert g.array("phase").tolist() == t["phase"].to_list()
+    assert g.array("dur_ns").tolist() == t["dur_ns"].to_list()
+    it = t["iteration"]
+    assert it.null_count() and g.array("iteration", -1).tolist() == it.fill_null(-1).to_list()
+    with pytest.raises(DaydreamError, match="has nulls"):
+        g.array("iteration")
+    assert g.array("kind") is g.array("kind") and not g.array("kind").flags.writeable
+    src, dst, lag = g.launch_pairs()
+    la = g.launches()
+    assert len(src) and src.tolist() == la["api"].to_list() and dst.tolist() == la["gpu"].to_list()
+    assert lag.tolist() == g.edge.filter(pl.col("kind") == "launch")["lag_ns"].to_list()
+    from transforms.primitives import isin
+    for vals in (("forward", "backward"), ("weight_update",), ()):
+        assert isin(g.array("phase"), vals).tolist() == \
+            t["phase"].is_in(list(vals)).fill_null(False).to_list()

@@ -45,12 +45,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphstore.latency import LATENCY
-from graphstore.schema import LOCAL_GPU_KINDS
 from ingest.errors import DaydreamError
 from transforms import hardware, memory
 from transforms.constants import AMP, AMP_INTENSITY, FUSED_OPTIMIZER_PASSES
 from transforms.kernels import KernelPrecision, autocast_policy, kernel_precision, op_kind
-from transforms.primitives import Graph
+from transforms.primitives import Graph, isin
 from transforms.registry import Context, register
 from transforms.work import ranges_of
 
@@ -323,14 +322,13 @@ def kernel_dtypes(g: Graph, kern: pl.DataFrame, prec: list[KernelPrecision], ops
     """Per kernel of KERN: the dtype autocast gives it (``reduced``, ``fp32`` or ``keep``) and
     the op range that launched it (None without ranges). ``keep``: not autocast's business
     (parameters, gradients, optimizer, integer or FP64 data)."""
-    la = g.edge.filter(pl.col("kind") == "launch").select(pl.col("src").alias("api"),
-                                                          pl.col("dst").alias("id"))
-    k = kern.join(la, on="id", how="left")
-    rid_of = dict(zip(g.task["task_id"].to_list(), g.task["range_id"].to_list(), strict=True))
-    unit_of = g.task["unit_id"].to_numpy()
-    start_of = g.task["start_ns"].to_numpy()
-    api = k["api"].to_list()
-    ids = k["id"].to_list()
+    launch, _ = _launches(g)
+    rid_of = g.task["range_id"].to_list()  # by task id (ids are positions)
+    unit_of = g.array("unit_id")
+    start_of = g.array("start_ns")
+    ids = kern["id"].to_list()
+    api = [launch.get(i) for i in ids]
+    kname = kern["name"].to_list()
     # program order of the launching calls, per thread (the stream's for unlaunched kernels)
     order = sorted(range(len(ids)), key=lambda j: (
         int(unit_of[api[j]]) if api[j] is not None else -1 - int(unit_of[ids[j]]),
@@ -342,11 +340,11 @@ def kernel_dtypes(g: Graph, kern: pl.DataFrame, prec: list[KernelPrecision], ops
         p = prec[j]
         key = int(unit_of[api[j]]) if api[j] is not None else -1 - int(unit_of[ids[j]])
         if ops.ok and api[j] is not None:
-            rid = rid_of.get(api[j])
+            rid = rid_of[api[j]]
             pol, by = ops.policy(rid)
             op_rid[j] = rid
         else:  # the kernel's own class stands in for its op
-            low = (k["name"][j] or "").lower()
+            low = (kname[j] or "").lower()
             pol = ("lower" if p.math else "fp32" if _FP32_KERNEL_RE.search(low) else None)
         if pol == "param":
             dtype[j] = "keep"
@@ -436,7 +434,7 @@ def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
         ctx.notes.append("amp: the trace has no GPU kernels (a CPU-only trace); autocast on "
                          "CUDA does not apply; unchanged")
         return g
-    names = kern["name"].fill_null("").to_list()
+    names = [n or "" for n in kern["name"].to_list()]
     prec = [kernel_precision(n) for n in names]
     dur = kern["dur_ns"].to_numpy()
     share, math_ns = reduced_share(dur, prec)
@@ -455,8 +453,8 @@ def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
     pk = peaks(dev, dtype)
     ranges = ranges_of(ctx)
     ops = Ops(ranges)
-    region = kern["phase"].is_in(list(PHASES)).to_numpy() & kern["iteration"].is_not_null(
-    ).to_numpy()
+    region = np.array([ph in PHASES and it is not None for ph, it in zip(
+        kern["phase"].to_list(), kern["iteration"].to_list(), strict=True)], bool)
     dt, op_rid = kernel_dtypes(g, kern, prec, ops)
     # the fixed cost of a kernel: the trace's own shortest kernels (10th percentile)
     t0 = float(np.percentile(dur, AMP["fixed_percentile"]["value"])) if len(dur) else 0.0
@@ -508,7 +506,6 @@ def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
            f"{AMP_INTENSITY['conv']['source'][:60]}...)" if by_class else "")
         + ("; op ranges: autocast's op lists" if ops.ok else
            "; no op ranges: the kernels' own classes stand in for their ops"))
-    kern = g.task.with_row_index("id").filter(pl.col("kind") == "kernel")
     if casts:
         g = _insert_casts(g, ctx, ops, pk, t0)
     if loss_scaling:
@@ -530,24 +527,26 @@ def _frame(rows: list[dict]) -> pl.DataFrame:
 def _host_costs(g: Graph) -> dict[str, int]:
     """Own costs the inserted calls take, measured in the trace: the median cudaLaunchKernel,
     cudaMemcpyAsync and blocking call (after its wait)."""
-    t = g.task.filter(pl.col("kind") == "api")
+    api = g.array("kind") == "api"
+    names, blocking, dur = g.array("name", ""), g.array("blocking"), g.array("dur_ns")
     out = {}
-    for key, expr, fallback in (
-            ("launch", pl.col("name").str.contains("LaunchKernel"), AMP["launch_ns"]),
-            ("copy", pl.col("name").str.contains("Memcpy") & ~pl.col("blocking"),
-             AMP["launch_ns"]),
-            ("sync", pl.col("blocking"), AMP["sync_ns"])):
-        s = t.filter(expr)["dur_ns"]
-        out[key] = int(s.median()) if s.len() else int(fallback["value"])
+    for key, sel, fallback in (
+            ("launch", api & _has(names, "LaunchKernel"), AMP["launch_ns"]),
+            ("copy", api & _has(names, "Memcpy") & ~blocking, AMP["launch_ns"]),
+            ("sync", api & blocking, AMP["sync_ns"])):
+        out[key] = int(np.median(dur[sel])) if sel.any() else int(fallback["value"])
     return out
+
+
+def _has(names: np.ndarray, part: str) -> np.ndarray:
+    """Whether each name contains PART."""
+    return np.fromiter((part in n for n in names), bool, len(names))
 
 
 def _launches(g: Graph) -> tuple[dict[int, int], dict[int, int]]:
     """Per launched GPU task: its launch call, and the launch edge's lag (one filter)."""
-    la = g.edge.filter(pl.col("kind") == "launch")
-    dst = la["dst"].to_list()
-    return (dict(zip(dst, la["src"].to_list(), strict=True)),
-            dict(zip(dst, la["lag_ns"].to_list(), strict=True)))
+    src, dst, lag = (a.tolist() for a in g.launch_pairs())
+    return dict(zip(dst, src, strict=True)), dict(zip(dst, lag, strict=True))
 
 
 def param_bytes_estimate(g: Graph, ctx: Context, bw_eff: float) -> tuple[float, str]:
@@ -590,21 +589,21 @@ def _insert_casts(g: Graph, ctx: Context, ops: Ops, pk: dict, t0: float) -> Grap
     if not ops.ok:
         ctx.notes.append("amp: no op ranges, weight casts not inserted")
         return g
-    t = g.task.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-    kern = t.filter(pl.col("kind") == "kernel", pl.col("phase").is_in(list(PHASES)),
-                    pl.col("iteration").is_not_null())
+    it_of = g.array("iteration", -1)
+    kern = np.flatnonzero((g.array("kind") == "kernel") & isin(g.array("phase"), PHASES)
+                          & (it_of >= 0))
     launch, lag = _launches(g)
-    rid_of = dict(zip(t["id"].to_list(), t["range_id"].to_list(), strict=True))
+    rid_of = g.task["range_id"].to_list()  # by task id (ids are positions)
     weighted = re.compile(r"conv|linear|addmm|prelu|_cell")
     first: dict[tuple[int, int], tuple[int, int]] = {}  # (iteration, op range) -> (kernel, api)
     lastb: dict[tuple[int, int], tuple[int, int]] = {}
     # in launch order (task ids are in start order): a cast goes before the op's first launch
     # and after its last, so that it never precedes work launched before it
-    rows_k = [(launch[kid], kid, it, ph) for kid, it, ph in zip(
-        kern["id"].to_list(), kern["iteration"].to_list(), kern["phase"].to_list(),
-        strict=True) if kid in launch]
+    phase_of = g.array("phase")
+    rows_k = [(launch[kid], kid, int(it_of[kid]), phase_of[kid]) for kid in kern.tolist()
+              if kid in launch]
     for api, kid, it, ph in sorted(rows_k):
-        pol, by = ops.policy(rid_of.get(api))
+        pol, by = ops.policy(rid_of[api])
         if pol != "lower" or by is None or not weighted.search(ops.name[by].lower()):
             continue
         key = (it, by)
@@ -647,15 +646,13 @@ def _insert_loss_scaling(g: Graph, ctx: Context, pk: dict, t0: float) -> Graph:
     kernel (one pass reading and writing every FP32 gradient: 8 bytes a parameter), then
     ``found_inf.item()`` (a 4-byte cudaMemcpyAsync to the host and a cudaStreamSynchronize
     that waits for it); ``update()`` (one small kernel) after the last optimizer kernel."""
-    t = g.task.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-    kern = t.filter(pl.col("kind").is_in(list(LOCAL_GPU_KINDS)),
-                    pl.col("iteration").is_not_null())
     launch, lag = _launches(g)
-    wu = kern.filter(pl.col("phase") == "weight_update", pl.col("kind") == "kernel",
-                     pl.col("id").is_in(list(launch)))
-    bw = kern.filter(pl.col("phase") == "backward", pl.col("kind") == "kernel",
-                     pl.col("id").is_in(list(launch)))
-    if not wu.height:
+    it_of, phase = g.array("iteration", -1), g.array("phase")
+    launched = np.zeros(g.n_tasks, bool)
+    launched[list(launch)] = True
+    kern = (g.array("kind") == "kernel") & (it_of >= 0) & launched  # of an iteration
+    wu = np.flatnonzero(kern & (phase == "weight_update"))
+    if not len(wu):
         ctx.notes.append("amp: no optimizer kernels launched in the trace: GradScaler not "
                          "inserted")
         return g
@@ -667,13 +664,15 @@ def _insert_loss_scaling(g: Graph, ctx: Context, pk: dict, t0: float) -> Graph:
     # the first and last launched optimizer kernels, and the first launched backward kernel
     # (launch calls' ids are in start order): GradScaler's work goes beside them in launch
     # order, never before work launched earlier
-    def by_launch(df: pl.DataFrame) -> pl.DataFrame:
-        return df.with_columns(pl.col("id").replace_strict(launch, return_dtype=pl.Int64)
-                               .alias("api")).sort("api")
-    wu = by_launch(wu)
-    first_wu = wu.group_by("iteration").agg(pl.col("id").first().alias("k"),
-                                            pl.col("id").last().alias("last"))
-    first_bw = dict(by_launch(bw).group_by("iteration").agg(pl.col("id").first()).iter_rows())
+    def by_launch(ids: np.ndarray) -> dict[int, list[int]]:
+        """Per iteration, the kernels IDS in the order of their launch calls."""
+        out: dict[int, list[int]] = {}
+        for i in sorted(ids.tolist(), key=lambda i: launch[i]):  # stable: ties by id
+            out.setdefault(int(it_of[i]), []).append(i)
+        return out
+    first_wu = [(it, ks[0], ks[-1]) for it, ks in sorted(by_launch(wu).items())]
+    first_bw = {it: ks[0] for it, ks in
+                by_launch(np.flatnonzero(kern & (phase == "backward"))).items()}
     # per stream, its tasks in order with their launch calls: the found_inf copy the host
     # waits for goes after the last task launched before the wait, not merely before the
     # optimizer's first kernel (another thread may have launched work onto the stream later
@@ -682,7 +681,7 @@ def _insert_loss_scaling(g: Graph, ctx: Context, pk: dict, t0: float) -> Graph:
     for d, a in launch.items():
         api_of[d] = a
     rows, edges = [], []
-    for it, k, last in first_wu.sort("iteration").iter_rows():
+    for it, k, last in first_wu:
         api, api_last = launch[k], launch[last]
         th, st = int(unit[api]), int(unit[k])
         on = np.flatnonzero((unit == st) & (api_of < api))
@@ -724,7 +723,8 @@ def _insert_loss_scaling(g: Graph, ctx: Context, pk: dict, t0: float) -> Graph:
     # be a stream wait (cudaStreamWaitEvent waits for work recorded before it is enqueued):
     # with a host that now waits for the GPU once per step it would close a cycle
     e = g.edge
-    bad = (e["inferred"] & e["kind"].is_in(["wait", "contention"])).to_numpy()
+    bad = e["inferred"].to_numpy() & isin(np.array(e["kind"].to_list(), object),
+                                          ("wait", "contention"))
     if bad.any():
         src_api = api_of[e["src"].to_numpy()]
         dst_api = api_of[e["dst"].to_numpy()]
@@ -736,7 +736,7 @@ def _insert_loss_scaling(g: Graph, ctx: Context, pk: dict, t0: float) -> Graph:
                              "can wait for later work; GradScaler's sync would deadlock on them)")
     ed = pl.DataFrame(edges, schema=["src", "dst", "kind", "anchor", "lag_ns"], orient="row")
     g, _ = g.insert(_frame(rows), ed)
-    ctx.notes.append(f"amp: GradScaler in {first_wu.height} steps: unscale_ "
+    ctx.notes.append(f"amp: GradScaler in {len(first_wu)} steps: unscale_ "
                      f"{unscale_ns / 1e3:.1f} us ({pbytes / 1e6:.1f} MB of gradients from "
                      f"{src}), found_inf read back with a stream sync (the host waits for "
                      "the GPU's backward once per step), update kernel")

@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 
 from transforms.constants import CUDA_GRAPHS as C
-from transforms.primitives import Graph
+from transforms.primitives import Graph, isin
 from transforms.registry import Context, register
 
 REGION = ("forward", "backward")
@@ -15,9 +15,8 @@ REGION = ("forward", "backward")
 def region_tasks(g: Graph) -> np.ndarray:
     """CPU tasks (calls and host time) of the captured region: phases forward and backward of
     an iteration, blocking calls excepted."""
-    return g.task.select(pl.col("kind").is_in(["api", "host"]) & pl.col("phase").is_in(
-        list(REGION)) & pl.col("iteration").is_not_null() & ~pl.col("blocking")
-    ).to_series().to_numpy()
+    return (isin(g.array("kind"), ("api", "host")) & isin(g.array("phase"), REGION)
+            & (g.array("iteration", -1) >= 0) & ~g.array("blocking"))
 
 
 @register("cuda_graphs", removes_cpu=True)
@@ -32,11 +31,13 @@ def cuda_graphs(g: Graph, ctx: Context) -> Graph:
     if not sel.any():
         ctx.notes.append("cuda_graphs: no forward/backward CPU tasks; unchanged")
         return g
-    t = g.task.with_row_index("id").filter(pl.Series(sel))
-    first = t.group_by("iteration", "unit_id").agg(pl.col("id").min()).sort("id")
-    rows = [{"at": int(i), "kind": "api", "unit_id": int(u), "name": "cudaGraphLaunch",
-             "dur_ns": C["graph_launch_ns"]["value"]}
-            for i, u in zip(first["id"].to_list(), first["unit_id"].to_list(), strict=False)]
+    # the first region task of each (iteration, thread), in id order
+    it, unit = g.array("iteration", -1), g.array("unit_id")
+    first: dict[tuple[int, int], int] = {}
+    for i in np.flatnonzero(sel).tolist():
+        first.setdefault((int(it[i]), int(unit[i])), i)
+    rows = [{"at": i, "kind": "api", "unit_id": u, "name": "cudaGraphLaunch",
+             "dur_ns": C["graph_launch_ns"]["value"]} for (_, u), i in first.items()]
     g = g.scale(sel, 0.0)
     g, _ = g.insert(pl.DataFrame(rows))
     return g
