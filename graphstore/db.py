@@ -76,10 +76,6 @@ GRAPH_DIR = "graph"  # DIR/graph/trace_id=<id>/<table>.parquet: large graphs (PA
 # Graphs with at least this many task and edge rows are stored as Parquet, not inserted (the
 # environment variable lets the fault tests run every graph through that path).
 PARQUET_ROWS = int(os.environ.get("DAYDREAM_GRAPH_PARQUET_ROWS", "100000"))
-# Edges are read back ORDER BY src, dst like the DuckDB tables, and DuckDB breaks ties among
-# parallel edges (which the simulator's critical path sees) by how its scan cut the rows: files
-# in row groups of DuckDB's own size (2048 x 60) sort exactly as the table would.
-DUCKDB_ROW_GROUP = 122_880
 VERSION_KEY = b"daydream.graph_schema_version"
 # The order write_trace fills the tables in (the order is only for error messages: it is one
 # transaction).
@@ -585,10 +581,9 @@ def stage_parquet(folder: Path, trace_id: str, tables: Mapping[str, pa.Table]) -
     folder.mkdir(parents=True, exist_ok=True)
 
     def write(name: str) -> None:
-        # only edges need DuckDB's row groups (the other tables' sort keys are unique, or they
-        # are small); larger ones encode faster (a quarter less CPU for a million tasks)
-        write_parquet(prepared[name], folder / f"{name}.parquet",
-                      row_group_size=DUCKDB_ROW_GROUP if name == "edge" else None)
+        # row groups of the writer's default size: the rows are read back in an order of
+        # their own (graphstore.read.ORDER), whatever groups the file has
+        write_parquet(prepared[name], folder / f"{name}.parquet")
 
     # the two large tables each on a thread of their own, the four small ones in this one
     with ThreadPoolExecutor(max_workers=2) as pool:

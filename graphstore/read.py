@@ -11,8 +11,17 @@ from graphstore import db
 from graphstore.schema import GRAPH_TABLES
 from ingest.errors import DaydreamError
 
-ORDER = {"task": "task_id", "edge": "src, dst", "unit": "unit_id", "iteration": "iteration",
-         "layer": "first_start_ns", "slack": "iteration, kind"}
+# The order each table is read in: by its key, and where the key has ties (parallel edges
+# between two tasks, layers starting together) by its other columns too. DuckDB's sort breaks
+# ties by how its threads cut the scan (the transformer trace's 2,078 parallel edge pairs came
+# back in one order with 1 or 2 threads and another with 4 or 8), and the simulator's critical
+# path sees the order of parallel edges: a prediction must not depend on the machine's core
+# count, nor on whether the graph was stored in DuckDB or as Parquet. ``anchor`` is compared
+# as text: an ENUM in DuckDB, a string in Parquet.
+ORDER = {"task": "task_id",
+         "edge": "src, dst, kind, anchor::VARCHAR, lag_ns, slack_ns, binding, inferred",
+         "unit": "unit_id", "iteration": "iteration", "layer": "first_start_ns, layer",
+         "slack": "iteration, kind"}
 
 
 def read_graph(store_root: Path | str, trace_id: str) -> dict[str, pa.Table]:

@@ -339,7 +339,7 @@ class Graph:
                                  pl.col("dst").map_batches(lambda s: lut.gather(s)))
         task = self.task.filter(pl.Series(~mask)).with_columns(
             pl.Series("task_id", np.arange(int((~mask).sum()), dtype=np.int64)))
-        return self._with(task=task, edge=kept.sort(["src", "dst"]))
+        return self._with(task=task, edge=kept.sort(["src", "dst"], maintain_order=True))
 
     def with_launches(self, pred: Predicate) -> np.ndarray:
         """The selected tasks and the launch calls that would launch nothing once they are
@@ -465,7 +465,8 @@ class Graph:
                                 newid[np.clip(a, 0, n - 1)])
             ed = _edge_defaults(edges, pl.Series("src", m("src")), pl.Series("dst", m("dst")))
             e = pl.concat([e, ed.select(e.columns).cast(e.schema)])
-        return self._with(task=allt, edge=e.sort(["src", "dst"])), newid[:n], ins_ids
+        edge = e.sort(["src", "dst"], maintain_order=True)
+        return self._with(task=allt, edge=edge), newid[:n], ins_ids
 
     @staticmethod
     def _splice(e: pl.DataFrame, e_src: np.ndarray, e_dst: np.ndarray, todo: list[int],
@@ -529,7 +530,7 @@ class Graph:
         if bad.height:
             raise DaydreamError(f"connect: edge {bad.row(0)} names a task outside 0..{n - 1}")
         e = pl.concat([self.edge, ed.select(self.edge.columns).cast(self.edge.schema)])
-        return self._with(edge=e.sort(["src", "dst"]))
+        return self._with(edge=e.sort(["src", "dst"], maintain_order=True))
 
     # -- reschedule ----------------------------------------------------------------------------
     def set_priority(self, pred: Predicate, priority) -> Graph:
