@@ -126,7 +126,9 @@ NAME_PHASE_RULES: tuple[tuple[str, str], ...] = (
 MODULE_PREFIX = "nn.Module: "
 BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function:"
 FSDP_MARKER = r"^FSDP::(?<when>pre|post)_(?<phase>forward|backward)\s*\((?<fqn>[^)]*)\)"
+FSDP_PREFIX = "FSDP::"  # what every FSDP_MARKER match begins with
 STEP_RE = r"^ProfilerStep#\d+$"
+STEP_PREFIX = "ProfilerStep#"
 OPTIMIZER_STEP = "Optimizer.step#"
 DATALOADER = "enumerate(DataLoader)"
 # label_ranges writes {layer: source} here, in the result's schema metadata, for find_layers.
@@ -332,12 +334,18 @@ class _Names:
     def starts_with(self, prefix: str) -> np.ndarray:
         return self._rule_mask(("starts_with", prefix), None, lambda v: v.startswith(prefix))
 
-    def contains(self, pattern: str, literal: bool = False) -> np.ndarray:
-        """A regular expression (Polars', Rust's syntax), or a LITERAL substring."""
+    def contains(self, pattern: str, literal: bool = False, prefix: str = "") -> np.ndarray:
+        """A regular expression (Polars', Rust's syntax), or a LITERAL substring. ``prefix``:
+        a literal that the pattern is anchored to (``^prefix...``), so that only names
+        starting with it can match."""
         if literal:
             return self._rule_mask(("contains", pattern, True), None, lambda v: pattern in v)
-        return self._rule_mask(("contains", pattern, False),
-                               lambda s: s.str.contains(pattern))
+        return self._rule_mask(("contains", pattern, False), _regex(pattern, prefix))
+
+    def any_contains(self, pattern: str, prefix: str = "") -> bool:
+        """Whether any distinct value (a row's or not) matches ``contains``' pattern."""
+        return any(v is True for v in self.per_value(("contains", pattern, False),
+                                                     _regex(pattern, prefix)))
 
     def equals(self, value: str) -> np.ndarray:
         return self._rule_mask(("equals", value), None, lambda v: v == value)
@@ -345,6 +353,25 @@ class _Names:
     def differs(self, value: str) -> np.ndarray:
         """Rows whose value is not VALUE (null rows: False)."""
         return self._rule_mask(("differs", value), None, lambda v: v != value)
+
+
+def _regex(pattern: str, prefix: str) -> Callable[[pl.Series], pl.Series]:
+    """``Series.str.contains(pattern)``, run only on the values that start with ``prefix``
+    (the others cannot match a pattern anchored to it): a fleet's traces bring new names each,
+    and matching a regular expression on all of them was most of the time of a small trace's
+    iteration search."""
+    def run(s: pl.Series) -> pl.Series:
+        if not prefix:
+            return s.str.contains(pattern)
+        vals = s.to_list()
+        out = [None if v is None else False for v in vals]
+        at = [i for i, v in enumerate(vals) if v is not None and v.startswith(prefix)]
+        if at:
+            hits = pl.Series([vals[i] for i in at], dtype=pl.String).str.contains(pattern)
+            for i, hit in zip(at, hits.to_list(), strict=True):
+                out[i] = hit
+        return pl.Series(out, dtype=pl.Boolean)
+    return run
 
 
 # what each name rule gave each distinct string (``_Names.per_value``): rule -> {value: result},
@@ -404,9 +431,13 @@ def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame, names: _Names, kin
     """The iteration table and the (pid, tid) of the markers it came from (None: whole trace).
     ``names``, ``kinds``: r's name and kind columns encoded."""
     is_cpu = kinds.differs("gpu_user_annotation")
-    steps = r.filter(pl.Series(is_cpu & names.contains(STEP_RE)))
+    # which rule applies is found on the encoded names first: a filter of an empty frame
+    # costs as much as one of a small trace's
+    at_step = is_cpu & names.contains(STEP_RE, prefix=STEP_PREFIX)
+    at_opt = is_cpu & names.starts_with(OPTIMIZER_STEP)
     main: tuple[int, int] | None = None
-    if steps.height:
+    if at_step.any():
+        steps = r.filter(pl.Series(at_step))
         main = _busiest_thread(steps)
         steps = (steps.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
                  .sort("start_ns", "depth").unique("name", keep="first", maintain_order=True))
@@ -416,9 +447,9 @@ def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame, names: _Names, kin
         window = (int(starts[-1]), int(steps["end_ns"][-1]))
         source = "ProfilerStep"
     else:
-        cpu = r.filter(pl.Series(is_cpu))
-        opt = _outermost(cpu.filter(pl.col("name").str.starts_with(OPTIMIZER_STEP)))
+        opt = _outermost(r.filter(pl.Series(at_opt))) if at_opt.any() else r.clear()
         if opt.height:
+            cpu = r.filter(pl.Series(is_cpu))
             cls = (opt.group_by("name").agg(pl.len(), pl.col("end_ns").mean().alias("e"))
                    .sort(["len", "e"], descending=True)["name"][0])
             opt = opt.filter(pl.col("name") == cls)
@@ -496,8 +527,7 @@ def _fsdp_intervals(r: pl.DataFrame, names: _Names | None = None) -> pl.DataFram
     """FSDP unit intervals per thread: pid, tid, start_ns, end_ns, fqn, phase (module doc c).
     ``names``: r's names, when the caller has them encoded."""
     empty = pl.DataFrame(schema=_FSDP_SCHEMA)
-    if names is not None and not any(v is True for v in names.per_value(
-            ("contains", FSDP_MARKER, False), lambda s: s.str.contains(FSDP_MARKER))):
+    if names is not None and not names.any_contains(FSDP_MARKER, prefix=FSDP_PREFIX):
         return empty
     m = (r.select("pid", "tid", "start_ns", "end_ns",
                   pl.col("name").str.extract_groups(FSDP_MARKER).alias("g"))
@@ -583,10 +613,11 @@ def _backward_links(r: pl.DataFrame, flow: pa.Table | None, is_bwd: np.ndarray) 
     linked = np.zeros(r.height, bool)
     linked[pl.concat(out)["bwd_pos"].to_numpy()] = True
     has_seq = r["sequence_number"].is_not_null().to_numpy()
-    cols = r.select("pid", "sequence_number", "start_ns", "depth", "pos")
-    bwd = cols.filter(pl.Series(is_bwd & has_seq & ~linked))
-    fwd = cols.filter(pl.Series(~is_bwd & has_seq))
-    if bwd.height and fwd.height:
+    want_bwd, want_fwd = is_bwd & has_seq & ~linked, ~is_bwd & has_seq
+    if want_bwd.any() and want_fwd.any():  # (most small traces have no backward op)
+        cols = r.select("pid", "sequence_number", "start_ns", "depth", "pos")
+        bwd = cols.filter(pl.Series(want_bwd))
+        fwd = cols.filter(pl.Series(want_fwd))
         lk = _asof(bwd.select("pid", "sequence_number", "start_ns", pl.col("pos").alias("bwd_pos"))
                    .sort("start_ns"),
                    fwd.select("pid", "sequence_number", "start_ns", "depth",
