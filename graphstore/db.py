@@ -49,7 +49,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import duckdb
 import orjson
 
 from graphstore.schema import (
@@ -64,7 +63,10 @@ from ingest import COMMIT_ORDER
 from ingest.errors import DaydreamError
 from ingest.store import DUCKDB_MEMORY_LIMIT, PART, Store, duckdb_instance, fsync_dir, write_parquet
 
+# duckdb (~0.1 s of start-up) is imported by the functions that open a database: a fleet
+# ingest's workers import this module for the graph tables' layout and never open one.
 if TYPE_CHECKING:
+    import duckdb
     import pyarrow as pa
 
 DB_FILE = "graph.duckdb"
@@ -280,6 +282,7 @@ def _rebuild_hint(path: Path | str) -> str:
 def check_version(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> str:
     """Raise unless the database is a daydream graph of this version (or one it migrates);
     returns the version found."""
+    import duckdb
     where = str(path) if path is not None else "the graph database"
     try:
         found = con.execute("SELECT value FROM meta WHERE key = ?", [META_KEY]).fetchall()
@@ -322,6 +325,7 @@ def _instance() -> duckdb.DuckDBPyConnection:
 def _attach(path: Path, read_only: bool) -> tuple[duckdb.DuckDBPyConnection, str | None]:
     """A connection with ``path`` attached and in use, and its alias (None: a connection of
     its own, for a file this process has attached already)."""
+    import duckdb
     key = str(path.resolve())
     with _GUARD:
         if _ATTACHED.get(key):
@@ -362,6 +366,7 @@ def _detach(con: duckdb.DuckDBPyConnection, path: Path, alias: str | None) -> No
 def _open(path: Path, read_only: bool, timeout_s: float
           ) -> tuple[duckdb.DuckDBPyConnection, str | None]:
     """Open ``path``, waiting while another process holds a conflicting lock on it."""
+    import duckdb
     deadline = time.monotonic() + timeout_s
     delay = 0.02
     while True:
@@ -428,6 +433,7 @@ def _create(path: Path) -> None:
 
 def _make_empty(tmp: Path) -> None:
     """An empty graph database (tables, ``meta``, views) at ``tmp``, checkpointed."""
+    import duckdb
     con = duckdb.connect(str(tmp))
     try:
         create_schema(con, tmp)
@@ -454,6 +460,7 @@ def prepare(store_root: str | Path, folder: Path) -> None:
     made = folder / DB_FILE
 
     def make() -> None:
+        import duckdb
         part = folder / (DB_FILE + ".part")
         try:
             _make_empty(part)
@@ -701,6 +708,7 @@ def write_traces(store_root: str | Path,
     """:func:`write_trace` for many traces in one transaction (one open of the database, one
     commit): how a batch loader keeps the write lock for a short time per many traces. A
     graph given as a folder (:func:`stage_parquet`) is moved into ``DIR/graph`` instead."""
+    import duckdb
     import pyarrow as pa
     import pyarrow.parquet as pq
     root = Path(store_root)
@@ -828,6 +836,7 @@ def write_results(store_root: str | Path, table: str, rows: pa.Table, key: tuple
     """Insert result rows (e.g. ``prediction``) in one transaction, replacing rows with the same
     ``key`` values. Rows of traces that have no graph (deleted meanwhile) are dropped. Takes the
     store's writer lock. Returns rows written."""
+    import duckdb
     decl = RESULT_TABLES[table]
     missing = [c for c in decl.names if c not in rows.column_names]
     if missing:
@@ -1009,6 +1018,7 @@ def run_sql(store_root: str | Path, sql: str, *, activity: bool = True,
 def _run(store_root: str | Path, sql: str, fetch, *, activity: bool, timeout_s: float):
     """``fetch`` of the relation of the last statement of ``sql`` (None where it has none),
     run read-only over the store."""
+    import duckdb
     root = Path(store_root)
     has_graph = db_path(root).exists()
     has_activity = has_graph or bool(Store(root).trace_ids())

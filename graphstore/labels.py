@@ -126,7 +126,9 @@ NAME_PHASE_RULES: tuple[tuple[str, str], ...] = (
 MODULE_PREFIX = "nn.Module: "
 BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function:"
 FSDP_MARKER = r"^FSDP::(?<when>pre|post)_(?<phase>forward|backward)\s*\((?<fqn>[^)]*)\)"
+FSDP_PREFIX = "FSDP::"  # what every FSDP_MARKER match begins with
 STEP_RE = r"^ProfilerStep#\d+$"
+STEP_PREFIX = "ProfilerStep#"
 OPTIMIZER_STEP = "Optimizer.step#"
 DATALOADER = "enumerate(DataLoader)"
 # label_ranges writes {layer: source} here, in the result's schema metadata, for find_layers.
@@ -173,6 +175,18 @@ def ranges_frame(tables: dict[str, pa.Table]) -> pl.DataFrame:
     return df.with_columns(pl.col("kind").cast(pl.String), pl.col("name").cast(pl.String),
                            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
                            pl.int_range(pl.len(), dtype=pl.Int64).alias("pos"))
+
+
+def _filled(s: pl.Series, value: int) -> np.ndarray:
+    """An integer column as numpy with its nulls set to ``value``, through Arrow: a Polars
+    Series method (fill_null, is_not_null) runs as a query of its own, ~0.1 ms, a dozen of
+    which were a tenth of a small trace's labels."""
+    return pc.fill_null(s.to_arrow(), value).to_numpy()
+
+
+def _not_null(s: pl.Series) -> np.ndarray:
+    """Which rows of ``s`` are set (``_filled``'s way)."""
+    return s.to_arrow().is_valid().to_numpy(zero_copy_only=False)
 
 
 def _parent_pos(ids: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -223,7 +237,7 @@ class _Tree:
 
     def __init__(self, r: pl.DataFrame):
         self.parent = _parent_pos(r["range_id"].to_numpy(),
-                                  r["parent"].fill_null(-1).to_numpy().astype(np.int64))
+                                  _filled(r["parent"], -1).astype(np.int64))
         # ingest gives every range its parent's depth + 1, so a level's parents are done
         depth = r["depth"].to_numpy()
         if len(depth) and 0 <= depth.min() and depth.max() < 2 ** 15:
@@ -332,12 +346,18 @@ class _Names:
     def starts_with(self, prefix: str) -> np.ndarray:
         return self._rule_mask(("starts_with", prefix), None, lambda v: v.startswith(prefix))
 
-    def contains(self, pattern: str, literal: bool = False) -> np.ndarray:
-        """A regular expression (Polars', Rust's syntax), or a LITERAL substring."""
+    def contains(self, pattern: str, literal: bool = False, prefix: str = "") -> np.ndarray:
+        """A regular expression (Polars', Rust's syntax), or a LITERAL substring. ``prefix``:
+        a literal that the pattern is anchored to (``^prefix...``), so that only names
+        starting with it can match."""
         if literal:
             return self._rule_mask(("contains", pattern, True), None, lambda v: pattern in v)
-        return self._rule_mask(("contains", pattern, False),
-                               lambda s: s.str.contains(pattern))
+        return self._rule_mask(("contains", pattern, False), _regex(pattern, prefix))
+
+    def any_contains(self, pattern: str, prefix: str = "") -> bool:
+        """Whether any distinct value (a row's or not) matches ``contains``' pattern."""
+        return any(v is True for v in self.per_value(("contains", pattern, False),
+                                                     _regex(pattern, prefix)))
 
     def equals(self, value: str) -> np.ndarray:
         return self._rule_mask(("equals", value), None, lambda v: v == value)
@@ -345,6 +365,25 @@ class _Names:
     def differs(self, value: str) -> np.ndarray:
         """Rows whose value is not VALUE (null rows: False)."""
         return self._rule_mask(("differs", value), None, lambda v: v != value)
+
+
+def _regex(pattern: str, prefix: str) -> Callable[[pl.Series], pl.Series]:
+    """``Series.str.contains(pattern)``, run only on the values that start with ``prefix``
+    (the others cannot match a pattern anchored to it): a fleet's traces bring new names each,
+    and matching a regular expression on all of them was most of the time of a small trace's
+    iteration search."""
+    def run(s: pl.Series) -> pl.Series:
+        if not prefix:
+            return s.str.contains(pattern)
+        vals = s.to_list()
+        out = [None if v is None else False for v in vals]
+        at = [i for i, v in enumerate(vals) if v is not None and v.startswith(prefix)]
+        if at:
+            hits = pl.Series([vals[i] for i in at], dtype=pl.String).str.contains(pattern)
+            for i, hit in zip(at, hits.to_list(), strict=True):
+                out[i] = hit
+        return pl.Series(out, dtype=pl.Boolean)
+    return run
 
 
 # what each name rule gave each distinct string (``_Names.per_value``): rule -> {value: result},
@@ -404,9 +443,13 @@ def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame, names: _Names, kin
     """The iteration table and the (pid, tid) of the markers it came from (None: whole trace).
     ``names``, ``kinds``: r's name and kind columns encoded."""
     is_cpu = kinds.differs("gpu_user_annotation")
-    steps = r.filter(pl.Series(is_cpu & names.contains(STEP_RE)))
+    # which rule applies is found on the encoded names first: a filter of an empty frame
+    # costs as much as one of a small trace's
+    at_step = is_cpu & names.contains(STEP_RE, prefix=STEP_PREFIX)
+    at_opt = is_cpu & names.starts_with(OPTIMIZER_STEP)
     main: tuple[int, int] | None = None
-    if steps.height:
+    if at_step.any():
+        steps = r.filter(pl.Series(at_step))
         main = _busiest_thread(steps)
         steps = (steps.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
                  .sort("start_ns", "depth").unique("name", keep="first", maintain_order=True))
@@ -416,9 +459,9 @@ def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame, names: _Names, kin
         window = (int(starts[-1]), int(steps["end_ns"][-1]))
         source = "ProfilerStep"
     else:
-        cpu = r.filter(pl.Series(is_cpu))
-        opt = _outermost(cpu.filter(pl.col("name").str.starts_with(OPTIMIZER_STEP)))
+        opt = _outermost(r.filter(pl.Series(at_opt))) if at_opt.any() else r.clear()
         if opt.height:
+            cpu = r.filter(pl.Series(is_cpu))
             cls = (opt.group_by("name").agg(pl.len(), pl.col("end_ns").mean().alias("e"))
                    .sort(["len", "e"], descending=True)["name"][0])
             opt = opt.filter(pl.col("name") == cls)
@@ -492,12 +535,17 @@ _FSDP_SCHEMA = {"pid": pl.Int64, "tid": pl.Int64, "start_ns": pl.Int64, "end_ns"
                 "fqn": pl.String, "phase": pl.String}
 
 
+@functools.cache
+def _no_fsdp() -> pl.DataFrame:
+    """No FSDP intervals (made once: a frame built from a schema costs ~0.3 ms)."""
+    return pl.DataFrame(schema=_FSDP_SCHEMA)
+
+
 def _fsdp_intervals(r: pl.DataFrame, names: _Names | None = None) -> pl.DataFrame:
     """FSDP unit intervals per thread: pid, tid, start_ns, end_ns, fqn, phase (module doc c).
     ``names``: r's names, when the caller has them encoded."""
-    empty = pl.DataFrame(schema=_FSDP_SCHEMA)
-    if names is not None and not any(v is True for v in names.per_value(
-            ("contains", FSDP_MARKER, False), lambda s: s.str.contains(FSDP_MARKER))):
+    empty = _no_fsdp()
+    if names is not None and not names.any_contains(FSDP_MARKER, prefix=FSDP_PREFIX):
         return empty
     m = (r.select("pid", "tid", "start_ns", "end_ns",
                   pl.col("name").str.extract_groups(FSDP_MARKER).alias("g"))
@@ -582,11 +630,12 @@ def _backward_links(r: pl.DataFrame, flow: pa.Table | None, is_bwd: np.ndarray) 
             out.append(lk.group_by("bwd_pos").agg(pl.col("fwd_pos").min()))
     linked = np.zeros(r.height, bool)
     linked[pl.concat(out)["bwd_pos"].to_numpy()] = True
-    has_seq = r["sequence_number"].is_not_null().to_numpy()
-    cols = r.select("pid", "sequence_number", "start_ns", "depth", "pos")
-    bwd = cols.filter(pl.Series(is_bwd & has_seq & ~linked))
-    fwd = cols.filter(pl.Series(~is_bwd & has_seq))
-    if bwd.height and fwd.height:
+    has_seq = _not_null(r["sequence_number"])
+    want_bwd, want_fwd = is_bwd & has_seq & ~linked, ~is_bwd & has_seq
+    if want_bwd.any() and want_fwd.any():  # (most small traces have no backward op)
+        cols = r.select("pid", "sequence_number", "start_ns", "depth", "pos")
+        bwd = cols.filter(pl.Series(want_bwd))
+        fwd = cols.filter(pl.Series(want_fwd))
         lk = _asof(bwd.select("pid", "sequence_number", "start_ns", pl.col("pos").alias("bwd_pos"))
                    .sort("start_ns"),
                    fwd.select("pid", "sequence_number", "start_ns", "depth",
@@ -723,8 +772,8 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     tid = r["tid"].to_numpy()
     names = r["name"]
 
-    is_bwd = (r["fwd_thread_id"].fill_null(0) > 0).to_numpy() | nm.starts_with(BACKWARD_OP_PREFIX)
-    is_fwd_op = (~is_bwd) & r["sequence_number"].is_not_null().to_numpy()
+    is_bwd = (_filled(r["fwd_thread_id"], 0) > 0) | nm.starts_with(BACKWARD_OP_PREFIX)
+    is_fwd_op = (~is_bwd) & _not_null(r["sequence_number"])
 
     # main thread per process: the marker thread, else the one with most forward ops
     thread, th_pid, th_tid = _compact(pid, tid)
@@ -842,7 +891,7 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
             phase[open_[g] & (phase == OTHER) & (start >= lo[g]) & (end <= hi[g])] = FORWARD
 
     # GPU annotations: the labels of their CPU twin (same external id and name)
-    has_ext = r["external_id"].is_not_null().to_numpy()
+    has_ext = _not_null(r["external_id"])
     on_gpu = kind.equals("gpu_user_annotation")
     gpu = r.select("pos", "external_id", "name").filter(pl.Series(on_gpu & has_ext))
     if gpu.height:
@@ -906,7 +955,7 @@ def find_layers(tables: dict[str, pa.Table], labels: pa.Table,
     layer = labels["layer"].combine_chunks()
     if not (pa.types.is_string(layer.type) or pa.types.is_large_string(layer.type)):
         layer = layer.cast(pa.string())  # dictionary or view strings: plain ones compare
-    ppos = _parent_pos(ids, r["parent"].fill_null(-1).to_numpy().astype(np.int64))
+    ppos = _parent_pos(ids, _filled(r["parent"], -1).astype(np.int64))
     up = layer.take(pa.array(ppos, mask=ppos < 0))
     enters = pc.and_(layer.is_valid(), pc.fill_null(pc.not_equal(up, layer), True))
     enter = np.flatnonzero(enters.to_numpy(zero_copy_only=False))

@@ -21,9 +21,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphstore.labels import (
+    _RULE_MEMO,
+    FSDP_MARKER,
+    FSDP_PREFIX,
     NAME_PHASE_RULES,
+    STEP_PREFIX,
+    STEP_RE,
     _innermost,
     _may_name_phase,
+    _Names,
     find_iterations,
     find_layers,
     label_ranges,
@@ -567,3 +573,20 @@ def test_name_phase_prefilter_keeps_every_match(pattern, data):
     name = data.draw(st.from_regex(pattern))
     assert re.search(pattern, name)
     assert _may_name_phase(name), name
+
+
+@pytest.mark.parametrize("pattern,prefix", [(STEP_RE, STEP_PREFIX), (FSDP_MARKER, FSDP_PREFIX)])
+def test_prefixed_regex_matches_as_the_plain_one(pattern, prefix):
+    """A pattern run only on the names with its literal prefix finds what it finds on all of
+    them (names that share the prefix but do not match, the prefix elsewhere, nulls)."""
+    names = ["ProfilerStep#12", "ProfilerStep#12x", "ProfilerStep#", "xProfilerStep#3",
+             "ProfilerStep#3\n", "FSDP::pre_forward (encoder.block.3)", "FSDP::post_backward()",
+             "FSDP::all_gather", " FSDP::pre_forward (a)", "aten::mm", "", None,
+             "ProfilerStep#٣"]
+    _RULE_MEMO.clear()  # what another test's names gave the rule must not answer here
+    got = _Names(pl.Series(names, dtype=pl.String)).contains(pattern, prefix=prefix)
+    want = pl.Series(names, dtype=pl.String).str.contains(pattern).fill_null(False).to_numpy()
+    assert got.tolist() == want.tolist()
+    assert got.any() and not got.all()
+    _RULE_MEMO.clear()
+    assert _Names(pl.Series(names, dtype=pl.String)).any_contains(pattern, prefix=prefix)
