@@ -26,6 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from daydream import pipeline
+from graphstore import db
 from graphstore.schema import PREDICTION
 from ingest.errors import DaydreamError
 from ingest.runner import InlineRunner, make_runner
@@ -69,7 +70,6 @@ class FleetReport:
 def select_traces(store_root: Path, where: str | None = None) -> list[str]:
     """Stored traces that have a graph, filtered by ``where``: a SQL predicate over the
     ``trace`` table (file, source_format, job, rank, world_size, ingested_at, ...)."""
-    from graphstore import db
     have = set(db.trace_ids(store_root))
     if where is None:
         return sorted(have)
@@ -82,7 +82,6 @@ def select_traces(store_root: Path, where: str | None = None) -> list[str]:
 
 def stored_pairs(store_root: Path, trace_ids: list[str] | None = None) -> set[tuple[str, str]]:
     """(trace, spec) pairs the prediction table already holds."""
-    from graphstore import db
     if not db.db_path(store_root).exists():
         return set()
     with db.connect(store_root) as con:
@@ -109,8 +108,8 @@ def predict_trace(store_root: str, trace_id: str,
     files itself: those can be larger than the graph (the range table with its recorded
     shapes), are read only where a spec needs them, in parallel beside the other workers, and
     never pass through the loader or Ray's object store (the store is at the same path on
-    every node, as ingest already needs). A worker imports no DuckDB (the driver's
-    ``graphstore.db`` is imported where it is used). Never raises for bad input: returns
+    every node, as ingest already needs). A worker imports no DuckDB (``graphstore.db``
+    imports it where a database is opened). Never raises for bad input: returns
     ``{"ok": True, "rows": [...], "errors": {spec: message}}`` or ``{"ok": False, "error":
     message}`` when even the baseline fails."""
     try:
@@ -180,7 +179,6 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
     the same for every trace). ``on_plan(n)`` is told how many (trace, spec) pairs there are
     before the work starts, and ``on_progress`` gets each pair as it is done (or found
     stored)."""
-    from graphstore import db
     from transforms.registry import check
 
     root = Path(store_root)
@@ -272,7 +270,6 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
 
 def _chunks(root: Path, tids: list[str]) -> list[list[str]]:
     """``tids`` cut into the chunks the loader reads at once (READ_CHUNK, READ_TASKS)."""
-    from graphstore import db
     if not tids:
         return []
     with db.connect(root) as con:
@@ -307,7 +304,6 @@ def results(store_root: str | Path, traces: list[str] | None = None,
             specs: list[str] | None = None) -> pa.Table:
     """Prediction rows (of ``traces`` and ``specs`` when given), best gain first, with the
     trace's file and job."""
-    from graphstore import db
     root = Path(store_root)
     where = []
     if traces is not None:
