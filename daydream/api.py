@@ -110,14 +110,13 @@ def _graph_facts(st, tid: str) -> dict:
     # one connection for all (each opened connection attaches and checks the file), and rows
     # as tuples: no Arrow table for a handful of values
     with db.connect(st.root) as con:
+        if not db.has_graph(con, tid):
+            return {}
+
         def q(sql: str) -> list[dict]:
-            cur = con.execute(sql, [tid] * sql.count("?"))
+            cur = con.execute(sql, [tid])
             names = [c[0] for c in cur.description]
             return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-        # this trace's rows only (``db.trace_ids`` reads every trace's)
-        if not q("SELECT EXISTS (SELECT 1 FROM task WHERE trace_id = ?) OR EXISTS "
-                 "(SELECT 1 FROM iteration WHERE trace_id = ?) AS has")[0]["has"]:
-            return {}
         slack = q("SELECT iteration, kind, edges, slack_ns, early_ns FROM slack "
                   "WHERE trace_id = ? ORDER BY iteration, kind")
         its = q("SELECT count(*) AS n, min(source) AS source FROM iteration "

@@ -918,6 +918,14 @@ def trace_ids(store_root: str | Path) -> list[str]:
     return [r[0] for r in rows]
 
 
+def has_graph(con: duckdb.DuckDBPyConnection, trace_id: str) -> bool:
+    """Whether ``trace_id`` is one of ``trace_ids``, on a read-only connection: asking for
+    its rows alone (``trace_ids`` reads every trace's)."""
+    return con.execute("SELECT EXISTS (SELECT 1 FROM task WHERE trace_id = $t) OR EXISTS "
+                       "(SELECT 1 FROM iteration WHERE trace_id = $t)",
+                       {"t": trace_id}).fetchall()[0][0]
+
+
 # --------------------------------------------------------------------------------------------
 # Activity tables as views
 
