@@ -1,8 +1,9 @@
 """``python -m daydream`` and the ``daydream`` command: :func:`main`.
 
-``daydream sql``, ``opts`` and ``info`` with plain arguments (each option at most once, as
-``FAST`` lists them) are answered here, without the CLI framework: importing typer, and the
-pydantic it checks option values with, cost more than these commands' work. ``daydream
+``daydream sql``, ``opts``, ``info`` and ``ingest`` with plain arguments (each option at most
+once, as ``FAST`` lists them) are answered here, without the CLI framework: importing typer,
+and the pydantic it checks option values with, cost more than the first three commands' work,
+and 0.2 s of an ingest. ``daydream
 --help`` and ``daydream`` alone are printed by :mod:`daydream.help`, without typer's help
 module. Everything else (the commands' help, every other command, any argument this parser
 does not take, and so every usage error) goes to :mod:`daydream.cli`, which defines the
@@ -16,13 +17,18 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
-# command -> (its arguments, {option taking a value: parameter}, {flag: parameter})
+# command -> (its arguments (-1: one or more), {option taking a value: parameter},
+# {flag: parameter}); a flag's --no- form is left to typer
 FAST: dict[str, tuple[int, dict[str, str], dict[str, str]]] = {
     "sql": (1, {"--store": "store", "--format": "fmt", "-f": "fmt", "--out": "out",
                 "-o": "out"}, {}),
     "opts": (0, {}, {"--json": "json"}),
     "info": (1, {"--store": "store"}, {"--json": "json"}),
+    "ingest": (-1, {"--store": "store", "--workers": "jobs", "--jobs": "jobs", "-j": "jobs",
+                    "--job": "job", "--ray": "ray"}, {"--force": "force", "--strict": "strict"}),
 }
+# the parameters of FAST's commands that take a whole number (else: text)
+FAST_INT = frozenset({"jobs"})
 
 
 def fast_args(argv: list[str]) -> tuple[str, list[str], dict[str, str | bool]] | None:
@@ -49,10 +55,15 @@ def fast_args(argv: list[str]) -> tuple[str, list[str], dict[str, str | bool]] |
                 val = next(it, None)
                 if val is None:
                     return None
+            if valued[name] in FAST_INT:
+                try:
+                    val = int(val)
+                except ValueError:
+                    return None
             got[valued[name]] = val
         else:
             pos.append(a)
-    return (argv[0], pos, got) if len(pos) == n else None
+    return (argv[0], pos, got) if len(pos) == n or (n < 0 and pos) else None
 
 
 def _fast(command: str, pos: list[str], opts: dict) -> None:
@@ -68,6 +79,10 @@ def _fast(command: str, pos: list[str], opts: dict) -> None:
                       Path(opts["out"]) if "out" in opts else None)
         elif command == "opts":
             quick.opts(json=bool(opts.get("json")))
+        elif command == "ingest":
+            if not quick.ingest(pos, store, opts.get("jobs"), bool(opts.get("force")),
+                                bool(opts.get("strict")), opts.get("job"), opts.get("ray")):
+                sys.exit(1)
         else:
             quick.info(pos[0], store, json=bool(opts.get("json")))
     except DaydreamError as e:
@@ -96,20 +111,25 @@ def _help(argv: list[str]) -> bool:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["ingest"]:
+        _ingest(sys.argv[1:])
     args = fast_args(sys.argv[1:])
     if args is not None:
         _fast(*args)
         return
     if _help(sys.argv[1:]):
         return
-    if sys.argv[1:2] == ["ingest"]:
-        _ingest()
     from daydream.cli import main as cli_main
     cli_main()
 
 
-def _ingest() -> NoReturn:
+def _ingest(argv: list[str]) -> NoReturn:
     """``daydream ingest``, tuned for a process that converts traces and then ends.
+
+    Plain arguments are answered without typer (``FAST``), and the files they name are hashed
+    from the start (``ingest.ids.hash_ahead``), on a thread, while the converters are
+    imported: their ids must be known before anything is converted (a stored file is not
+    converted again), and a large file's hash took as long as the imports after them.
 
     numpy is told not to ask for transparent huge pages (NUMPY_MADVISE_HUGEPAGE=0, read when
     numpy is imported): ingest fills many fresh arrays, and the scanner's string buffers are
@@ -122,11 +142,19 @@ def _ingest() -> NoReturn:
     command returns (DuckDB's instance is closed first, so that what it spilled to disk
     goes). Under Ray, whose client shuts down at exit, it exits as usual."""
     import os
+
+    args = fast_args(argv)
+    if args is not None:
+        from ingest.ids import hash_ahead
+        hash_ahead(args[1])
     os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
-    from daydream.cli import main as cli_main
     code: int | str | None = 0
     try:
-        cli_main()
+        if args is not None:
+            _fast(*args)
+        else:
+            from daydream.cli import main as cli_main
+            cli_main()
     except SystemExit as e:
         code = e.code
     if "ray" in sys.modules:

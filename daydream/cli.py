@@ -6,7 +6,6 @@ traceback.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +13,7 @@ from typing import Annotated
 import typer
 
 from daydream import quick
+from daydream.report import plural
 from ingest import DEFAULT_STORE
 from ingest.errors import DaydreamError
 
@@ -82,44 +82,7 @@ def ingest(
     Reads Kineto (PyTorch profiler) JSON, Nsight Systems SQLite exports and the raw CUPTI
     records of `daydream collect`. A folder is searched for trace files; the files it skips
     are listed, and a folder without any trace is an error."""
-    from daydream import api
-    from daydream.traces import skipped
-    files = api.expand(paths)
-    left_out = skipped(paths)
-    for path, why in left_out:
-        typer.echo(f"skipped: {path}: {why}", err=True)
-    if not files:
-        raise DaydreamError(f"no trace files in {', '.join(paths)} ({plural(len(left_out), 'file')}"
-                            " skipped, listed above)" if left_out else
-                            f"no trace files in {', '.join(paths)}")
-    show = sys.stderr.isatty() and len(files) > 1
-    progress = None
-    if show:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-        progress = Progress("[progress.description]{task.description}", BarColumn(),
-                            MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
-        progress.start()
-        task = progress.add_task("ingesting", total=len(files))
-
-    def tick(r) -> None:
-        if progress is not None:
-            progress.advance(task)
-        if r.status == "failed":
-            _err(r.error or r.path)
-
-    try:
-        rep = api.ingest(files, store, jobs=jobs or os.cpu_count(), force=force,
-                         strict=strict, job=job, on_progress=tick, ray=ray)
-    finally:
-        if progress is not None:
-            progress.stop()
-    for r in rep.results:
-        if r.status != "failed":
-            typer.echo(f"{r.trace_id}  {r.status:8s}  {r.path}")
-    typer.echo(f"{plural(rep.count('ingested'), 'trace')} ingested, "
-               f"{rep.count('exists')} already stored, {rep.count('failed')} failed -> {store}",
-               err=True)
-    if rep.failed:
+    if not quick.ingest(paths, store, jobs, force, strict, job, ray):
         raise typer.Exit(1)
 
 
@@ -356,11 +319,6 @@ def jobs(store: StoreOpt = DEFAULT_STORE, json: JsonOpt = False,
 def opts(json: JsonOpt = False) -> None:
     """List the optimizations a prediction can apply (--opt NAME(params), chained with +)."""
     quick.opts(json)
-
-
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """'1 trace', '2 traces'."""
-    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 def _reflow(doc: str | None) -> str | None:

@@ -38,12 +38,12 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     their dependency graphs (``graphstore.load``): each worker (``jobs`` local processes, or Ray
     tasks with ``ray``) converts a file and builds its graph; this process commits the traces
     and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph."""
-    from ingest import source
     from ingest.batch import expand
     from ingest.batch import ingest as ingest_files
+    from ingest.ids import content_ids_in_background
 
     files = expand(paths)
-    ids = source.content_ids_in_background(files)
+    ids = content_ids_in_background(files)
     st = open_store(store)
     st.root.mkdir(parents=True, exist_ok=True)
     loader = None  # made at the first graph (graphstore.load imported by then)
@@ -95,11 +95,14 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
 
 
 def _graph_stage_ahead(st: Store, staged: Path) -> None:
-    """What ``ingest`` runs on a thread while it converts: the graph stage imported, and the
-    store's graph database made in ``staged`` where it has none (``graphstore.db.prepare``)."""
+    """What ``ingest`` runs on a thread while it converts: the graph stage imported, the
+    store's graph database made in ``staged`` where it has none (``graphstore.db.prepare``),
+    and the DuckDB instance the graphs are written through made."""
     importlib.import_module("graphstore.load")
     from graphstore import db
     db.prepare(st.root, staged)
+    from ingest.store import duckdb_instance
+    duckdb_instance()
 
 
 def stage_graph(trace_id: str, tables: dict, staging: str) -> dict:
@@ -161,8 +164,8 @@ def resolve_trace(trace: str, store: Store, *, ingest_missing: bool = False) -> 
     """A trace id from an id, a unique id prefix, or a file (hashed; ingested if asked)."""
     p = Path(trace)
     if p.is_file():
-        from ingest import source
-        tid = source.content_id(p)
+        from ingest.ids import content_id
+        tid = content_id(p)
         if not store.has_trace(tid):
             if not ingest_missing:
                 raise DaydreamError(f"not in store {store.root}; run `daydream ingest` first",

@@ -207,6 +207,27 @@ def read_kineto(path: Path, data: np.ndarray | None = None) -> Converted:
     return _read(path, data, None)
 
 
+# A small document with an event of each kind the scanner routes (a CPU op, a runtime call
+# with the arguments it reads, a kernel, a flow) and one value it skips, for warm_up.
+_WARM_UP_DOC = (b'{"traceEvents": ['
+                b'{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 0, '
+                b'"dur": 20, "args": {"Input Dims": [[1]], "skipped": {"a": [1, "b"]}}}, '
+                b'{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, '
+                b'"tid": 1, "ts": 1, "dur": 2, "args": {"correlation": 1, "External id": 1}}, '
+                b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 4, '
+                b'"dur": 1.5, "args": {"correlation": 1, "stream": 7, "device": 0}}, '
+                b'{"ph": "s", "cat": "ac2g", "id": 1, "pid": 1, "tid": 1, "ts": 1, "name": "f"}, '
+                b'{"ph": "f", "cat": "ac2g", "id": 1, "pid": 0, "tid": 7, "ts": 4, "bp": "e"}]}')
+
+
+def warm_up() -> None:
+    """Convert a small document in memory, so that the scanner's compiled kernels are loaded
+    (numba's first use in a process, some 0.2 s of it holding the GIL). ``ingest.batch``
+    calls it while it waits for a large file's id to be hashed, which would otherwise
+    precede this."""
+    read_kineto(Path("<warm-up>"), np.frombuffer(_WARM_UP_DOC, np.uint8))
+
+
 def _read(path: Path, full: np.ndarray, stream) -> Converted:
     """Scan and route batch by batch. Two batches take turns: while one batch's rows are
     routed into tables on a worker thread, the (GIL-free) scanner fills the other. A document

@@ -1,4 +1,4 @@
-"""Opening trace files: content hashing, format detection from the bytes, inflating gzip.
+"""Opening trace files: format detection from the bytes, inflating gzip.
 
 Format is decided from content, never from the file name alone: gzip magic, SQLite magic, the
 raw-CUPTI record magic, or a JSON document.
@@ -6,13 +6,11 @@ raw-CUPTI record magic, or a JSON document.
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
 import tempfile
 import threading
 import zlib
-from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -27,37 +25,6 @@ CUPTI_MAGIC = b"DDCUPTI1"  # raw record files written by our collector
 # Inflate in memory up to this size; larger files go through a temporary file and mmap, so
 # memory holds pages of the file rather than a second copy of it.
 IN_MEMORY_LIMIT = 256 << 20
-
-
-def content_id(path: Path) -> str:
-    """Trace id: a hash of the file's bytes (20 hex digits of BLAKE2b)."""
-    h = hashlib.blake2b(digest_size=10)
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def content_ids_in_background(paths: list[Path]) -> Future:
-    """The content ids of ``paths`` (a dict of path to id, or to the OSError reading it raised),
-    hashed on a thread: hashing runs without the GIL, so the imports the caller does meanwhile
-    (a second of them before a trace is converted) cost no time of their own."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def ids() -> dict[Path, str | OSError]:
-        out: dict[Path, str | OSError] = {}
-        for p in paths:
-            try:
-                out[p] = content_id(p)
-            except OSError as e:
-                out[p] = e
-        return out
-
-    pool = ThreadPoolExecutor(max_workers=1)
-    try:
-        return pool.submit(ids)
-    finally:
-        pool.shutdown(wait=False)
 
 
 def json_bytes(path: Path) -> int:

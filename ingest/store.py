@@ -17,6 +17,7 @@ import io
 import os
 import shutil
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +48,7 @@ DUCKDB_MEMORY_LIMIT = "1GB"
 # read it through DuckDB alone (``duckdb_instance``, ``Store.trace_row``, ``Store.table_rows``).
 
 _INSTANCE: tuple[int, duckdb.DuckDBPyConnection] | None = None
+_INSTANCE_LOCK = threading.Lock()
 # each file's activity schema version as DuckDB reads it from the footers of the files ``?``
 # names: the rows (file_name, version) that the look-only readers join to what they read
 _VERSIONS_SQL = ("(SELECT file_name, decode(value) AS version FROM parquet_kv_metadata(?) "
@@ -55,15 +57,17 @@ _VERSIONS_SQL = ("(SELECT file_name, decode(value) AS version FROM parquet_kv_me
 
 def duckdb_instance() -> duckdb.DuckDBPyConnection:
     """This process's in-memory DuckDB instance (graphstore.db attaches the graph to it). A new
-    instance costs about 30 ms of CPU (its catalog of built-in functions): made once."""
+    instance costs about 30 ms of CPU (its catalog of built-in functions): made once (an
+    ingest has it made on a thread while it converts)."""
     global _INSTANCE
     import duckdb
-    if _INSTANCE is None or _INSTANCE[0] != os.getpid():  # a forked child makes its own
-        # a bounded buffer pool: the graph of a 1 GB trace is written within the memory
-        # budget of ingest (DuckDB spills to its temp directory past it)
-        _INSTANCE = (os.getpid(), duckdb.connect(":memory:",
-                                                 config={"memory_limit": DUCKDB_MEMORY_LIMIT}))
-    return _INSTANCE[1]
+    with _INSTANCE_LOCK:
+        if _INSTANCE is None or _INSTANCE[0] != os.getpid():  # a forked child makes its own
+            # a bounded buffer pool: the graph of a 1 GB trace is written within the memory
+            # budget of ingest (DuckDB spills to its temp directory past it)
+            _INSTANCE = (os.getpid(), duckdb.connect(
+                ":memory:", config={"memory_limit": DUCKDB_MEMORY_LIMIT}))
+        return _INSTANCE[1]
 
 
 def close_duckdb_instance() -> None:
