@@ -8,6 +8,7 @@ tables in one transaction.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +28,12 @@ from ingest.store import PART, Store
 
 ACTIVITY = [t for t in activity_schema.COMMIT_ORDER if t != "trace"]
 GPU_CODES = [TASK_KINDS.index(k) for k in GPU_KINDS]  # build.Graph.kind codes of GPU tasks
-# A graph of this many tasks has its name column decoded on a thread while its labels are found
-# (Arrow's cast runs without the GIL: 0.15-0.2 s of a million-task graph off the critical path);
-# for a smaller one the thread would cost more than it overlaps.
-THREADED_NAMES_TASKS = 100_000
+# A graph of this many tasks (or of this many rows of work in its activity tables) has its
+# labels found on a thread while it is built, and its name column decoded on another while its
+# tasks are labelled: Polars and Arrow run without the GIL, and while the graph is built the
+# second core has little else to do (0.15-0.2 s each of a million-task graph off the critical
+# path); for a smaller graph a thread would cost more than it overlaps.
+THREADED_TASKS = 100_000
 
 
 @dataclass
@@ -58,14 +61,19 @@ def _for_graph(t: str, tab: pa.Table) -> pa.Table:
     return tab
 
 
-def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None,
+def graph_tables(tables: dict[str, pa.Table],
+                 weights: pa.Table | Callable[[], pa.Table] | None = None,
                  latency: dict | None = None) -> tuple[Graph, dict[str, pa.Table]]:
     """Build and check the graph of one trace and return it with its graph tables.
-    ``weights``: the trace's parameter-owning op calls (``params.weight_ops``), which give
-    the layer table its parameter bytes where shapes were recorded; ``latency``: edge
-    latencies other than graphstore.latency's (the accuracy suite's cross-validation)."""
+    ``weights``: the trace's parameter-owning op calls (``params.weight_ops``), or a function
+    that finds them (called with the labels), which give the layer table its parameter bytes
+    where shapes were recorded; ``latency``: edge latencies other than graphstore.latency's
+    (the accuracy suite's cross-validation)."""
+    work_rows = sum(tables[t].num_rows for t in ("kernel", "memcpy", "memset", "api", "range")
+                    if t in tables)
+    found = _later(work_rows >= THREADED_TASKS, _labels, tables, weights)
     g = build(tables, latency)
-    names = _names_later(g)
+    names = _later(g.n_tasks >= THREADED_TASKS, g.name_column)
     check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name, g.start_ns, g.obs_dur_ns)
     launch = g.ekind == EK_LAUNCH
     gpu = np.flatnonzero(np.isin(g.kind, GPU_CODES))
@@ -74,9 +82,7 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None,
     with_call = gpu[_isin_sorted(corr, api_corr) & (corr >= 0)]
     check_launch_edges(with_call, g.dst[launch])
 
-    ranges = labels.ranges_frame(tables)  # read by the three label passes
-    its, rl = labels.iterations_and_labels(tables, ranges)
-    rl = module_labels(tables, rl)
+    its, rl, layer_t = found.result()
     iteration = _task_iterations(g, its, launch)
     layer, phase = _task_labels(g, rl, launch, iteration)
 
@@ -114,27 +120,48 @@ def graph_tables(tables: dict[str, pa.Table], weights: pa.Table | None = None,
         "name": pa.array(g.unit_name, pa.string()),
         "policy": pa.array(["fixed"] * len(g.unit_kind), pa.string()),
     })
+    return g, {"task": task, "edge": edge, "unit": unit, "iteration": its, "layer": layer_t,
+               "slack": slack_table(g, iteration)}
+
+
+def _labels(tables: dict[str, pa.Table], weights: pa.Table | Callable[[], pa.Table] | None
+            ) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """What the labels of a trace's tasks are made from, found from its activity tables alone
+    (so beside the graph build): its iterations, its labelled ranges and its layer table."""
+    ranges = labels.ranges_frame(tables)  # read by the three label passes
+    its, rl = labels.iterations_and_labels(tables, ranges)
+    rl = module_labels(tables, rl)
     layer_t = labels.find_layers(tables, rl, ranges)
+    if callable(weights):
+        weights = weights()
     if weights is not None and layer_t.num_rows:
         sizes = layer_param_bytes(weights, rl, its)
         if sizes:
             col = pa.array([sizes.get(x) for x in layer_t["layer"].to_pylist()], pa.int64())
             layer_t = layer_t.set_column(layer_t.schema.get_field_index("param_bytes"),
                                          layer_t.schema.field("param_bytes"), col)
-    return g, {"task": task, "edge": edge, "unit": unit, "iteration": its, "layer": layer_t,
-               "slack": slack_table(g, iteration)}
+    return its, rl, layer_t
 
 
-def _names_later(g: Graph) -> Future:
-    """``g.name_column()``, decoded on a thread for a large graph (THREADED_NAMES_TASKS), here
-    for a small one."""
-    if g.n_tasks < THREADED_NAMES_TASKS:
-        f: Future = Future()
-        f.set_result(g.name_column())
-        return f
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-names")
+class _Later:
+    """A call made when its result is asked for: what ``_later`` gives where no thread is
+    worth it (errors then come in the order they did with no thread at all)."""
+
+    def __init__(self, fn: Callable, args: tuple) -> None:
+        self.fn, self.args = fn, args
+
+    def result(self):
+        return self.fn(*self.args)
+
+
+def _later(threaded: bool, fn: Callable, *args) -> Future | _Later:
+    """``fn(*args)`` started on a thread of its own where ``threaded``, else made when its
+    result is asked for."""
+    if not threaded:
+        return _Later(fn, args)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=fn.__name__.strip("_"))
     try:
-        return pool.submit(g.name_column)
+        return pool.submit(fn, *args)
     finally:
         pool.shutdown(wait=False)
 
@@ -368,7 +395,7 @@ def stage_graph(trace_id: str, tables: dict[str, pa.Table], staging: str | None 
     worker encodes it, and its tables never travel to the loader."""
     try:
         rng = tables["range"]
-        weights = (weight_ops(rng.select(COLUMNS).to_batches())
+        weights = ((lambda: weight_ops(rng.select(COLUMNS).to_batches()))
                    if set(COLUMNS) <= set(rng.column_names) else None)
         _, gt = graph_tables({t: _for_graph(t, tables[t]) for t in ACTIVITY}, weights)
     except DaydreamError as e:

@@ -498,18 +498,20 @@ def test_launch_of_unseen_work_waits_on_its_stream(tmp_path):
                    6000: 300_000}
 
 
-def test_task_names_decoded_on_a_thread_are_the_names_decoded_inline(monkeypatch):
-    """A large graph's task names are decoded on a thread (graphstore.load._names_later)
-    while the labels are found: the task table is the same, name by name, as when they are
-    decoded inline (every graph below THREADED_NAMES_TASKS)."""
+def test_a_graph_labelled_on_threads_is_the_graph_labelled_inline(monkeypatch):
+    """A large graph's labels are found on a thread while it is built, and its task names
+    decoded on another while its tasks are labelled (graphstore.load._later): its tables are
+    the same, row by row, as when both are made inline (every graph below THREADED_TASKS)."""
     from graphstore import load as gload
     from tests.conftest import DATA
 
     conv = read_trace(DATA / "kineto" / "event_sync_single_stream.json.gz")
     tables = {t: gload._for_graph(t, conv.tables[t]) for t in gload.ACTIVITY}
-    inline = gload.graph_tables(tables)[1]["task"]
-    monkeypatch.setattr(gload, "THREADED_NAMES_TASKS", 1)
-    threaded = gload.graph_tables(tables)[1]["task"]
-    assert threaded.equals(inline)
-    names = threaded["name"].to_pylist()
+    inline = gload.graph_tables(tables)[1]
+    monkeypatch.setattr(gload, "THREADED_TASKS", 1)
+    threaded = gload.graph_tables(tables)[1]
+    assert threaded.keys() == inline.keys()
+    for name, t in threaded.items():
+        assert t.equals(inline[name]), name
+    names = threaded["task"]["name"].to_pylist()
     assert names[0] == "<trace start>" and len(set(names)) > 10 and None not in names
