@@ -9,7 +9,7 @@ import numpy as np
 from ingest.errors import DaydreamError
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _node_edges(n, src, dst, anchor):
     """Edges between event nodes: 2i = start of task i, 2i+1 = its end."""
     m = src.shape[0]
@@ -32,7 +32,7 @@ def _node_edges(n, src, dst, anchor):
     return es, ed
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _kahn(nn, es, ed):
     """Return (order of processed nodes, count). count < nn means a cycle."""
     m = es.shape[0]
@@ -67,7 +67,7 @@ def _kahn(nn, es, ed):
     return indeg, off, adj, t
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _find_cycle(nn, indeg, es, ed):
     """Nodes left with in-degree > 0 each have a stuck predecessor: walk predecessors until a
     node repeats; the repeated stretch, reversed, is a cycle."""
@@ -103,7 +103,7 @@ def _find_cycle(nn, indeg, es, ed):
     return path[seen[x]:k][::-1].copy()
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _forward_in_time(start, dur, src, dst, anchor):
     """Whether every edge, and every task's start -> end, leads from an earlier event node to a
     later one in (time, node) order, node 2i the start of task i and 2i+1 its end. Then that

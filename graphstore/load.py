@@ -29,10 +29,11 @@ from ingest.store import PART, Store
 ACTIVITY = [t for t in activity_schema.COMMIT_ORDER if t != "trace"]
 GPU_CODES = [TASK_KINDS.index(k) for k in GPU_KINDS]  # build.Graph.kind codes of GPU tasks
 # A graph of this many tasks (or of this many rows of work in its activity tables) has its
-# labels found on a thread while it is built, and its name column decoded on another while its
-# tasks are labelled: Polars and Arrow run without the GIL, and while the graph is built the
-# second core has little else to do (0.15-0.2 s each of a million-task graph off the critical
-# path); for a smaller graph a thread would cost more than it overlaps.
+# labels found on a thread while it is built, and its name column decoded and its cycle check
+# run on others while its tasks are labelled: Polars, Arrow and the check's compiled loops run
+# without the GIL, and while the graph is built the second core has little else to do
+# (0.05-0.2 s each of a million-task graph off the critical path); for a smaller graph a
+# thread would cost more than it overlaps.
 THREADED_TASKS = 100_000
 
 
@@ -73,18 +74,27 @@ def graph_tables(tables: dict[str, pa.Table],
                     if t in tables)
     found = _later(work_rows >= THREADED_TASKS, _labels, tables, weights)
     g = build(tables, latency)
-    names = _later(g.n_tasks >= THREADED_TASKS, g.name_column)
-    check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name, g.start_ns, g.obs_dur_ns)
-    launch = g.ekind == EK_LAUNCH
-    gpu = np.flatnonzero(np.isin(g.kind, GPU_CODES))
-    api_corr = tables["api"]["correlation"].drop_null().to_numpy()
-    corr = g.correlation[gpu]
-    with_call = gpu[_isin_sorted(corr, api_corr) & (corr >= 0)]
-    check_launch_edges(with_call, g.dst[launch])
+    large = g.n_tasks >= THREADED_TASKS
+    names = _later(large, g.name_column)
+    # the cycle check (compiled, without the GIL) runs beside the labelling, which follows no
+    # edge; its error still comes first, as when it ran before
+    acyclic = _later(large, check_acyclic, g.n_tasks, g.src, g.dst, g.anchor, g.name,
+                     g.start_ns, g.obs_dur_ns)
+    try:
+        launch = g.ekind == EK_LAUNCH
+        gpu = np.flatnonzero(np.isin(g.kind, GPU_CODES))
+        api_corr = tables["api"]["correlation"].drop_null().to_numpy()
+        corr = g.correlation[gpu]
+        with_call = gpu[_isin_sorted(corr, api_corr) & (corr >= 0)]
+        check_launch_edges(with_call, g.dst[launch])
 
-    its, rl, layer_t = found.result()
-    iteration = _task_iterations(g, its, launch)
-    layer, phase = _task_labels(g, rl, launch, iteration)
+        its, rl, layer_t = found.result()
+        iteration = _task_iterations(g, its, launch)
+        layer, phase = _task_labels(g, rl, launch, iteration)
+    except BaseException:
+        acyclic.result()
+        raise
+    acyclic.result()
 
     task = pa.table({
         "task_id": pa.array(np.arange(g.n_tasks, dtype=np.int64)),

@@ -515,3 +515,33 @@ def test_a_graph_labelled_on_threads_is_the_graph_labelled_inline(monkeypatch):
         assert t.equals(inline[name]), name
     names = threaded["task"]["name"].to_pylist()
     assert names[0] == "<trace start>" and len(set(names)) > 10 and None not in names
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_a_cycle_is_reported_first_when_the_check_runs_beside_the_labels(monkeypatch, threaded):
+    """graph_tables runs the cycle check on a thread beside the labelling of a large graph;
+    a graph with a cycle is still reported as such, before any error found after the check
+    (here a launch-edge check that fails too)."""
+    from graphstore import load as gload
+    from tests.conftest import DATA
+
+    conv = read_trace(DATA / "kineto" / "event_sync_single_stream.json.gz")
+    tables = {t: gload._for_graph(t, conv.tables[t]) for t in gload.ACTIVITY}
+    real = gload.build
+
+    def cyclic(*a, **k):
+        g = real(*a, **k)
+        last = g.n_tasks - 1  # an edge from the last task back to the first closes a cycle
+        g.src, g.dst = np.append(g.src, last), np.append(g.dst, 1)
+        g.anchor = np.append(g.anchor, g.anchor[:1])
+        return g
+
+    def launch_fails(*a):
+        raise DaydreamError("launch check failed")
+
+    monkeypatch.setattr(gload, "build", cyclic)
+    monkeypatch.setattr(gload, "check_launch_edges", launch_fails)
+    if threaded:
+        monkeypatch.setattr(gload, "THREADED_TASKS", 1)
+    with pytest.raises(DaydreamError, match="dependency graph has a cycle"):
+        gload.graph_tables(tables)
