@@ -53,8 +53,13 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     # The graph stage's modules (polars, duckdb, graphstore: some 0.4 s) are imported on a
     # thread while the first file is converted, whose scanner runs without the GIL, and the
     # thread has the store's graph database made there if it has none; the converters'
-    # compiler is imported here first, so the two threads import nothing in common.
+    # compiler is imported here first, so the two threads import nothing in common, and where
+    # the files are converted in this process, the scanner's compiled kernels are loaded
+    # first too (while the files are still hashed): loading them holds the GIL, and with the
+    # thread's imports beside it took twice as long, just before the scan.
     import numba  # noqa: F401
+    if ray is None and (jobs == 1 or len(files) == 1):
+        _warm_up(files[0])
     ahead = threading.Thread(target=_graph_stage_ahead, args=(st, staged), daemon=True)
     ahead.start()
 
@@ -92,6 +97,18 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
         shutil.rmtree(staged, ignore_errors=True)
     build_graphs(st, rep, strict=strict, skip=loader.loaded if loader is not None else set())
     return rep
+
+
+def _warm_up(path: Path) -> None:
+    """Load the compiled kernels of the converter of ``path`` (``ingest.kineto.warm_up``)."""
+    from ingest import source
+    try:
+        fmt = source.sniff(path)
+    except DaydreamError:
+        return  # reported when it is converted
+    if fmt == "kineto_json":
+        from ingest.kineto import warm_up
+        warm_up()
 
 
 def _graph_stage_ahead(st: Store, staged: Path) -> None:

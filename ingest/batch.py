@@ -131,20 +131,6 @@ def _convert_one(path: str, staging_root: str, trace_id: str, job: str | None,
         return {"ok": False, "error": f"{path}: internal error: {type(e).__name__}: {e}"}
 
 
-def _warm_up(path: Path) -> None:
-    """While a large file is hashed (without the GIL), when it will be converted in this
-    process: load its converter's compiled kernels (``ingest.kineto.warm_up``), which would
-    otherwise follow the hash. A file already stored then pays them for nothing, some 0.2 s
-    of a hash that takes longer."""
-    try:
-        fmt = source.sniff(path)
-    except DaydreamError:
-        return  # reported when it is converted
-    if fmt == "kineto_json":
-        from ingest.kineto import warm_up
-        warm_up()
-
-
 def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None,
            force: bool = False, strict: bool = False, job: str | None = None,
            on_progress: Callable[[FileResult], None] | None = None,
@@ -157,8 +143,6 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
     ``hook`` is passed to the workers (:func:`_convert_one`) and must be picklable. ``ids``:
     the files' content ids hashed already (``ingest.ids.content_ids_in_background``)."""
     files = expand(paths)
-    if ids is not None and not ids.done() and ray is None and (jobs == 1 or len(files) == 1):
-        _warm_up(files[0])
     hashed = ids.result() if ids is not None else {}
     report = IngestReport()
     store.root.mkdir(parents=True, exist_ok=True)

@@ -222,9 +222,8 @@ _WARM_UP_DOC = (b'{"traceEvents": ['
 
 def warm_up() -> None:
     """Convert a small document in memory, so that the scanner's compiled kernels are loaded
-    (numba's first use in a process, some 0.2 s of it holding the GIL). ``ingest.batch``
-    calls it while it waits for a large file's id to be hashed, which would otherwise
-    precede this."""
+    (numba's first use in a process, some 0.2 s of it holding the GIL), before anything
+    else is started beside it (``daydream.traces.ingest``)."""
     read_kineto(Path("<warm-up>"), np.frombuffer(_WARM_UP_DOC, np.uint8))
 
 
