@@ -3,13 +3,12 @@
 ``daydream sql``, ``opts``, ``info`` and ``ingest`` with plain arguments (each option at most
 once, as ``FAST`` lists them) are answered here, without the CLI framework: importing typer,
 and the pydantic it checks option values with, cost more than the first three commands' work,
-and 0.2 s of an ingest. ``daydream
---help`` and ``daydream`` alone are printed by :mod:`daydream.help`, without typer's help
-module. Everything else (the commands' help, every other command, any argument this parser
-does not take, and so every usage error) goes to :mod:`daydream.cli`, which defines the
-commands this mirrors; both run the same bodies (:mod:`daydream.quick`), and
-tests/daydream/test_output.py checks that ``FAST`` says what the typer commands take and that
-both print the same.
+and 0.2 s of an ingest. ``daydream --help`` and ``daydream`` alone are printed by
+:mod:`daydream.help`, without typer's help module. Everything else (the commands' help,
+every other command, any argument this parser does not take, and so every usage error) goes
+to :mod:`daydream.cli`, which defines the commands this mirrors; both run the same bodies
+(:mod:`daydream.quick`), and tests/daydream/test_output.py checks that ``FAST`` says what the
+typer commands take and that both print the same.
 """
 
 from __future__ import annotations
