@@ -35,6 +35,10 @@ GPU_CODES = [TASK_KINDS.index(k) for k in GPU_KINDS]  # build.Graph.kind codes o
 # (0.05-0.2 s each of a million-task graph off the critical path); for a smaller graph a
 # thread would cost more than it overlaps.
 THREADED_TASKS = 100_000
+# ... and no more than this many: a larger graph's arrays are hundreds of MB, and the labels'
+# frames beside them raised the peak memory of the 1 GB trace's ingest by 230 MB (2.70 to
+# 2.93 GB of its 3 GB budget), for a second or so of its twenty
+THREADED_TASKS_MAX = 2_500_000
 
 
 @dataclass
@@ -72,9 +76,9 @@ def graph_tables(tables: dict[str, pa.Table],
     (the accuracy suite's cross-validation)."""
     work_rows = sum(tables[t].num_rows for t in ("kernel", "memcpy", "memset", "api", "range")
                     if t in tables)
-    found = _later(work_rows >= THREADED_TASKS, _labels, tables, weights)
+    found = _later(THREADED_TASKS <= work_rows <= THREADED_TASKS_MAX, _labels, tables, weights)
     g = build(tables, latency)
-    large = g.n_tasks >= THREADED_TASKS
+    large = THREADED_TASKS <= g.n_tasks <= THREADED_TASKS_MAX
     names = _later(large, g.name_column)
     # the cycle check (compiled, without the GIL) runs beside the labelling, which follows no
     # edge; its error still comes first, as when it ran before
