@@ -603,10 +603,10 @@ def _concat(tables: list[pa.Table]) -> pa.Table | None:
 
 def _concat_sorted(tables: list[pa.Table], by_dur: bool = False) -> pa.Table | None:
     """``_concat(tables).sort_by(start_ns)`` (and dur_ns descending where ``by_dur``) with
-    one copy of the rows, not two: the batches' rows are taken in start order straight from
-    the chunks (already in order: only combined), and the order is found with numpy's stable
-    sort, which runs in about linear time on the nearly sorted starts of a trace (Arrow's
-    sort_indices is a comparison sort; both are stable, so the order is the same)."""
+    one copy of the rows, not two: the rows are taken in order straight from the batches'
+    chunks (rows already in order are only combined). The order comes from numpy's stable
+    sort, about linear on a trace's nearly sorted starts, where Arrow's sort_indices is a
+    comparison sort; both sorts are stable, so the order is the same."""
     if not tables:
         return None
     t = pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
