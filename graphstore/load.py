@@ -39,6 +39,12 @@ THREADED_TASKS = 100_000
 # frames beside them raised the peak memory of the 1 GB trace's ingest by 230 MB (2.70 to
 # 2.93 GB of its 3 GB budget), for a second or so of its twenty
 THREADED_TASKS_MAX = 2_500_000
+_IS_GPU = np.isin(np.arange(len(TASK_KINDS)), GPU_CODES)  # by kind code: one lookup per task
+
+
+def _on_gpu(kind: np.ndarray) -> np.ndarray:
+    """``np.isin(kind, GPU_CODES)`` for task kind codes, by a table lookup."""
+    return _IS_GPU[kind]
 
 
 @dataclass
@@ -86,7 +92,7 @@ def graph_tables(tables: dict[str, pa.Table],
                      g.start_ns, g.obs_dur_ns)
     try:
         launch = g.ekind == EK_LAUNCH
-        gpu = np.flatnonzero(np.isin(g.kind, GPU_CODES))
+        gpu = np.flatnonzero(_on_gpu(g.kind))
         api_corr = tables["api"]["correlation"].drop_null().to_numpy()
         corr = g.correlation[gpu]
         with_call = gpu[_isin_sorted(corr, api_corr) & (corr >= 0)]
@@ -184,7 +190,7 @@ def _isin_sorted(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
     """``np.isin(values, pool)`` for integer arrays, by binary search in the sorted pool:
     numpy's isin sorts both together (0.2 s for the correlations of a million-event trace),
     and its lookup table would span the ids' range (hundreds of MB)."""
-    pool = np.sort(pool)
+    pool = np.sort(pool, kind="stable")  # about linear on nearly sorted ids (quicksort: 50x)
     if not len(pool):
         return np.zeros(len(values), bool)
     at = np.minimum(np.searchsorted(pool, values), len(pool) - 1)
@@ -201,21 +207,21 @@ def slack_table(g: Graph, iteration: np.ndarray) -> pa.Table:
     binding constraint allows, with no wait to explain it, is unexplained GPU idle; GPU work
     hanging off the trace start is origin slack."""
     b = np.flatnonzero(g.binding & (g.slack_ns != 0))
-    ek = np.asarray(EDGE_KINDS, object)[g.ekind[b]]
     d = g.dst[b]
-    on_gpu = np.isin(g.kind[d], GPU_CODES)
-    idle = on_gpu & np.isin(ek, ["stream", "launch"]) & (g.slack_ns[b] > UNEXPLAINED_NS)
-    kind = np.where(idle, "gpu_idle", ek)
-    code = np.searchsorted(np.array(sorted(SLACK_KINDS)), kind)
-    it = iteration[d]
-    key = (it + 1) * len(SLACK_KINDS) + code
-    uk, inv = np.unique(key, return_inverse=True)
     sl = g.slack_ns[b]
+    # slack kind codes (into the sorted names) by edge kind code: no string per edge
+    sorted_kinds = np.array(sorted(SLACK_KINDS))
+    code_of = np.searchsorted(sorted_kinds, np.array(EDGE_KINDS))
+    queued = np.isin(np.array(EDGE_KINDS), ["stream", "launch"])[g.ekind[b]]
+    idle = _on_gpu(g.kind[d]) & queued & (sl > UNEXPLAINED_NS)
+    code = np.where(idle, np.searchsorted(sorted_kinds, "gpu_idle"), code_of[g.ekind[b]])
+    key = (iteration[d] + 1) * len(SLACK_KINDS) + code
+    uk, inv = _groups(key)
     pos = np.bincount(inv, weights=np.maximum(sl, 0), minlength=len(uk))
     neg = np.bincount(inv, weights=np.minimum(sl, 0), minlength=len(uk))
     cnt = np.bincount(inv, minlength=len(uk))
     its = uk // len(SLACK_KINDS) - 1
-    names = np.array(sorted(SLACK_KINDS))[uk % len(SLACK_KINDS)]
+    names = sorted_kinds[uk % len(SLACK_KINDS)]
     # peer waits: task slack of collectives
     pw = np.flatnonzero(g.task_slack_ns > 0)
     if len(pw):
@@ -233,6 +239,16 @@ def slack_table(g: Graph, iteration: np.ndarray) -> pa.Table:
         "slack_ns": pa.array(np.rint(pos).astype(np.int64)),
         "early_ns": pa.array(np.rint(neg).astype(np.int64)),
     })
+
+
+def _groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(key, return_inverse=True)`` for non-negative keys of a small range (an
+    iteration and a kind): a count per key in place of a sort (or a hash) of every edge."""
+    if not len(key) or key.min() < 0 or key.max() > 4 * len(key) + 1024:
+        return np.unique(key, return_inverse=True)
+    present = np.bincount(key) > 0
+    rank = np.cumsum(present) - 1
+    return np.flatnonzero(present), rank[key]
 
 
 _MODULE_RE = r"^(?P<layer>.+?) \((?P<type>[^()]*)\) \[(?P<phase>forward|backward|recompute)\]$"
@@ -283,14 +299,15 @@ def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray, iteration: np.ndarr
     """CPU tasks take the labels of their innermost range; GPU tasks those of their call."""
     # work on row numbers into the label table (-1 = none), then take once
     n = g.n_tasks
-    row = np.full(n, -1, np.int64)
     if rl.num_rows:
         rid = rl["range_id"].to_numpy()
         size = int(max(rid.max(), g.range_id.max()) + 1)
-        by_id = np.full(size, -1, np.int64)
+        # one past the last range id: -1, what a task without a range (range_id -1) finds
+        by_id = np.full(size + 1, -1, np.int64)
         by_id[rid] = np.arange(len(rid))
-        has = g.range_id >= 0
-        row[has] = by_id[g.range_id[has]]
+        row = by_id[g.range_id]
+    else:
+        row = np.full(n, -1, np.int64)
     src, dst = g.src[launch], g.dst[launch]
     row[dst] = row[src]
     if rl.num_rows:
@@ -318,8 +335,10 @@ def _gaps_take_phase(g: Graph, phase: pa.ChunkedArray, row: np.ndarray,
     if other < 0:
         other = len(names)
         names = pa.concat_arrays([names, pa.array(["other"], names.type)])
-    rl_code = d.indices.to_numpy(zero_copy_only=False).astype(np.int32)
-    code = np.where(row >= 0, rl_code[np.maximum(row, 0)], np.int32(other)).astype(np.int32)
+    # one past the last label row: "other", what row -1 finds
+    rl_code = np.append(d.indices.to_numpy(zero_copy_only=False).astype(np.int32),
+                        np.int32(other))
+    code = rl_code[row]
     if len(code):
         code = _fill_gaps(code, g.unit, iteration, g.kind, other, int(g.unit.max()) + 1,
                           KIND_HOST)
@@ -355,12 +374,15 @@ def _task_iterations(g: Graph, its: pa.Table, launch: np.ndarray) -> np.ndarray:
     ends = its["end_ns"].to_numpy()
     idx = its["iteration"].to_numpy()
     o = np.argsort(starts)
-    starts, ends, idx = starts[o], ends[o], idx[o]
+    # one past the last iteration: ends before any time, what a task before them all (-1)
+    # finds, so that one lookup per task answers both
+    starts = starts[o]
+    ends = np.append(ends[o], np.iinfo(np.int64).min)
+    idx = np.append(idx[o].astype(np.int64), -1)
     t = g.start_ns.copy()
     t[g.dst[launch]] = g.start_ns[g.src[launch]]
     pos = np.searchsorted(starts, t, side="right") - 1
-    at = np.maximum(pos, 0)
-    it = np.where((pos >= 0) & (t < ends[at]), idx[at].astype(np.int64), -1)
+    it = np.where(t < ends[pos], idx[pos], -1)
     it[0] = -1  # the origin task belongs to no iteration
     _orphans_follow_stream(g, it, launch)
     return it
@@ -372,7 +394,7 @@ def _orphans_follow_stream(g: Graph, it: np.ndarray, launch: np.ndarray) -> None
     on the MI300X trace an iteration's GPU work ends some 15 ms into the next one's CPU time);
     before the first launched task of its stream it is the backlog of work launched before the
     window (-1); on a stream without launched tasks it keeps the iteration of its start."""
-    gpu = np.flatnonzero(np.isin(g.kind, GPU_CODES))
+    gpu = np.flatnonzero(_on_gpu(g.kind))
     if not len(gpu):
         return
     launched = np.zeros(g.n_tasks, bool)

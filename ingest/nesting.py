@@ -45,6 +45,13 @@ def thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
     return key
 
 
+def _in_start_order(start: np.ndarray, end: np.ndarray) -> bool:
+    """Whether intervals are sorted by start, and by end descending where starts are equal
+    (as the range table is)."""
+    later = start[1:] > start[:-1]
+    return bool((later | ((start[1:] == start[:-1]) & (end[1:] <= end[:-1]))).all())
+
+
 def nest_ranges(pid: np.ndarray, tid: np.ndarray, start_ns: np.ndarray,
                 dur_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Return (depth int32, parent int64 row index or -1) of intervals nested per (pid, tid).
@@ -61,6 +68,11 @@ def nest_ranges(pid: np.ndarray, tid: np.ndarray, start_ns: np.ndarray,
     start = np.asarray(start_ns, np.int64)
     end = start + np.asarray(dur_ns, np.int64)
     tid_key = thread_key(pid, tid)
-    order = np.lexsort((-end, start, tid_key)).astype(np.int64)
+    if _in_start_order(start, end):
+        # a stable sort by thread alone keeps the (start, -end) order within each thread:
+        # the same order, without the three-key lexsort (13 ms of a million-event trace's)
+        order = np.argsort(tid_key, kind="stable")
+    else:
+        order = np.lexsort((-end, start, tid_key)).astype(np.int64)
     _nest_sorted(order, tid_key, start, end, depth, parent)
     return depth, parent
