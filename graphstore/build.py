@@ -292,6 +292,25 @@ def _cpu_sweep(thr_off_api, a_start, a_end, thr_off_rng, r_start, r_end, r_id,
     return k
 
 
+def _thread_order(c_thr, c_start, c_end, cpu_id, unit, nthr):
+    """Thread edges (prev, next task, next's start - prev's end) in (thread, id) order. The
+    sweep writes each thread's tasks in time order, threads in unit order, so consecutive rows
+    of one thread are its edges; where ids did not rise along them (never seen), they come
+    from a sort of all tasks by unit instead."""
+    same = c_thr[1:] == c_thr[:-1]
+    prev, nxt = cpu_id[:-1][same], cpu_id[1:][same]
+    if (nxt > prev).all():
+        return prev, nxt, (c_start[1:] - c_end[:-1])[same]
+    by_unit = order_by_unit(unit)
+    u = unit[by_unit]
+    same = (u[1:] == u[:-1]) & (u[1:] < nthr)
+    prev, nxt = by_unit[:-1][same], by_unit[1:][same]
+    start = np.empty(len(unit), np.int64)
+    end = np.empty(len(unit), np.int64)
+    start[cpu_id], end[cpu_id] = c_start, c_end
+    return prev, nxt, start[nxt] - end[prev]
+
+
 def _distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Dense key of each (a, b) pair (numbered in sorted pair order) and the distinct pairs,
     as an int64 array of shape (k, 2) indexed by key. Rows of one thread (or stream) come in
@@ -447,42 +466,43 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
         ([int(g["start"].min())] if ng else [])
     t0 = min(firsts) if firsts else 0
     nc = len(c_start)
-    kind = np.concatenate([[KIND_HOST], c_kind, g["kind"]]).astype(np.int8)
-    unit = np.concatenate([[origin_unit], c_thr, nthr + g_unit]).astype(np.int32)
     start = np.concatenate([[t0], c_start, g["start"]]).astype(np.int64)
-    obs = np.concatenate([[0], c_end - c_start, g["dur"]]).astype(np.int64)
-    corr = np.concatenate([[-1], np.where(c_api >= 0, _col(api, "correlation")[np.maximum(
-        c_api, 0)], -1) if api.num_rows else np.full(nc, -1), g["corr"]]).astype(np.int64)
-    rid = np.concatenate([[-1], c_range, np.full(ng, -1)]).astype(np.int64)
-    nbytes = np.concatenate([[-1], np.full(nc, -1), g["bytes"]]).astype(np.int64)
+    # order: by start, origin first; ties keep unit order so fixed units stay in trace order
+    order = np.argsort(start, kind="stable")
+    if order[0] != 0:  # t0 is the earliest start, so the stable sort puts the origin first
+        order = np.concatenate([[0], order[order != 0]])
+    n = len(order)
+    newid = np.empty(n, np.int64)
+    newid[order] = np.arange(n)
+    start = start[order]
+    cpu_id, gpu_task = newid[1:1 + nc], newid[1 + nc:]  # CPU / GPU row -> task id
+
+    def placed(dtype, origin, cpu_col, gpu_col):
+        """A task column written straight into task order (no concatenated copy to permute)."""
+        out = np.empty(n, dtype)
+        out[0] = origin
+        out[cpu_id] = cpu_col
+        out[gpu_task] = gpu_col
+        return out
+
+    kind = placed(np.int8, KIND_HOST, c_kind, g["kind"])
+    unit = placed(np.int32, origin_unit, c_thr, nthr + g_unit)
+    obs = placed(np.int64, 0, c_end - c_start, g["dur"])
+    corr = placed(np.int64, -1, np.where(c_api >= 0, _col(api, "correlation")[np.maximum(
+        c_api, 0)], -1) if api.num_rows else -1, g["corr"])
+    rid = placed(np.int64, -1, c_range, -1)
+    nbytes = placed(np.int64, -1, -1, g["bytes"])
     cpu_names = np.empty(nc, np.int64)
     is_api = c_kind == KIND_API
     cpu_names[is_api] = api_names[c_api[is_api]] if api.num_rows else []
     cpu_names[~is_api] = _range_names(pool, rng, c_range[~is_api])
-    names = np.concatenate([origin_name, cpu_names, g["name"]])
-    # what each call can wait for (graphstore.calls), and how each copy's call blocks
+    names = placed(np.int64, origin_name[0], cpu_names, g["name"])
+    # what each call can wait for (graphstore.calls)
     vocab = pool.vocab()
-    wclass = np.full(len(kind), calls.WAIT_NONE, np.int8)
-    if api.num_rows:
-        wclass[1:1 + nc][is_api] = calls.wait_classes(vocab)[cpu_names[is_api]]
-    is_async = np.zeros(len(kind), bool)
-    if api.num_rows:
-        is_async[1:1 + nc][is_api] = np.array([calls.is_async_copy(str(v)) for v in vocab],
-                                              bool)[cpu_names[is_api]]
-    blk = np.zeros((len(kind), 2), np.int8)  # per copy task: block mode if async / if sync
-    blk[1 + nc:, 0] = g["blk_async"]
-    blk[1 + nc:, 1] = g["blk_sync"]
-
-    # order: by start, origin first; ties keep unit order so fixed units stay in trace order
-    order = np.argsort(start, kind="stable")
-    order = np.concatenate([[0], order[order != 0]])
-    newid = np.empty(len(order), np.int64)
-    newid[order] = np.arange(len(order))
-    kind, unit, start, obs = kind[order], unit[order], start[order], obs[order]
-    corr, rid, nbytes, names = corr[order], rid[order], nbytes[order], names[order]
-    wclass, is_async, blk = wclass[order], is_async[order], blk[order]
+    wclass = (np.where(kind == KIND_API, calls.wait_classes(vocab)[names],
+                       np.int8(calls.WAIT_NONE)) if api.num_rows
+              else np.full(n, calls.WAIT_NONE, np.int8))
     end = start + obs
-    gpu_task = newid[1 + nc + np.arange(ng)]            # GPU row -> task id
     api_task = newid[1 + api_task_local] if api.num_rows else np.zeros(0, np.int64)
 
     edges = _Edges()
@@ -490,23 +510,19 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     L = {k: v.ns for k, v in latency.items()}
 
     # ---- thread order (CPU tasks are contiguous by construction: no latency, no slack)
-    tasks_by_unit = order_by_unit(unit)
-    u_sorted = unit[tasks_by_unit]
-    same = u_sorted[1:] == u_sorted[:-1]
-    prev_t, next_t = tasks_by_unit[:-1][same], tasks_by_unit[1:][same]
-    is_cpu_edge = unit[next_t] < nthr
-    thr_prev, thr_next = prev_t[is_cpu_edge], next_t[is_cpu_edge]
-    edges.add(thr_prev, thr_next, EK_THREAD, A_END_START, L["thread"],
-              start[thr_next] - end[thr_prev] - L["thread"], True)
+    thr_prev, thr_next, thr_gap = _thread_order(c_thr, c_start, c_end, cpu_id, unit, nthr)
+    edges.add(thr_prev, thr_next, EK_THREAD, A_END_START, L["thread"], thr_gap - L["thread"],
+              True)
 
     # ---- GPU constraints: stream order, launch, waits; the latest one binds
-    is_gpu_edge = (unit[next_t] >= nthr) & (unit[next_t] < origin_unit)
-    sp, sq = prev_t[is_gpu_edge], next_t[is_gpu_edge]
+    gpu_mask = (unit >= nthr) & (unit < origin_unit)
+    per_stream = _stream_tasks(unit, gpu_mask)
+    sp = np.concatenate([ids[:-1] for ids in per_stream.values()] + [np.zeros(0, np.int64)])
+    sq = np.concatenate([ids[1:] for ids in per_stream.values()] + [np.zeros(0, np.int64)])
     stats.add("stream_overlap", int((start[sq] < end[sp]).sum()), severity="warning",
               detail="GPU tasks that start before the previous task on their stream ends")
     launch_of = _launches(api, api_task, corr, gpu_task, len(kind))
     has_launch = launch_of >= 0
-    gpu_mask = (unit >= nthr) & (unit < origin_unit)
     stats.add("gpu_without_launch", int((gpu_mask & ~has_launch).sum()), severity="warning",
               detail="GPU tasks whose launching call is not in the trace (launched before the "
                      "window, or by an untraced thread): bound by their stream predecessor, "
@@ -527,7 +543,7 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
 
     # a blocking copy's call enqueues its copy and then waits for it: the copy may start
     # once the call has begun (start_start); every other launch as its call returns
-    copy_mode = _copy_mode(kind, launch_of, is_async, blk)
+    copy_mode = _copy_mode(n, names, vocab, launch_of, gpu_task, g)
     ss = copy_mode[ln] != calls.BLOCK_NONE
     l_anchor = np.where(ss, start[launch_of[ln]], end[launch_of[ln]])
     offer(sq, end[sp] + L["stream"], EK_STREAM)
@@ -592,14 +608,14 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     waits = _EndWaits()
     # launch queue: an enqueue call cannot finish while its stream holds LAUNCH_QUEUE_DEPTH
     # unfinished tasks
-    q_src, q_dst, q_inf, full = _queue_edges(unit, start, end, gpu_mask, launch_of)
+    q_src, q_dst, q_inf, full = _queue_edges(start, end, per_stream, launch_of)
     stats.add("launch_queue_full", full, severity="info",
               detail=f"enqueue calls that blocked because their stream held {LAUNCH_QUEUE_DEPTH}"
                      " unfinished tasks (each waits, by a queue edge, for the task whose end "
                      "released it)")
     waits.add(q_src, q_dst, EK_QUEUE, L["queue"], q_inf)
     u_src, u_dst = _unseen_queue_edges(kind, unit, start, end, names, vocab, launch_of,
-                                       gpu_mask)
+                                       gpu_mask, per_stream)
     stats.add("launch_queue_full_unseen", len(u_src), severity="info",
               detail="launches whose GPU work is not in the trace (it ran after the window) "
                      "that blocked until a task of their stream ended (inferred from that "
@@ -609,7 +625,7 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     # name (graphstore.calls)
     unit_pid = np.array([int(x) for x in threads[:, 0]] + [-1] * (len(streams) + 1),
                         np.int64)
-    s_src, s_dst, s_inf, blocking = _sync_edges(tables, wclass, is_async, copy_mode, kind,
+    s_src, s_dst, s_inf, blocking = _sync_edges(tables, wclass, copy_mode, per_stream, kind,
                                                  start, end, unit, corr, launch_of, gpu_mask,
                                                  streams, nthr, unit_pid, stats)
     waits.add(s_src, s_dst, EK_SYNC, L["sync"], s_inf)
@@ -841,7 +857,7 @@ def order_by_unit(unit: np.ndarray) -> np.ndarray:
     return np.argsort(unit, kind="stable")
 
 
-def _queue_edges(unit, start, end, gpu_mask, launch_of):
+def _queue_edges(start, end, per_stream, launch_of):
     """Queue edges (task i -> the call that enqueued task j, END): j's call cannot finish
     before i has, where i is ``depth`` places before j on their stream. ``depth`` is
     LAUNCH_QUEUE_DEPTH, or more where the trace shows its stream holding more unfinished tasks
@@ -850,13 +866,8 @@ def _queue_edges(unit, start, end, gpu_mask, launch_of):
     tasks as it began, ran more than twice as long as the stream's calls further from the limit,
     and one of those tasks ended inside it) i is the task whose end released it, read from the
     trace. Returns (src, dst, inferred, calls that blocked)."""
-    g_ids = np.flatnonzero(gpu_mask)
-    by_stream = g_ids[order_by_unit(unit[g_ids])]  # ids ascend within a stream
-    u = unit[by_stream]
-    cuts = np.flatnonzero(np.r_[True, u[1:] != u[:-1], True])
     src, dst, inf, full = [], [], [], 0
-    for a, b in zip(cuts[:-1], cuts[1:], strict=False):
-        ids = by_stream[a:b]
+    for ids in per_stream.values():
         if len(ids) < LAUNCH_QUEUE_DEPTH - QUEUE_BLOCK_SPAN:
             continue
         call = launch_of[ids]
@@ -884,7 +895,8 @@ def _queue_edges(unit, start, end, gpu_mask, launch_of):
     return np.concatenate(src), np.concatenate(dst), np.concatenate(inf), full
 
 
-def _unseen_queue_edges(kind, unit, start, end, names, vocab, launch_of, gpu_mask):
+def _unseen_queue_edges(kind, unit, start, end, names, vocab, launch_of, gpu_mask,
+                        per_stream):
     """Queue edges into launches that put no GPU task into the trace (their work ran after the
     window, so _queue_edges cannot place them on a stream): a launch that ran more than twice
     as long as the launches the trace shows the work of, and ended within
@@ -905,11 +917,10 @@ def _unseen_queue_edges(kind, unit, start, end, names, vocab, launch_of, gpu_mas
     cand, su = cand[su >= 0], su[su >= 0]
     if not len(cand):
         return empty, empty
-    by_stream = _stream_tasks(unit, gpu_mask)
     src, dst = [], []
     for s_unit in np.unique(su):
         # tasks of a stream finish in order: the last one done by each call's end
-        ids = by_stream[int(s_unit)]
+        ids = per_stream[int(s_unit)]
         fin = np.maximum.accumulate(end[ids])
         c = cand[su == s_unit]
         r = np.searchsorted(fin, end[c], side="right") - 1
@@ -1113,17 +1124,25 @@ def _range_names(pool: _NamePool, rng: pa.Table, range_ids: np.ndarray) -> np.nd
     return lookup[range_ids]
 
 
-def _copy_mode(kind, launch_of, is_async, blk):
+def _copy_mode(n, names, vocab, launch_of, gpu_task, g) -> np.ndarray:
     """Per task: how the call that launched it blocks the host, if it is a copy
-    (graphstore.calls.BLOCK_*; BLOCK_NONE for every other task)."""
-    mode = np.zeros(len(kind), np.int64)
-    m = np.flatnonzero((kind == KIND_MEMCPY) & (launch_of >= 0))
-    mode[m] = np.where(is_async[launch_of[m]], blk[m, 0], blk[m, 1])
+    (graphstore.calls.BLOCK_*; BLOCK_NONE for every other task). The call's name says whether
+    it is an async copy, the copy row's blk_async / blk_sync how each kind of call blocks."""
+    mode = np.zeros(n, np.int64)
+    rows = np.flatnonzero(g["kind"] == KIND_MEMCPY)
+    t = gpu_task[rows]
+    launched = launch_of[t] >= 0
+    rows, t = rows[launched], t[launched]
+    if len(t):
+        is_async = np.array([calls.is_async_copy(str(v)) for v in vocab], bool)
+        mode[t] = np.where(is_async[names[launch_of[t]]], g["blk_async"][rows],
+                           g["blk_sync"][rows])
     return mode
 
 
 def _stream_tasks(unit, gpu_mask):
-    """{stream unit: its task ids in stream order}."""
+    """{stream unit: its task ids in stream order}, streams in unit order (build's stream
+    edges, queue edges and syncs share it)."""
     g_ids = np.flatnonzero(gpu_mask)
     if not len(g_ids):
         return {}
@@ -1133,7 +1152,7 @@ def _stream_tasks(unit, gpu_mask):
     return {int(u[a]): by[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=False)}
 
 
-def _sync_edges(tables, wclass, is_async, copy_mode, kind, start, end, unit, corr, launch_of,
+def _sync_edges(tables, wclass, copy_mode, per_stream, kind, start, end, unit, corr, launch_of,
                 gpu_mask, streams, nthr, unit_pid, stats: Stats):
     """Waits of synchronizing calls, by what the call waits for (graphstore.calls): a device
     sync (or implicit one: cudaFree) for the last task enqueued before it on every stream of
@@ -1145,7 +1164,6 @@ def _sync_edges(tables, wclass, is_async, copy_mode, kind, start, end, unit, cor
     n = len(kind)
     blocking = np.zeros(n, bool)
     empty = np.zeros(0, np.int64)
-    per_stream = _stream_tasks(unit, gpu_mask)
     if not per_stream:
         return empty, empty, np.zeros(0, bool), blocking
     # enqueue time of each GPU task: its call's start (-inf: launched before the window)
