@@ -212,13 +212,15 @@ def _emit(out, k, t, kind, s, e, label, api):
 
 
 @numba.njit(cache=True)
-def _cpu_sweep(thr_off_api, a_start, a_end, thr_off_rng, r_start, r_end, r_id,
+def _cpu_sweep(thr_off_api, a_start, a_end, a_row, thr_off_rng, r_start, r_end, r_id,
                o_thread, o_kind, o_start, o_end, o_range, o_api, api_task):
     """Cut each thread's time into api tasks and host tasks.
 
-    Per thread t: calls a_*[thr_off_api[t]:thr_off_api[t+1]] sorted by start, ranges
-    r_*[thr_off_rng[t]:...] sorted by (start, -end). Writes tasks into o_* and returns their
-    count. api_task[i] is the task of call i (a call nested inside another maps to the outer)."""
+    Per thread t: calls a_*[thr_off_api[t]:thr_off_api[t+1]] sorted by start (a_row: each
+    one's row in the api table), ranges r_*[thr_off_rng[t]:...] sorted by (start, -end). Writes
+    tasks into o_* (o_api: the api row of a call's task, -1 for host time) and returns their
+    count. api_task[row] is the task of that call (a call nested inside another maps to the
+    outer)."""
     nt = thr_off_api.shape[0] - 1
     out = (o_thread, o_kind, o_start, o_end, o_range, o_api)
     k = 0
@@ -269,11 +271,11 @@ def _cpu_sweep(thr_off_api, a_start, a_end, thr_off_rng, r_start, r_end, r_id,
                     k = _emit(out, k, t, 1, cur, na, label, -1)
                 end = a_end[ai]
                 task = k
-                k = _emit(out, k, t, 0, na, end, label, ai)
-                api_task[ai] = task
+                k = _emit(out, k, t, 0, na, end, label, a_row[ai])
+                api_task[a_row[ai]] = task
                 ai += 1
                 while ai < a1 and a_start[ai] < end:
-                    api_task[ai] = task  # nested call (e.g. driver call inside runtime call)
+                    api_task[a_row[ai]] = task  # nested call (driver call inside runtime call)
                     ai += 1
                 while True:
                     ne = r_end[stack[top - 1]] if top > 0 else finish + 1
@@ -341,7 +343,7 @@ def _by_thread(thr: np.ndarray, start: np.ndarray, end: np.ndarray | None = None
 
 def _group_offsets(keys_sorted: np.ndarray, n_groups: int) -> np.ndarray:
     off = np.zeros(n_groups + 1, np.int64)
-    np.add.at(off, keys_sorted + 1, 1)
+    off[1:] = np.bincount(keys_sorted, minlength=n_groups)
     return np.cumsum(off)
 
 
@@ -364,27 +366,21 @@ def _cpu_tasks(api: pa.Table, rng: pa.Table, stats: Stats):
     ao = _by_thread(a_thr, a_start)
     ro = _by_thread(r_thr, r_start, r_end)
     cap = 2 * len(a_start) + 2 * len(r_start) + 2 * nthr + 1
-    o_thread = np.empty(cap, np.int64)
-    o_kind = np.empty(cap, np.int64)
+    o_thread = np.empty(cap, np.int32)
+    o_kind = np.empty(cap, np.int8)
     o_start = np.empty(cap, np.int64)
     o_end = np.empty(cap, np.int64)
     o_range = np.empty(cap, np.int64)
     o_api = np.empty(cap, np.int64)
-    api_task_sorted = np.full(len(a_start), -1, np.int64)
-    k = _cpu_sweep(_group_offsets(a_thr[ao], nthr), a_start[ao], a_end[ao],
+    api_task = np.full(len(a_start), -1, np.int64)
+    k = _cpu_sweep(_group_offsets(a_thr[ao], nthr), a_start[ao], a_end[ao], ao,
                    _group_offsets(r_thr[ro], nthr), r_start[ro], r_end[ro], r_id[ro],
-                   o_thread, o_kind, o_start, o_end, o_range, o_api, api_task_sorted)
-    api_task = np.empty(len(a_start), np.int64)
-    api_task[ao] = api_task_sorted
-    o_api = o_api[:k]
-    # o_api indexes the sorted call order: map back to api rows
-    api_row = (np.where(o_api >= 0, ao[np.maximum(o_api, 0)], -1) if len(ao)
-               else np.full(len(o_api), -1, np.int64))
+                   o_thread, o_kind, o_start, o_end, o_range, o_api, api_task)
     nested = int(len(a_start) - (o_kind[:k] == 0).sum())
     stats.add("nested_calls_merged", nested, severity="info",
               detail="calls inside another call on the same thread (driver inside runtime); "
                      "their GPU work is launched by the outer call's task")
-    return threads, (o_thread[:k], o_kind[:k], o_start[:k], o_end[:k], o_range[:k], api_row), \
+    return threads, (o_thread[:k], o_kind[:k], o_start[:k], o_end[:k], o_range[:k], o_api[:k]), \
         api_task
 
 
@@ -488,12 +484,13 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     kind = placed(np.int8, KIND_HOST, c_kind, g["kind"])
     unit = placed(np.int32, origin_unit, c_thr, nthr + g_unit)
     obs = placed(np.int64, 0, c_end - c_start, g["dur"])
-    corr = placed(np.int64, -1, np.where(c_api >= 0, _col(api, "correlation")[np.maximum(
-        c_api, 0)], -1) if api.num_rows else -1, g["corr"])
+    corr = placed(np.int64, -1, -1, g["corr"])
+    is_api = c_kind == KIND_API  # the tasks with an api row (c_api >= 0)
+    if api.num_rows:
+        corr[cpu_id[is_api]] = _col(api, "correlation")[c_api[is_api]]
     rid = placed(np.int64, -1, c_range, -1)
     nbytes = placed(np.int64, -1, -1, g["bytes"])
     cpu_names = np.empty(nc, np.int64)
-    is_api = c_kind == KIND_API
     cpu_names[is_api] = api_names[c_api[is_api]] if api.num_rows else []
     cpu_names[~is_api] = _range_names(pool, rng, c_range[~is_api])
     names = placed(np.int64, origin_name[0], cpu_names, g["name"])
@@ -674,8 +671,7 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
 
     # ---- origin: every task without a predecessor hangs off the trace start; a thread's
     # first recorded task at its offset (when the window caught it), GPU work as origin slack
-    has_pred = np.zeros(len(kind), bool)
-    has_pred[edges.destinations()] = True
+    has_pred = edges.has_predecessor(len(kind))
     roots = np.flatnonzero(~has_pred)
     roots = roots[roots != 0]
     on_gpu = gpu_mask[roots]
@@ -721,9 +717,12 @@ class _Edges:
                             np.broadcast_to(np.asarray(binding, bool), (n,)),
                             np.broadcast_to(np.asarray(inferred, bool), (n,))))
 
-    def destinations(self) -> np.ndarray:
-        return (np.concatenate([p[1] for p in self._parts]) if self._parts
-                else np.zeros(0, np.int64))
+    def has_predecessor(self, n: int) -> np.ndarray:
+        """Per task: whether an edge so far ends at it."""
+        out = np.zeros(n, bool)
+        for p in self._parts:
+            out[p[1]] = True
+        return out
 
     def arrays(self) -> dict[str, np.ndarray]:
         names = ("src", "dst", "kind", "anchor", "lag", "slack", "binding", "inferred")
@@ -824,10 +823,14 @@ def _copy_blocks(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     cols = [_dict(t, c) if c in t.column_names else (np.zeros(t.num_rows, np.int64),
                                                       np.array([""], object))
             for c in ("copy_kind", "src_kind", "dst_kind")]
-    key = np.stack([c[0] for c in cols], 1)
-    uniq, inv = np.unique(key, axis=0, return_inverse=True) if t.num_rows else (
-        np.zeros((0, 3), np.int64), np.zeros(0, np.int64))
-    inv = inv.reshape(-1)
+    # the three codes as one integer key (np.unique over rows sorts a structured view: slow)
+    key = np.zeros(t.num_rows, np.int64)
+    for codes, values in cols:
+        key = key * len(values) + codes
+    uniq_key, inv = np.unique(key, return_inverse=True)
+    uniq = np.empty((len(uniq_key), 3), np.int64)
+    for j in (2, 1, 0):
+        uniq_key, uniq[:, j] = np.divmod(uniq_key, len(cols[j][1]))
     out = []
     for async_call in (True, False):
         modes = np.array([calls.copy_blocks(async_call, *(str(cols[j][1][u[j]]) or None
@@ -907,12 +910,11 @@ def _unseen_queue_edges(kind, unit, start, end, names, vocab, launch_of, gpu_mas
     is_launch = (kind == KIND_API) & launch_name[names]
     seen = np.zeros(len(kind), bool)
     seen[launch_of[launch_of >= 0]] = True
-    took = end - start
-    shown = is_launch & seen
+    shown = np.flatnonzero(is_launch & seen)
     cand = np.flatnonzero(is_launch & ~seen)
-    if not len(cand) or not shown.any():
+    if not len(cand) or not len(shown):
         return empty, empty
-    cand = cand[took[cand] > 2 * np.median(took[shown])]
+    cand = cand[end[cand] - start[cand] > 2 * np.median(end[shown] - start[shown])]
     su = _last_launched_stream(cand, unit, start, launch_of, gpu_mask)
     cand, su = cand[su >= 0], su[su >= 0]
     if not len(cand):
