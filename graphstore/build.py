@@ -484,16 +484,16 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     kind = placed(np.int8, KIND_HOST, c_kind, g["kind"])
     unit = placed(np.int32, origin_unit, c_thr, nthr + g_unit)
     obs = placed(np.int64, 0, c_end - c_start, g["dur"])
-    corr = placed(np.int64, -1, -1, g["corr"])
-    is_api = c_kind == KIND_API  # the tasks with an api row (c_api >= 0)
-    if api.num_rows:
-        corr[cpu_id[is_api]] = _col(api, "correlation")[c_api[is_api]]
     rid = placed(np.int64, -1, c_range, -1)
     nbytes = placed(np.int64, -1, -1, g["bytes"])
-    cpu_names = np.empty(nc, np.int64)
-    cpu_names[is_api] = api_names[c_api[is_api]] if api.num_rows else []
-    cpu_names[~is_api] = _range_names(pool, rng, c_range[~is_api])
-    names = placed(np.int64, origin_name[0], cpu_names, g["name"])
+    # names: a host task's is its innermost range's, a call task's its call's (set below)
+    names = placed(np.int64, origin_name[0], _range_names(pool, rng)[c_range], g["name"])
+    corr = placed(np.int64, -1, -1, g["corr"])
+    if api.num_rows:
+        is_api = c_kind == KIND_API  # the tasks with an api row (c_api >= 0)
+        api_ids, api_rows = cpu_id[is_api], c_api[is_api]
+        corr[api_ids] = _col(api, "correlation")[api_rows]
+        names[api_ids] = api_names[api_rows]
     # what each call can wait for (graphstore.calls)
     vocab = pool.vocab()
     wclass = (np.where(kind == KIND_API, calls.wait_classes(vocab)[names],
@@ -533,7 +533,7 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
 
     # the earliest start each constraint allows, at its physical latency; the latest wins
     cand_time = np.full(len(kind), np.iinfo(np.int64).min, np.int64)
-    cand_kind = np.full(len(kind), -1, np.int64)
+    cand_kind = np.full(len(kind), -1, np.int8)  # an edge kind, -1: none yet
 
     def offer(tasks, t, k):
         _offer(cand_time, cand_kind, np.asarray(tasks, np.int64), np.asarray(t, np.int64), k)
@@ -645,6 +645,7 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     if len(k_src):
         e_end = ~k_via
         waits.add(k_src[e_end], k_dst[e_end], EK_WAKE, L["wake"], True)
+    if k_via.any():
         # woken by a start: the waiting stretch is idle time, and the next task on its
         # thread starts from that start
         nxt = np.full(len(kind), -1, np.int64)
@@ -1007,7 +1008,8 @@ def _wake_edges(kind, unit, start, end, nthr, threads, blocking):
     if nthr < 2:
         return empty, empty, np.zeros(0, bool)
     cpu = np.flatnonzero(unit < nthr)
-    cpu = cpu[cpu > 0]
+    if len(cpu) and cpu[0] == 0:  # the ids ascend: only the first can be the origin
+        cpu = cpu[1:]
     if not len(cpu):
         return empty, empty, np.zeros(0, bool)
     pid_of_unit = np.full(int(unit.max()) + 1, -1, np.int64)
@@ -1113,17 +1115,18 @@ def _wake(kind, unit, start, end, blocking, cpu, by_end, pid_of_unit):
     return src[:k], dst[:k], via[:k]
 
 
-def _range_names(pool: _NamePool, rng: pa.Table, range_ids: np.ndarray) -> np.ndarray:
-    """Name codes of host tasks: their innermost range's name, "<host>" outside every range."""
+def _range_names(pool: _NamePool, rng: pa.Table) -> np.ndarray:
+    """Name code of each range id (a host task's name is its innermost range's); the last
+    slot, read by range id -1, is "<host>" (outside every range)."""
     host = pool.add(np.zeros(1, np.int64), np.array(["<host>"], object))[0]
     if not rng.num_rows:
-        return np.full(len(range_ids), host, np.int64)
+        return np.full(1, host, np.int64)
     names = pool.add(*_dict(rng))
     ids = _col(rng, "range_id")
     # one slot more than the ids: range id -1 (none) reads it
     lookup = np.full(int(ids.max()) + 2 if len(ids) else 1, host, np.int64)
     lookup[ids] = names
-    return lookup[range_ids]
+    return lookup
 
 
 def _copy_mode(n, names, vocab, launch_of, gpu_task, g) -> np.ndarray:
@@ -1168,16 +1171,15 @@ def _sync_edges(tables, wclass, copy_mode, per_stream, kind, start, end, unit, c
     empty = np.zeros(0, np.int64)
     if not per_stream:
         return empty, empty, np.zeros(0, bool), blocking
-    # enqueue time of each GPU task: its call's start (-inf: launched before the window)
-    enq = np.full(n, np.iinfo(np.int64).min, np.int64)
-    g = np.flatnonzero(gpu_mask & (launch_of >= 0))
-    enq[g] = start[launch_of[g]]
     s_pid = {}  # stream -> process of the calls that launch onto it
+    done_enq = {}  # stream -> latest enqueue time so far along it
     for su, ids in per_stream.items():
         c = launch_of[ids]
+        # enqueue time of each GPU task: its call's start (-inf: launched before the window)
+        enq = np.where(c >= 0, start[np.maximum(c, 0)], np.iinfo(np.int64).min)
+        done_enq[su] = np.maximum.accumulate(enq)
         c = c[c >= 0]
         s_pid[su] = unit_pid[unit[c[0]]] if len(c) else None
-    done_enq = {su: np.maximum.accumulate(enq[ids]) for su, ids in per_stream.items()}
 
     def last_before(su, t):
         """The last task of stream su enqueued before times t (-1: none)."""
