@@ -510,6 +510,9 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     thr_prev, thr_next, thr_gap = _thread_order(c_thr, c_start, c_end, cpu_id, unit, nthr)
     edges.add(thr_prev, thr_next, EK_THREAD, A_END_START, L["thread"], thr_gap - L["thread"],
               True)
+    # the sweep's columns are placed: their memory (37 MB on a 1M-event trace) can take the
+    # arrays made below, which a fresh process would otherwise fault in page by page
+    del cpu, c_thr, c_kind, c_start, c_end, c_range, c_api, order, thr_gap
 
     # ---- GPU constraints: stream order, launch, waits; the latest one binds
     gpu_mask = (unit >= nthr) & (unit < origin_unit)
