@@ -212,13 +212,15 @@ def _emit(out, k, t, kind, s, e, label, api):
 
 
 @numba.njit(cache=True)
-def _cpu_sweep(thr_off_api, a_start, a_end, thr_off_rng, r_start, r_end, r_id,
+def _cpu_sweep(thr_off_api, a_start, a_end, a_row, thr_off_rng, r_start, r_end, r_id,
                o_thread, o_kind, o_start, o_end, o_range, o_api, api_task):
     """Cut each thread's time into api tasks and host tasks.
 
-    Per thread t: calls a_*[thr_off_api[t]:thr_off_api[t+1]] sorted by start, ranges
-    r_*[thr_off_rng[t]:...] sorted by (start, -end). Writes tasks into o_* and returns their
-    count. api_task[i] is the task of call i (a call nested inside another maps to the outer)."""
+    Per thread t: calls a_*[thr_off_api[t]:thr_off_api[t+1]] sorted by start (a_row: each
+    one's row in the api table), ranges r_*[thr_off_rng[t]:...] sorted by (start, -end). Writes
+    tasks into o_* (o_api: the api row of a call's task, -1 for host time) and returns their
+    count. api_task[row] is the task of that call (a call nested inside another maps to the
+    outer)."""
     nt = thr_off_api.shape[0] - 1
     out = (o_thread, o_kind, o_start, o_end, o_range, o_api)
     k = 0
@@ -269,11 +271,11 @@ def _cpu_sweep(thr_off_api, a_start, a_end, thr_off_rng, r_start, r_end, r_id,
                     k = _emit(out, k, t, 1, cur, na, label, -1)
                 end = a_end[ai]
                 task = k
-                k = _emit(out, k, t, 0, na, end, label, ai)
-                api_task[ai] = task
+                k = _emit(out, k, t, 0, na, end, label, a_row[ai])
+                api_task[a_row[ai]] = task
                 ai += 1
                 while ai < a1 and a_start[ai] < end:
-                    api_task[ai] = task  # nested call (e.g. driver call inside runtime call)
+                    api_task[a_row[ai]] = task  # nested call (driver call inside runtime call)
                     ai += 1
                 while True:
                     ne = r_end[stack[top - 1]] if top > 0 else finish + 1
@@ -290,6 +292,25 @@ def _cpu_sweep(thr_off_api, a_start, a_end, thr_off_rng, r_start, r_end, r_id,
         if finish > cur:
             k = _emit(out, k, t, 1, cur, finish, -1, -1)
     return k
+
+
+def _thread_order(c_thr, c_start, c_end, cpu_id, unit, nthr):
+    """Thread edges (prev, next task, next's start - prev's end) in (thread, id) order. The
+    sweep writes each thread's tasks in time order, threads in unit order, so consecutive rows
+    of one thread are its edges; where ids did not rise along them (never seen), they come
+    from a sort of all tasks by unit instead."""
+    same = c_thr[1:] == c_thr[:-1]
+    prev, nxt = cpu_id[:-1][same], cpu_id[1:][same]
+    if (nxt > prev).all():
+        return prev, nxt, (c_start[1:] - c_end[:-1])[same]
+    by_unit = order_by_unit(unit)
+    u = unit[by_unit]
+    same = (u[1:] == u[:-1]) & (u[1:] < nthr)
+    prev, nxt = by_unit[:-1][same], by_unit[1:][same]
+    start = np.empty(len(unit), np.int64)
+    end = np.empty(len(unit), np.int64)
+    start[cpu_id], end[cpu_id] = c_start, c_end
+    return prev, nxt, start[nxt] - end[prev]
 
 
 def _distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -322,7 +343,7 @@ def _by_thread(thr: np.ndarray, start: np.ndarray, end: np.ndarray | None = None
 
 def _group_offsets(keys_sorted: np.ndarray, n_groups: int) -> np.ndarray:
     off = np.zeros(n_groups + 1, np.int64)
-    np.add.at(off, keys_sorted + 1, 1)
+    off[1:] = np.bincount(keys_sorted, minlength=n_groups)
     return np.cumsum(off)
 
 
@@ -345,27 +366,21 @@ def _cpu_tasks(api: pa.Table, rng: pa.Table, stats: Stats):
     ao = _by_thread(a_thr, a_start)
     ro = _by_thread(r_thr, r_start, r_end)
     cap = 2 * len(a_start) + 2 * len(r_start) + 2 * nthr + 1
-    o_thread = np.empty(cap, np.int64)
-    o_kind = np.empty(cap, np.int64)
+    o_thread = np.empty(cap, np.int32)
+    o_kind = np.empty(cap, np.int8)
     o_start = np.empty(cap, np.int64)
     o_end = np.empty(cap, np.int64)
     o_range = np.empty(cap, np.int64)
     o_api = np.empty(cap, np.int64)
-    api_task_sorted = np.full(len(a_start), -1, np.int64)
-    k = _cpu_sweep(_group_offsets(a_thr[ao], nthr), a_start[ao], a_end[ao],
+    api_task = np.full(len(a_start), -1, np.int64)
+    k = _cpu_sweep(_group_offsets(a_thr[ao], nthr), a_start[ao], a_end[ao], ao,
                    _group_offsets(r_thr[ro], nthr), r_start[ro], r_end[ro], r_id[ro],
-                   o_thread, o_kind, o_start, o_end, o_range, o_api, api_task_sorted)
-    api_task = np.empty(len(a_start), np.int64)
-    api_task[ao] = api_task_sorted
-    o_api = o_api[:k]
-    # o_api indexes the sorted call order: map back to api rows
-    api_row = (np.where(o_api >= 0, ao[np.maximum(o_api, 0)], -1) if len(ao)
-               else np.full(len(o_api), -1, np.int64))
+                   o_thread, o_kind, o_start, o_end, o_range, o_api, api_task)
     nested = int(len(a_start) - (o_kind[:k] == 0).sum())
     stats.add("nested_calls_merged", nested, severity="info",
               detail="calls inside another call on the same thread (driver inside runtime); "
                      "their GPU work is launched by the outer call's task")
-    return threads, (o_thread[:k], o_kind[:k], o_start[:k], o_end[:k], o_range[:k], api_row), \
+    return threads, (o_thread[:k], o_kind[:k], o_start[:k], o_end[:k], o_range[:k], o_api[:k]), \
         api_task
 
 
@@ -447,42 +462,44 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
         ([int(g["start"].min())] if ng else [])
     t0 = min(firsts) if firsts else 0
     nc = len(c_start)
-    kind = np.concatenate([[KIND_HOST], c_kind, g["kind"]]).astype(np.int8)
-    unit = np.concatenate([[origin_unit], c_thr, nthr + g_unit]).astype(np.int32)
     start = np.concatenate([[t0], c_start, g["start"]]).astype(np.int64)
-    obs = np.concatenate([[0], c_end - c_start, g["dur"]]).astype(np.int64)
-    corr = np.concatenate([[-1], np.where(c_api >= 0, _col(api, "correlation")[np.maximum(
-        c_api, 0)], -1) if api.num_rows else np.full(nc, -1), g["corr"]]).astype(np.int64)
-    rid = np.concatenate([[-1], c_range, np.full(ng, -1)]).astype(np.int64)
-    nbytes = np.concatenate([[-1], np.full(nc, -1), g["bytes"]]).astype(np.int64)
-    cpu_names = np.empty(nc, np.int64)
-    is_api = c_kind == KIND_API
-    cpu_names[is_api] = api_names[c_api[is_api]] if api.num_rows else []
-    cpu_names[~is_api] = _range_names(pool, rng, c_range[~is_api])
-    names = np.concatenate([origin_name, cpu_names, g["name"]])
-    # what each call can wait for (graphstore.calls), and how each copy's call blocks
-    vocab = pool.vocab()
-    wclass = np.full(len(kind), calls.WAIT_NONE, np.int8)
-    if api.num_rows:
-        wclass[1:1 + nc][is_api] = calls.wait_classes(vocab)[cpu_names[is_api]]
-    is_async = np.zeros(len(kind), bool)
-    if api.num_rows:
-        is_async[1:1 + nc][is_api] = np.array([calls.is_async_copy(str(v)) for v in vocab],
-                                              bool)[cpu_names[is_api]]
-    blk = np.zeros((len(kind), 2), np.int8)  # per copy task: block mode if async / if sync
-    blk[1 + nc:, 0] = g["blk_async"]
-    blk[1 + nc:, 1] = g["blk_sync"]
-
     # order: by start, origin first; ties keep unit order so fixed units stay in trace order
     order = np.argsort(start, kind="stable")
-    order = np.concatenate([[0], order[order != 0]])
-    newid = np.empty(len(order), np.int64)
-    newid[order] = np.arange(len(order))
-    kind, unit, start, obs = kind[order], unit[order], start[order], obs[order]
-    corr, rid, nbytes, names = corr[order], rid[order], nbytes[order], names[order]
-    wclass, is_async, blk = wclass[order], is_async[order], blk[order]
+    if order[0] != 0:  # t0 is the earliest start, so the stable sort puts the origin first
+        order = np.concatenate([[0], order[order != 0]])
+    n = len(order)
+    newid = np.empty(n, np.int64)
+    newid[order] = np.arange(n)
+    start = start[order]
+    cpu_id, gpu_task = newid[1:1 + nc], newid[1 + nc:]  # CPU / GPU row -> task id
+
+    def placed(dtype, origin, cpu_col, gpu_col):
+        """A task column written straight into task order (no concatenated copy to permute)."""
+        out = np.empty(n, dtype)
+        out[0] = origin
+        out[cpu_id] = cpu_col
+        out[gpu_task] = gpu_col
+        return out
+
+    kind = placed(np.int8, KIND_HOST, c_kind, g["kind"])
+    unit = placed(np.int32, origin_unit, c_thr, nthr + g_unit)
+    obs = placed(np.int64, 0, c_end - c_start, g["dur"])
+    rid = placed(np.int64, -1, c_range, -1)
+    nbytes = placed(np.int64, -1, -1, g["bytes"])
+    # names: a host task's is its innermost range's, a call task's its call's (set below)
+    names = placed(np.int64, origin_name[0], _range_names(pool, rng)[c_range], g["name"])
+    corr = placed(np.int64, -1, -1, g["corr"])
+    if api.num_rows:
+        is_api = c_kind == KIND_API  # the tasks with an api row (c_api >= 0)
+        api_ids, api_rows = cpu_id[is_api], c_api[is_api]
+        corr[api_ids] = _col(api, "correlation")[api_rows]
+        names[api_ids] = api_names[api_rows]
+    # what each call can wait for (graphstore.calls)
+    vocab = pool.vocab()
+    wclass = (np.where(kind == KIND_API, calls.wait_classes(vocab)[names],
+                       np.int8(calls.WAIT_NONE)) if api.num_rows
+              else np.full(n, calls.WAIT_NONE, np.int8))
     end = start + obs
-    gpu_task = newid[1 + nc + np.arange(ng)]            # GPU row -> task id
     api_task = newid[1 + api_task_local] if api.num_rows else np.zeros(0, np.int64)
 
     edges = _Edges()
@@ -490,23 +507,22 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     L = {k: v.ns for k, v in latency.items()}
 
     # ---- thread order (CPU tasks are contiguous by construction: no latency, no slack)
-    tasks_by_unit = order_by_unit(unit)
-    u_sorted = unit[tasks_by_unit]
-    same = u_sorted[1:] == u_sorted[:-1]
-    prev_t, next_t = tasks_by_unit[:-1][same], tasks_by_unit[1:][same]
-    is_cpu_edge = unit[next_t] < nthr
-    thr_prev, thr_next = prev_t[is_cpu_edge], next_t[is_cpu_edge]
-    edges.add(thr_prev, thr_next, EK_THREAD, A_END_START, L["thread"],
-              start[thr_next] - end[thr_prev] - L["thread"], True)
+    thr_prev, thr_next, thr_gap = _thread_order(c_thr, c_start, c_end, cpu_id, unit, nthr)
+    edges.add(thr_prev, thr_next, EK_THREAD, A_END_START, L["thread"], thr_gap - L["thread"],
+              True)
+    # the sweep's columns are placed: their memory (37 MB on a 1M-event trace) can take the
+    # arrays made below, which a fresh process would otherwise fault in page by page
+    del cpu, c_thr, c_kind, c_start, c_end, c_range, c_api, order, thr_gap
 
     # ---- GPU constraints: stream order, launch, waits; the latest one binds
-    is_gpu_edge = (unit[next_t] >= nthr) & (unit[next_t] < origin_unit)
-    sp, sq = prev_t[is_gpu_edge], next_t[is_gpu_edge]
+    gpu_mask = (unit >= nthr) & (unit < origin_unit)
+    per_stream = _stream_tasks(unit, gpu_mask)
+    sp = np.concatenate([ids[:-1] for ids in per_stream.values()] + [np.zeros(0, np.int64)])
+    sq = np.concatenate([ids[1:] for ids in per_stream.values()] + [np.zeros(0, np.int64)])
     stats.add("stream_overlap", int((start[sq] < end[sp]).sum()), severity="warning",
               detail="GPU tasks that start before the previous task on their stream ends")
     launch_of = _launches(api, api_task, corr, gpu_task, len(kind))
     has_launch = launch_of >= 0
-    gpu_mask = (unit >= nthr) & (unit < origin_unit)
     stats.add("gpu_without_launch", int((gpu_mask & ~has_launch).sum()), severity="warning",
               detail="GPU tasks whose launching call is not in the trace (launched before the "
                      "window, or by an untraced thread): bound by their stream predecessor, "
@@ -520,14 +536,14 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
 
     # the earliest start each constraint allows, at its physical latency; the latest wins
     cand_time = np.full(len(kind), np.iinfo(np.int64).min, np.int64)
-    cand_kind = np.full(len(kind), -1, np.int64)
+    cand_kind = np.full(len(kind), -1, np.int8)  # an edge kind, -1: none yet
 
     def offer(tasks, t, k):
         _offer(cand_time, cand_kind, np.asarray(tasks, np.int64), np.asarray(t, np.int64), k)
 
     # a blocking copy's call enqueues its copy and then waits for it: the copy may start
     # once the call has begun (start_start); every other launch as its call returns
-    copy_mode = _copy_mode(kind, launch_of, is_async, blk)
+    copy_mode = _copy_mode(n, names, vocab, launch_of, gpu_task, g)
     ss = copy_mode[ln] != calls.BLOCK_NONE
     l_anchor = np.where(ss, start[launch_of[ln]], end[launch_of[ln]])
     offer(sq, end[sp] + L["stream"], EK_STREAM)
@@ -592,14 +608,14 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     waits = _EndWaits()
     # launch queue: an enqueue call cannot finish while its stream holds LAUNCH_QUEUE_DEPTH
     # unfinished tasks
-    q_src, q_dst, q_inf, full = _queue_edges(unit, start, end, gpu_mask, launch_of)
+    q_src, q_dst, q_inf, full = _queue_edges(start, end, per_stream, launch_of)
     stats.add("launch_queue_full", full, severity="info",
               detail=f"enqueue calls that blocked because their stream held {LAUNCH_QUEUE_DEPTH}"
                      " unfinished tasks (each waits, by a queue edge, for the task whose end "
                      "released it)")
     waits.add(q_src, q_dst, EK_QUEUE, L["queue"], q_inf)
     u_src, u_dst = _unseen_queue_edges(kind, unit, start, end, names, vocab, launch_of,
-                                       gpu_mask)
+                                       gpu_mask, per_stream)
     stats.add("launch_queue_full_unseen", len(u_src), severity="info",
               detail="launches whose GPU work is not in the trace (it ran after the window) "
                      "that blocked until a task of their stream ended (inferred from that "
@@ -609,7 +625,7 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     # name (graphstore.calls)
     unit_pid = np.array([int(x) for x in threads[:, 0]] + [-1] * (len(streams) + 1),
                         np.int64)
-    s_src, s_dst, s_inf, blocking = _sync_edges(tables, wclass, is_async, copy_mode, kind,
+    s_src, s_dst, s_inf, blocking = _sync_edges(tables, wclass, copy_mode, per_stream, kind,
                                                  start, end, unit, corr, launch_of, gpu_mask,
                                                  streams, nthr, unit_pid, stats)
     waits.add(s_src, s_dst, EK_SYNC, L["sync"], s_inf)
@@ -632,6 +648,7 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     if len(k_src):
         e_end = ~k_via
         waits.add(k_src[e_end], k_dst[e_end], EK_WAKE, L["wake"], True)
+    if k_via.any():
         # woken by a start: the waiting stretch is idle time, and the next task on its
         # thread starts from that start
         nxt = np.full(len(kind), -1, np.int64)
@@ -658,8 +675,7 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
 
     # ---- origin: every task without a predecessor hangs off the trace start; a thread's
     # first recorded task at its offset (when the window caught it), GPU work as origin slack
-    has_pred = np.zeros(len(kind), bool)
-    has_pred[edges.destinations()] = True
+    has_pred = edges.has_predecessor(len(kind))
     roots = np.flatnonzero(~has_pred)
     roots = roots[roots != 0]
     on_gpu = gpu_mask[roots]
@@ -705,9 +721,12 @@ class _Edges:
                             np.broadcast_to(np.asarray(binding, bool), (n,)),
                             np.broadcast_to(np.asarray(inferred, bool), (n,))))
 
-    def destinations(self) -> np.ndarray:
-        return (np.concatenate([p[1] for p in self._parts]) if self._parts
-                else np.zeros(0, np.int64))
+    def has_predecessor(self, n: int) -> np.ndarray:
+        """Per task: whether an edge so far ends at it."""
+        out = np.zeros(n, bool)
+        for p in self._parts:
+            out[p[1]] = True
+        return out
 
     def arrays(self) -> dict[str, np.ndarray]:
         names = ("src", "dst", "kind", "anchor", "lag", "slack", "binding", "inferred")
@@ -808,10 +827,14 @@ def _copy_blocks(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     cols = [_dict(t, c) if c in t.column_names else (np.zeros(t.num_rows, np.int64),
                                                       np.array([""], object))
             for c in ("copy_kind", "src_kind", "dst_kind")]
-    key = np.stack([c[0] for c in cols], 1)
-    uniq, inv = np.unique(key, axis=0, return_inverse=True) if t.num_rows else (
-        np.zeros((0, 3), np.int64), np.zeros(0, np.int64))
-    inv = inv.reshape(-1)
+    # the three codes as one integer key (np.unique over rows sorts a structured view: slow)
+    key = np.zeros(t.num_rows, np.int64)
+    for codes, values in cols:
+        key = key * len(values) + codes
+    uniq_key, inv = np.unique(key, return_inverse=True)
+    uniq = np.empty((len(uniq_key), 3), np.int64)
+    for j in (2, 1, 0):
+        uniq_key, uniq[:, j] = np.divmod(uniq_key, len(cols[j][1]))
     out = []
     for async_call in (True, False):
         modes = np.array([calls.copy_blocks(async_call, *(str(cols[j][1][u[j]]) or None
@@ -841,7 +864,7 @@ def order_by_unit(unit: np.ndarray) -> np.ndarray:
     return np.argsort(unit, kind="stable")
 
 
-def _queue_edges(unit, start, end, gpu_mask, launch_of):
+def _queue_edges(start, end, per_stream, launch_of):
     """Queue edges (task i -> the call that enqueued task j, END): j's call cannot finish
     before i has, where i is ``depth`` places before j on their stream. ``depth`` is
     LAUNCH_QUEUE_DEPTH, or more where the trace shows its stream holding more unfinished tasks
@@ -850,13 +873,8 @@ def _queue_edges(unit, start, end, gpu_mask, launch_of):
     tasks as it began, ran more than twice as long as the stream's calls further from the limit,
     and one of those tasks ended inside it) i is the task whose end released it, read from the
     trace. Returns (src, dst, inferred, calls that blocked)."""
-    g_ids = np.flatnonzero(gpu_mask)
-    by_stream = g_ids[order_by_unit(unit[g_ids])]  # ids ascend within a stream
-    u = unit[by_stream]
-    cuts = np.flatnonzero(np.r_[True, u[1:] != u[:-1], True])
     src, dst, inf, full = [], [], [], 0
-    for a, b in zip(cuts[:-1], cuts[1:], strict=False):
-        ids = by_stream[a:b]
+    for ids in per_stream.values():
         if len(ids) < LAUNCH_QUEUE_DEPTH - QUEUE_BLOCK_SPAN:
             continue
         call = launch_of[ids]
@@ -884,7 +902,8 @@ def _queue_edges(unit, start, end, gpu_mask, launch_of):
     return np.concatenate(src), np.concatenate(dst), np.concatenate(inf), full
 
 
-def _unseen_queue_edges(kind, unit, start, end, names, vocab, launch_of, gpu_mask):
+def _unseen_queue_edges(kind, unit, start, end, names, vocab, launch_of, gpu_mask,
+                        per_stream):
     """Queue edges into launches that put no GPU task into the trace (their work ran after the
     window, so _queue_edges cannot place them on a stream): a launch that ran more than twice
     as long as the launches the trace shows the work of, and ended within
@@ -895,21 +914,19 @@ def _unseen_queue_edges(kind, unit, start, end, names, vocab, launch_of, gpu_mas
     is_launch = (kind == KIND_API) & launch_name[names]
     seen = np.zeros(len(kind), bool)
     seen[launch_of[launch_of >= 0]] = True
-    took = end - start
-    shown = is_launch & seen
+    shown = np.flatnonzero(is_launch & seen)
     cand = np.flatnonzero(is_launch & ~seen)
-    if not len(cand) or not shown.any():
+    if not len(cand) or not len(shown):
         return empty, empty
-    cand = cand[took[cand] > 2 * np.median(took[shown])]
+    cand = cand[end[cand] - start[cand] > 2 * np.median(end[shown] - start[shown])]
     su = _last_launched_stream(cand, unit, start, launch_of, gpu_mask)
     cand, su = cand[su >= 0], su[su >= 0]
     if not len(cand):
         return empty, empty
-    by_stream = _stream_tasks(unit, gpu_mask)
     src, dst = [], []
     for s_unit in np.unique(su):
         # tasks of a stream finish in order: the last one done by each call's end
-        ids = by_stream[int(s_unit)]
+        ids = per_stream[int(s_unit)]
         fin = np.maximum.accumulate(end[ids])
         c = cand[su == s_unit]
         r = np.searchsorted(fin, end[c], side="right") - 1
@@ -994,7 +1011,8 @@ def _wake_edges(kind, unit, start, end, nthr, threads, blocking):
     if nthr < 2:
         return empty, empty, np.zeros(0, bool)
     cpu = np.flatnonzero(unit < nthr)
-    cpu = cpu[cpu > 0]
+    if len(cpu) and cpu[0] == 0:  # the ids ascend: only the first can be the origin
+        cpu = cpu[1:]
     if not len(cpu):
         return empty, empty, np.zeros(0, bool)
     pid_of_unit = np.full(int(unit.max()) + 1, -1, np.int64)
@@ -1100,30 +1118,39 @@ def _wake(kind, unit, start, end, blocking, cpu, by_end, pid_of_unit):
     return src[:k], dst[:k], via[:k]
 
 
-def _range_names(pool: _NamePool, rng: pa.Table, range_ids: np.ndarray) -> np.ndarray:
-    """Name codes of host tasks: their innermost range's name, "<host>" outside every range."""
+def _range_names(pool: _NamePool, rng: pa.Table) -> np.ndarray:
+    """Name code of each range id (a host task's name is its innermost range's); the last
+    slot, read by range id -1, is "<host>" (outside every range)."""
     host = pool.add(np.zeros(1, np.int64), np.array(["<host>"], object))[0]
     if not rng.num_rows:
-        return np.full(len(range_ids), host, np.int64)
+        return np.full(1, host, np.int64)
     names = pool.add(*_dict(rng))
     ids = _col(rng, "range_id")
     # one slot more than the ids: range id -1 (none) reads it
     lookup = np.full(int(ids.max()) + 2 if len(ids) else 1, host, np.int64)
     lookup[ids] = names
-    return lookup[range_ids]
+    return lookup
 
 
-def _copy_mode(kind, launch_of, is_async, blk):
+def _copy_mode(n, names, vocab, launch_of, gpu_task, g) -> np.ndarray:
     """Per task: how the call that launched it blocks the host, if it is a copy
-    (graphstore.calls.BLOCK_*; BLOCK_NONE for every other task)."""
-    mode = np.zeros(len(kind), np.int64)
-    m = np.flatnonzero((kind == KIND_MEMCPY) & (launch_of >= 0))
-    mode[m] = np.where(is_async[launch_of[m]], blk[m, 0], blk[m, 1])
+    (graphstore.calls.BLOCK_*; BLOCK_NONE for every other task). The call's name says whether
+    it is an async copy, the copy row's blk_async / blk_sync how each kind of call blocks."""
+    mode = np.zeros(n, np.int64)
+    rows = np.flatnonzero(g["kind"] == KIND_MEMCPY)
+    t = gpu_task[rows]
+    launched = launch_of[t] >= 0
+    rows, t = rows[launched], t[launched]
+    if len(t):
+        is_async = np.array([calls.is_async_copy(str(v)) for v in vocab], bool)
+        mode[t] = np.where(is_async[names[launch_of[t]]], g["blk_async"][rows],
+                           g["blk_sync"][rows])
     return mode
 
 
 def _stream_tasks(unit, gpu_mask):
-    """{stream unit: its task ids in stream order}."""
+    """{stream unit: its task ids in stream order}, streams in unit order (build's stream
+    edges, queue edges and syncs share it)."""
     g_ids = np.flatnonzero(gpu_mask)
     if not len(g_ids):
         return {}
@@ -1133,7 +1160,7 @@ def _stream_tasks(unit, gpu_mask):
     return {int(u[a]): by[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=False)}
 
 
-def _sync_edges(tables, wclass, is_async, copy_mode, kind, start, end, unit, corr, launch_of,
+def _sync_edges(tables, wclass, copy_mode, per_stream, kind, start, end, unit, corr, launch_of,
                 gpu_mask, streams, nthr, unit_pid, stats: Stats):
     """Waits of synchronizing calls, by what the call waits for (graphstore.calls): a device
     sync (or implicit one: cudaFree) for the last task enqueued before it on every stream of
@@ -1145,19 +1172,17 @@ def _sync_edges(tables, wclass, is_async, copy_mode, kind, start, end, unit, cor
     n = len(kind)
     blocking = np.zeros(n, bool)
     empty = np.zeros(0, np.int64)
-    per_stream = _stream_tasks(unit, gpu_mask)
     if not per_stream:
         return empty, empty, np.zeros(0, bool), blocking
-    # enqueue time of each GPU task: its call's start (-inf: launched before the window)
-    enq = np.full(n, np.iinfo(np.int64).min, np.int64)
-    g = np.flatnonzero(gpu_mask & (launch_of >= 0))
-    enq[g] = start[launch_of[g]]
     s_pid = {}  # stream -> process of the calls that launch onto it
+    done_enq = {}  # stream -> latest enqueue time so far along it
     for su, ids in per_stream.items():
         c = launch_of[ids]
+        # enqueue time of each GPU task: its call's start (-inf: launched before the window)
+        enq = np.where(c >= 0, start[np.maximum(c, 0)], np.iinfo(np.int64).min)
+        done_enq[su] = np.maximum.accumulate(enq)
         c = c[c >= 0]
         s_pid[su] = unit_pid[unit[c[0]]] if len(c) else None
-    done_enq = {su: np.maximum.accumulate(enq[ids]) for su, ids in per_stream.items()}
 
     def last_before(su, t):
         """The last task of stream su enqueued before times t (-1: none)."""
