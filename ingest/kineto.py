@@ -610,21 +610,13 @@ def _concat_sorted(tables: list[pa.Table], by_dur: bool = False) -> pa.Table | N
     if not tables:
         return None
     t = pa.concat_tables(tables, promote_options="permissive").unify_dictionaries()
-    start = _column(t, "start_ns")
+    start = np.asarray(t["start_ns"])  # one array (no copy where one chunk)
     order = np.argsort(start, kind="stable")
     if by_dur:
-        order = _longest_first(order, start[order], _column(t, "dur_ns"))
+        order = _longest_first(order, start[order], np.asarray(t["dur_ns"]))
     if not (order != np.arange(len(order))).any():
         return t.combine_chunks()
     return t.take(order).combine_chunks()
-
-
-def _column(t: pa.Table, name: str) -> np.ndarray:
-    """A null-free numeric column as one numpy array (no copy where it has one chunk)."""
-    chunks = t[name].chunks
-    if len(chunks) == 1:
-        return np.asarray(chunks[0])
-    return np.concatenate([np.asarray(c) for c in chunks]) if chunks else np.zeros(0, np.int64)
 
 
 def _longest_first(order: np.ndarray, start_sorted: np.ndarray, dur: np.ndarray) -> np.ndarray:
