@@ -545,3 +545,36 @@ def test_a_cycle_is_reported_first_when_the_check_runs_beside_the_labels(monkeyp
         monkeypatch.setattr(gload, "THREADED_TASKS", 1)
     with pytest.raises(DaydreamError, match="dependency graph has a cycle"):
         gload.graph_tables(tables)
+
+
+def test_thread_edges_from_the_sweeps_rows_are_those_of_a_sort_by_unit():
+    """graphstore.build._thread_order takes a thread's edges from the sweep's rows where task
+    ids rise along them, and from a sort of all tasks by unit where they do not (a
+    hand-made case: the sweep never gives one): both are the edges between consecutive
+    tasks of each thread in id order, as a plain sort by unit gives them."""
+    from graphstore.build import _thread_order, order_by_unit
+
+    rng = np.random.default_rng(7)
+    nthr, per = 3, 6
+    c_thr = np.repeat(np.arange(nthr, dtype=np.int32), per)  # the sweep: threads in turn
+    c_start = np.concatenate([np.sort(rng.integers(0, 1000, per)) for _ in range(nthr)])
+    c_end = c_start + rng.integers(0, 50, len(c_start))
+    for rising in (True, False):
+        if rising:  # ids by start, as build numbers tasks: they rise along each thread
+            cpu_id = 1 + np.argsort(np.argsort(c_start, kind="stable"), kind="stable")
+        else:
+            cpu_id = 1 + rng.permutation(len(c_start))
+        n = 1 + len(c_start)
+        unit = np.full(n, nthr, np.int32)  # task 0: the origin, on a unit of its own
+        unit[cpu_id] = c_thr
+        start, end = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        start[cpu_id], end[cpu_id] = c_start, c_end
+        by_unit = order_by_unit(unit)
+        u = unit[by_unit]
+        same = (u[1:] == u[:-1]) & (u[1:] < nthr)
+        want_prev, want_next = by_unit[:-1][same], by_unit[1:][same]
+        prev, nxt, gap = _thread_order(c_thr, c_start, c_end, cpu_id, unit, nthr)
+        got = sorted(zip(prev.tolist(), nxt.tolist(), gap.tolist(), strict=True))
+        want = sorted(zip(want_prev.tolist(), want_next.tolist(),
+                          (start[want_next] - end[want_prev]).tolist(), strict=True))
+        assert got == want and len(got) == nthr * (per - 1), rising
