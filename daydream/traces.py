@@ -41,6 +41,7 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     from ingest.batch import expand
     from ingest.batch import ingest as ingest_files
     from ingest.ids import content_ids_in_background
+    from ingest.runner import runs_inline
 
     files = expand(paths)
     ids = content_ids_in_background(files)
@@ -58,7 +59,7 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     # first too (while the files are still hashed): loading them holds the GIL, and with the
     # thread's imports beside it took twice as long, just before the scan.
     import numba  # noqa: F401
-    if ray is None and (jobs == 1 or len(files) == 1):
+    if runs_inline(jobs, ray, len(files)):
         _warm_up(files[0])
     ahead = threading.Thread(target=_graph_stage_ahead, args=(st, staged), daemon=True)
     ahead.start()

@@ -164,6 +164,14 @@ def make_runner(workers: int | None = None, ray: str | None = None, tasks: int =
     should go back to the system when it is done)."""
     if ray:
         return RayRunner(ray)
-    n = max(1, workers or os.cpu_count() or 1)
-    n = min(n, max(1, tasks))
+    n = _local_workers(workers, tasks)
     return InlineRunner() if n == 1 and not isolate else PoolRunner(n)
+
+
+def runs_inline(workers: int | None, ray: str | None, tasks: int) -> bool:
+    """Whether ``make_runner(workers, ray, tasks)`` runs the tasks in this process."""
+    return not ray and _local_workers(workers, tasks) == 1
+
+
+def _local_workers(workers: int | None, tasks: int) -> int:
+    return min(max(1, workers or os.cpu_count() or 1), max(1, tasks))
