@@ -59,7 +59,7 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     # first too (while the files are still hashed): loading them holds the GIL, and with the
     # thread's imports beside it took twice as long, just before the scan.
     import numba  # noqa: F401
-    if runs_inline(jobs, ray, len(files)):
+    if files and runs_inline(jobs, ray, len(files)):
         _warm_up(files[0])
     ahead = threading.Thread(target=_graph_stage_ahead, args=(st, staged), daemon=True)
     ahead.start()
