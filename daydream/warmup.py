@@ -31,7 +31,7 @@ def warm() -> float:
         f.write_text(json.dumps({"traceEvents": ev}))
         conv = read_kineto(f)
         g = build(conv.tables)
-        check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name)
+        check_acyclic(g.n_tasks, g.src, g.dst, g.anchor, g.name, g.start_ns, g.obs_dur_ns)
         # the whole path of a command: ingest, labels, the graph's DuckDB tables, replay and
         # its reports (each stage compiles kernels of its own)
         from daydream import api

@@ -277,6 +277,41 @@ def test_cycle_found_whatever_the_task_times():
                   np.array([0, 5]), np.array([10, 2]))
 
 
+def test_time_shortcut_agrees_with_the_full_sort():
+    # Random graphs (seeded) whose times mostly follow their edges, with some edges, and some
+    # negative durations, going back in time: check_acyclic with times (which sorts only the
+    # nodes within backward spans) must find a cycle exactly where the full sort does.
+    rng = np.random.default_rng(7)
+    verdicts = {True: 0, False: 0}
+    for _ in range(400):
+        n = int(rng.integers(2, 40))
+        start = np.sort(rng.integers(0, 60, n))
+        dur = rng.integers(-3, 10, n)
+        m = int(rng.integers(1, 3 * n))
+        src = rng.integers(0, n, m)
+        dst = rng.integers(0, n, m)
+        forward = rng.random(m) < 0.9  # most edges from an earlier task to a later one
+        src, dst = np.where(forward, np.minimum(src, dst), src), \
+            np.where(forward, np.maximum(src, dst), dst)
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+        anchor = rng.integers(0, 3, len(src))
+        names = [str(i) for i in range(n)]
+        try:
+            check_acyclic(n, src, dst, anchor, names)
+            full = True
+        except DaydreamError:
+            full = False
+        try:
+            check_acyclic(n, src, dst, anchor, names, start, dur)
+            fast = True
+        except DaydreamError:
+            fast = False
+        assert fast == full
+        verdicts[full] += 1
+    assert min(verdicts.values()) > 50  # both outcomes well represented
+
+
 def test_wake_edges_between_threads(tmp_path):
     # Hand-made (us): the main thread calls backward() at 100 and waits until the autograd
     # thread's op ends at 300; the autograd thread is idle until woken at 150.
