@@ -123,10 +123,14 @@ class Graph:
         return _Names(self.name_code, self.name_vocab)
 
     def name_column(self) -> pa.Array:
-        """The task names as an Arrow string column, decoded in C++."""
+        """The task names as an Arrow dictionary column over the names tasks use: the Parquet
+        writer stores names as a dictionary anyway, and one string per task (150 MB on a
+        million-task graph) would only be hashed back into one."""
+        used = np.bincount(self.name_code, minlength=len(self.name_vocab)) > 0
+        remap = np.cumsum(used, dtype=np.int32) - 1
         return pa.DictionaryArray.from_arrays(
-            pa.array(self.name_code.astype(np.int32)),
-            pa.array(self.name_vocab, pa.string())).cast(pa.string())
+            pa.array(remap[self.name_code]),
+            pa.array(self.name_vocab[used], pa.string()))
 
 
 @dataclass(frozen=True)

@@ -71,9 +71,13 @@ if TYPE_CHECKING:
 
 DB_FILE = "graph.duckdb"
 META_KEY = "graph_schema_version"
-# Stores of these versions hold the same tables as this one, without Parquet graphs: a writer
-# migrates them by stamping the version, readers read them as they are.
-MIGRATES_FROM = ("5",)
+# Stores of these versions hold the same tables as this one: readers read them as they are; a
+# writer migrates them (migrate_parquet_graphs, then the version stamped). Version 5 has no
+# Parquet graphs; version 6's task.parquet files hold name, layer and phase as plain strings.
+MIGRATES_FROM = ("5", "6")
+# task columns stored as Arrow dictionaries since version 7: a store whose files disagree on
+# them would not scan as one dataset in Polars (Categorical against String)
+DICTIONARY_TASK_COLUMNS = ("name", "layer", "phase")
 GRAPH_DIR = "graph"  # DIR/graph/trace_id=<id>/<table>.parquet: large graphs (PARQUET_ROWS)
 # Graphs with at least this many task and edge rows are stored as Parquet, not inserted (the
 # environment variable lets the fault tests run every graph through that path).
@@ -244,6 +248,8 @@ def create_schema(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> N
     tables = set(found)
     if tables:
         if check_version(con, path) in MIGRATES_FROM:
+            if path is not None:
+                migrate_parquet_graphs(path.parent)
             con.execute("UPDATE meta SET value = ? WHERE key = ?",
                         [str(GRAPH_SCHEMA_VERSION), META_KEY])
         if (tables >= {"meta", *GRAPH_TABLES, *RESULT_TABLES}
@@ -513,6 +519,48 @@ def parquet_ids(store_root: str | Path) -> list[str]:
     return sorted(q.name.split("=", 1)[1] for q in d.iterdir() if q.name.startswith("trace_id="))
 
 
+def migrate_parquet_graphs(store_root: str | Path) -> int:
+    """Rewrite each Parquet task table that stores DICTIONARY_TASK_COLUMNS as plain strings
+    (version 6) with them as dictionaries, as this version writes them; returns how many.
+    The values are unchanged. Each file is replaced whole (written beside it, then renamed
+    over it), and a file already rewritten is left alone: a writer killed midway leaves the
+    old version stamped, and the next writer finishes the job. With the writer lock held."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    done = 0
+    for trace_id in parquet_ids(store_root):
+        f = parquet_partition(store_root, trace_id) / "task.parquet"
+        if not f.exists():
+            continue
+        schema = pq.read_schema(f)
+        plain = [c for c in DICTIONARY_TASK_COLUMNS
+                 if c in schema.names and not pa.types.is_dictionary(schema.field(c).type)]
+        if not plain:
+            continue
+        t = _task_dictionaries(pq.read_table(f)).replace_schema_metadata(
+            {VERSION_KEY: str(GRAPH_SCHEMA_VERSION)})
+        tmp = f.with_name(f.name + ".migrating")
+        write_parquet(t, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, f)
+        fsync_dir(f.parent)
+        done += 1
+    return done
+
+
+def _task_dictionaries(t: pa.Table) -> pa.Table:
+    """A task table with DICTIONARY_TASK_COLUMNS as Arrow dictionaries (those that are not)."""
+    import pyarrow as pa
+
+    for c in DICTIONARY_TASK_COLUMNS:
+        if not pa.types.is_dictionary(t.schema.field(c).type):
+            t = t.set_column(t.schema.get_field_index(c), c,
+                             t[c].combine_chunks().dictionary_encode())
+    return t
+
+
 def stored_as_parquet(tables: Mapping[str, pa.Table]) -> bool:
     """Whether a graph is large enough to be written as Parquet rather than inserted."""
     return sum(tables[t].num_rows for t in ("task", "edge") if t in tables) >= PARQUET_ROWS
@@ -584,6 +632,8 @@ def stage_parquet(folder: Path, trace_id: str, tables: Mapping[str, pa.Table]) -
         t = (_prepare(name, tables[name], trace_id) if name in tables
              else pa.table({c: pa.nulls(0) for c in GRAPH_TABLES[name].names[1:]}))
         t = _declared(name, t, trace_id)  # a table left out is written empty
+        if name == "task":  # every file alike, whatever the caller gave (the builder: these)
+            t = _task_dictionaries(t)
         prepared[name] = t.replace_schema_metadata({VERSION_KEY: str(GRAPH_SCHEMA_VERSION)})
     folder.mkdir(parents=True, exist_ok=True)
 

@@ -85,7 +85,6 @@ def graph_tables(tables: dict[str, pa.Table],
     found = _later(THREADED_TASKS <= work_rows <= THREADED_TASKS_MAX, _labels, tables, weights)
     g = build(tables, latency)
     large = THREADED_TASKS <= g.n_tasks <= THREADED_TASKS_MAX
-    names = _later(large, g.name_column)
     # the cycle check (compiled, without the GIL) runs beside the labelling, which follows no
     # edge; its error still comes first, as when it ran before
     acyclic = _later(large, check_acyclic, g.n_tasks, g.src, g.dst, g.anchor, g.name,
@@ -110,7 +109,7 @@ def graph_tables(tables: dict[str, pa.Table],
         "task_id": pa.array(np.arange(g.n_tasks, dtype=np.int64)),
         "kind": _named(g.kind, TASK_KINDS),
         "unit_id": pa.array(g.unit.astype(np.int32)),
-        "name": names.result(),
+        "name": g.name_column(),
         "layer": layer,
         "phase": phase,
         "iteration": pa.array(iteration, pa.int32(), mask=iteration < 0),
@@ -310,14 +309,18 @@ def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray, iteration: np.ndarr
         row = np.full(n, -1, np.int64)
     src, dst = g.src[launch], g.dst[launch]
     row[dst] = row[src]
+    # both as dictionary columns: codes per task, each label stored once
     if rl.num_rows:
-        lay = rl["layer"].take(pa.array(row, mask=row < 0))
+        d = rl["layer"].combine_chunks().dictionary_encode()
+        codes = np.append(d.indices.fill_null(-1).to_numpy(), -1)[row]  # null: -1
+        lay = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32), mask=codes < 0),
+                                             d.dictionary)
         pha = _gaps_take_phase(g, rl["phase"], row, iteration)
     else:
-        lay = pa.nulls(n, pa.string())
-        pha = pa.array(np.full(n, "other", object), pa.string())
-    return lay.combine_chunks() if hasattr(lay, "combine_chunks") else lay, \
-        pha.combine_chunks() if hasattr(pha, "combine_chunks") else pha
+        lay = pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
+        pha = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                             pa.array(["other"]))
+    return lay, pha
 
 
 def _gaps_take_phase(g: Graph, phase: pa.ChunkedArray, row: np.ndarray,
@@ -342,7 +345,7 @@ def _gaps_take_phase(g: Graph, phase: pa.ChunkedArray, row: np.ndarray,
     if len(code):
         code = _fill_gaps(code, g.unit, iteration, g.kind, other, int(g.unit.max()) + 1,
                           KIND_HOST)
-    return names.take(pa.array(code)).cast(pa.string())
+    return pa.DictionaryArray.from_arrays(pa.array(code), names)
 
 
 @numba.njit(cache=True)

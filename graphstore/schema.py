@@ -13,8 +13,9 @@ from dataclasses import dataclass
 # launched before the window is bound by its stream predecessor (its gap is slack), not pinned
 # to the trace start; 5: launches whose work ran after the window wait on queue edges, and GPU
 # work without a launch takes the iteration of the launched task before it on its stream; 6: large
-# graphs stored as Parquet in DIR/graph (graphstore.db; a version-5 store is migrated as it is)
-GRAPH_SCHEMA_VERSION = 6
+# graphs stored as Parquet in DIR/graph (graphstore.db; a version-5 store is migrated as it is);
+# 7: task.name, layer and phase stored as dictionaries (version-6 Parquet task files rewritten)
+GRAPH_SCHEMA_VERSION = 7
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import numba
 import numpy as np
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)  # beside the other tables of a large trace (kineto._finish)
 def _nest_sorted(order, tid_key, start, end, depth, parent):
     # ``order`` sorts by (thread, start, -end): an enclosing range comes before what it encloses.
     n = order.shape[0]

@@ -419,6 +419,9 @@ def _empty_parquet(name: str) -> bytes:
     return buf.getvalue()
 
 
+WRITE_BATCH_ROWS = 8192  # rows handed to the Parquet encoders at a time (write_parquet)
+
+
 def write_parquet(table: pa.Table, where: Path | io.BytesIO, **options) -> None:
     """Write a table of the store (activity or graph) as Parquet: zstd, statistics,
     dictionary pages for string columns only, and integer columns delta-encoded. Arrow's
@@ -426,12 +429,15 @@ def write_parquet(table: pa.Table, where: Path | io.BytesIO, **options) -> None:
     values (ids, times) it builds one only to give it up: that cost 2-3x the encoding CPU of
     a large trace's tables (0.75 s of 1.1 s for a million edges). Ids and times grow row by
     row, so their deltas encode in a third less time again and read back faster (by Arrow
-    and DuckDB), in files a quarter to a fifth the size. The values read back are the same."""
+    and DuckDB), in files a quarter to a fifth the size. The values read back are the same.
+    Values go to the encoders WRITE_BATCH_ROWS at a time (Arrow's default is 1,024): the same
+    files, about a tenth less encoding CPU on a million-row table."""
     import pyarrow.parquet as pq
 
     strings, deltas = _encodings(table.schema)
     pq.write_table(table, where, compression="zstd", write_statistics=True,
-                   use_dictionary=list(strings), column_encoding=dict(deltas), **options)
+                   use_dictionary=list(strings), column_encoding=dict(deltas),
+                   write_batch_size=WRITE_BATCH_ROWS, **options)
 
 
 @functools.lru_cache(maxsize=64)

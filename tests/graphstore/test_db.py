@@ -478,6 +478,41 @@ def test_a_version_5_store_is_read_and_migrated_by_its_next_writer(store: Path) 
     assert rows(store, "SELECT count(*) FROM task") == [(17,)]
 
 
+def test_a_version_6_store_is_read_and_migrated_by_its_next_writer(store: Path,
+                                                                    storage: str) -> None:
+    # version 6 wrote the Parquet task tables' name, layer and phase as plain strings: such a
+    # store reads as it is; its next writer rewrites those files with them as dictionaries
+    # (as version 7 writes them), so that Polars scans old and new files as one dataset
+    import polars as pl
+
+    files = sorted(db.parquet_root(store).glob("trace_id=*/task.parquet"))
+    assert len(files) == (2 if storage == "parquet" else 0)
+    for f in files:  # make it as version 6 wrote it
+        t = pq.read_table(f)
+        for c in db.DICTIONARY_TASK_COLUMNS:
+            t = t.set_column(t.schema.get_field_index(c), c, t[c].cast(pa.string()))
+        pq.write_table(t, f)
+    con = duckdb.connect(str(db.db_path(store)))
+    con.execute("UPDATE meta SET value = '6'")
+    con.close()
+    before = rows(store, "SELECT * FROM task ORDER BY trace_id, task_id")
+    assert len(before) == 17
+    db.write_trace(store, B, trace_b())  # rewrites B's graph, migrates A's
+    assert rows(store, "SELECT value FROM meta") == [(str(GRAPH_SCHEMA_VERSION),)]
+    assert rows(store, "SELECT * FROM task ORDER BY trace_id, task_id") == before
+    for f in files:
+        schema = pq.read_schema(f)
+        assert all(pa.types.is_dictionary(schema.field(c).type)
+                   for c in db.DICTIONARY_TASK_COLUMNS), f
+    assert not list(db.parquet_root(store).glob("trace_id=*/*.migrating"))
+    if files:
+        names = (pl.scan_parquet(str(db.parquet_root(store) / "trace_id=*" / "task.parquet"),
+                                 hive_partitioning=True)
+                 .select(pl.col("name").cast(pl.String)).collect()["name"].to_list())
+        assert sorted(names) == sorted(r[4] for r in before)
+    assert db.migrate_parquet_graphs(store) == 0  # nothing left to rewrite
+
+
 def test_query_waits_for_a_writer_in_another_process(store: Path) -> None:
     # Another process holds the file read-write (as write_trace does for one transaction).
     code = ("import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('open', "
