@@ -9,6 +9,19 @@ import numpy as np
 from ingest.errors import DaydreamError
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _edge_nodes(s, d, a):
+    """The event nodes an edge joins (2i = start of task i, 2i+1 = its end), by its anchor
+    (schema.EDGE_ANCHORS: 0 end_start, 1 start_start, 2 end_end)."""
+    return 2 * s + (0 if a == 1 else 1), 2 * d + (1 if a == 2 else 0)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _node_time(start, dur, v):
+    """The time of event node ``v``: its task's start, or its end."""
+    return start[v // 2] + (dur[v // 2] if v % 2 else 0)
+
+
 @numba.njit(cache=True, nogil=True)
 def _node_edges(n, src, dst, anchor):
     """Edges between event nodes: 2i = start of task i, 2i+1 = its end."""
@@ -19,16 +32,7 @@ def _node_edges(n, src, dst, anchor):
         es[i] = 2 * i
         ed[i] = 2 * i + 1
     for j in range(m):
-        a = anchor[j]
-        if a == 0:
-            es[n + j] = 2 * src[j] + 1
-            ed[n + j] = 2 * dst[j]
-        elif a == 1:
-            es[n + j] = 2 * src[j]
-            ed[n + j] = 2 * dst[j]
-        else:
-            es[n + j] = 2 * src[j] + 1
-            ed[n + j] = 2 * dst[j] + 1
+        es[n + j], ed[n + j] = _edge_nodes(src[j], dst[j], anchor[j])
     return es, ed
 
 
@@ -124,17 +128,8 @@ def _acyclic_outside_backward_spans(start, dur, src, dst, anchor):
             hi[k] = start[i]
             k += 1
     for j in range(m):
-        s = src[j]
-        d = dst[j]
-        a = anchor[j]
-        if a == 1:
-            ns, ts = 2 * s, start[s]
-        else:
-            ns, ts = 2 * s + 1, start[s] + dur[s]
-        if a == 2:
-            nd, td = 2 * d + 1, start[d] + dur[d]
-        else:
-            nd, td = 2 * d, start[d]
+        ns, nd = _edge_nodes(src[j], dst[j], anchor[j])
+        ts, td = _node_time(start, dur, ns), _node_time(start, dur, nd)
         if ts > td or (ts == td and ns >= nd):
             lo[k] = td
             hi[k] = ts
@@ -161,7 +156,7 @@ def _acyclic_outside_backward_spans(start, dur, src, dst, anchor):
     sub = np.empty(2 * n, np.int32)
     nsub = 0
     for v in range(2 * n):
-        t = start[v // 2] + (dur[v // 2] if v % 2 else 0)
+        t = _node_time(start, dur, v)
         p = np.searchsorted(mlo, t, side="right") - 1
         if p >= 0 and t <= mhi[p]:
             stretch[v] = p
@@ -179,9 +174,7 @@ def _acyclic_outside_backward_spans(start, dur, src, dst, anchor):
             ed[e] = sub[w]
             e += 1
     for j in range(m):
-        a = anchor[j]
-        u = 2 * src[j] + (0 if a == 1 else 1)
-        w = 2 * dst[j] + (1 if a == 2 else 0)
+        u, w = _edge_nodes(src[j], dst[j], anchor[j])
         if stretch[u] >= 0 and stretch[u] == stretch[w]:
             es[e] = sub[u]
             ed[e] = sub[w]

@@ -534,9 +534,7 @@ def migrate_parquet_graphs(store_root: str | Path) -> int:
         if not f.exists():
             continue
         schema = pq.read_schema(f)
-        plain = [c for c in DICTIONARY_TASK_COLUMNS
-                 if c in schema.names and not pa.types.is_dictionary(schema.field(c).type)]
-        if not plain:
+        if all(pa.types.is_dictionary(schema.field(c).type) for c in DICTIONARY_TASK_COLUMNS):
             continue
         t = _task_dictionaries(pq.read_table(f)).replace_schema_metadata(
             {VERSION_KEY: str(GRAPH_SCHEMA_VERSION)})
