@@ -418,6 +418,10 @@ def main() -> None:
     if not TRANSFORMER.exists():
         sys.exit(f"bench: {TRANSFORMER} not found; the benchmarks need ../shared/traces")
     repeats = 1 if a.quick else 3
+    # the commands are timed as a user runs them after `make`: with the project's bytecode
+    # written (daydream.warmup), not recompiled by every process since the last edit
+    from daydream.warmup import compile_bytecode
+    compile_bytecode()
     only = [s for s in a.only.split(",") if s] or list(SECTIONS)
     out = ["# Benchmarks", "",
            f"Written by `make bench` on {dt.date.today()}: {platform.machine()}, "
