@@ -15,17 +15,27 @@ import compileall
 import json
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
-PACKAGES = ("daydream", "ingest", "graphstore", "transforms", "simulate", "collect")
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def packages() -> list[str]:
+    """The project's top-level packages, as pyproject.toml declares them to setuptools (each
+    compiled with its subpackages); none outside a checkout, where pip wrote the bytecode."""
+    project = ROOT / "pyproject.toml"
+    if not project.exists():
+        return []
+    with open(project, "rb") as f:
+        declared = tomllib.load(f)["tool"]["setuptools"]["packages"]
+    return [p for p in declared if "." not in p]
 
 
 def compile_bytecode() -> bool:
     """Write the bytecode of the project's packages where it is missing or stale (what
     Python itself reads even where it may not write); True where every module compiled."""
-    return all(compileall.compile_dir(ROOT / p, quiet=1) for p in PACKAGES
-               if (ROOT / p).is_dir())
+    return all(compileall.compile_dir(ROOT / p, quiet=1) for p in packages())
 
 
 def warm() -> float:
