@@ -5,6 +5,7 @@ of its worker processes'). ``bench/run.py --only fleet`` calls ``section``; by h
 
     python bench/fleet.py make OUT_DIR N          # N distinct traces from the real small ones
     python bench/fleet.py ingest FILES_DIR STORE WORKERS
+    python bench/fleet.py fixed FILES_DIR STORE             # per-trace fixed cost of ingest
     python bench/fleet.py predict STORE WORKERS SPEC...
     python bench/fleet.py query STORE
 """
@@ -60,6 +61,46 @@ def cmd_ingest(files: str, store: str, workers: str) -> dict:
     secs = time.perf_counter() - t
     return {"seconds": secs, "ingested": rep.count("ingested"), "failed": len(rep.failed),
             **_peaks()}
+
+
+def cmd_fixed(files: str, store: str) -> dict:
+    """The per-trace fixed cost of a batch ingest: CPU seconds per trace of ``daydream ingest``
+    run in this process (one worker, after a warm-up batch into a store of its own), less the
+    CPU of the two stages that grow with the trace, converting it (``read_trace``) and building
+    its graph (``stage_graph``), timed again here over the same files. What is left is what each
+    trace costs whatever its size: hashing, Parquet encoding, commit, the DuckDB load."""
+    import shutil
+
+    from daydream import api
+    from graphstore import load as gload
+    from ingest.convert import read_trace
+    from ingest.ids import content_id
+    from ingest.store import write_staged
+    paths = sorted(Path(files).iterdir())
+    warm = Path(store + "-warm-up")
+    api.ingest(paths[:20], warm, jobs=1)
+    shutil.rmtree(warm)
+    cpu0 = time.process_time()
+    rep = api.ingest(paths, store, jobs=1)
+    ingest_s = time.process_time() - cpu0
+    scan_s = build_s = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, p in enumerate(paths):
+            c = time.process_time()
+            conv = read_trace(p)
+            scan_s += time.process_time() - c
+            tables = write_staged(conv, Path(tmp) / str(k), str(p), p.stat().st_size, None)
+            c = time.process_time()
+            out = gload.stage_graph(content_id(p), tables)
+            build_s += time.process_time() - c
+            if "graph_error" in out:
+                raise RuntimeError(f"{p}: {out['graph_error']}")
+    n = rep.count("ingested")
+    if n != len(paths):
+        raise RuntimeError(f"{len(paths) - n} of {len(paths)} traces not ingested")
+    return {"traces": n, "ingest_ms": 1000 * ingest_s / n, "scan_ms": 1000 * scan_s / n,
+            "build_ms": 1000 * build_s / n,
+            "fixed_ms": 1000 * (ingest_s - scan_s - build_s) / n}
 
 
 def cmd_predict(store: str, workers: str, *specs: str) -> dict:
@@ -122,6 +163,8 @@ def section(n: int = 1000, workers: tuple[int, ...] = (1, 2)) -> list[str]:
         for w in workers:
             pred[w] = _run("predict", f"{tmp}/s{workers[0]}", str(w), *SPECS)
             print(f"bench: fleet predict {w} worker(s): {pred[w]}", file=sys.stderr)
+        fixed = _run("fixed", f"{tmp}/in", f"{tmp}/fixed")
+        print(f"bench: fleet fixed cost: {fixed}", file=sys.stderr)
         q = _run("query", f"{tmp}/s{workers[0]}")
         cli_s, cli_cpu_s = _command_s(["sql", "--store", f"{tmp}/s{workers[0]}", "--format",
                                        "csv", QUERIES["prediction"]])
@@ -146,6 +189,17 @@ def section(n: int = 1000, workers: tuple[int, ...] = (1, 2)) -> list[str]:
         rows.append(f"| batch predict | {w} | {r['seconds']:.1f} | "
                     f"{r['traces'] / r['seconds']:.1f} | {r['pairs'] / r['seconds']:.1f} | "
                     f"{r['peak_mb']} | {r['peak_worker_mb'] if w > 1 else '(inline)'} |")
+    rows += ["", f"Per-trace fixed cost of a batch ingest (target < 10 ms of CPU beyond "
+             f"scanning and building): all {fixed['traces']:,} traces ingested by one process "
+             "with one worker (`bench/fleet.py fixed`), its CPU per trace less that of "
+             "converting (`ingest.convert.read_trace`) and building the graph "
+             "(`graphstore.load.stage_graph`) of the same files, timed again in that process; "
+             "what is left (hashing, Parquet encoding, commit, the DuckDB load) is paid per trace "
+             "whatever its size.", "",
+             "| CPU ms per trace: ingest | converting | building | fixed |",
+             "|---|---|---|---|",
+             f"| {fixed['ingest_ms']:.1f} | {fixed['scan_ms']:.1f} | "
+             f"{fixed['build_ms']:.1f} | {fixed['fixed_ms']:.1f} |"]
     p, w = q["prediction"], q["with_file"]
     rows += ["", f"Results queries over all {p['rows']:,} predictions, read-only, each opening "
              "the store: in process best of 5 (target < 200 ms); as a command the median of 5 "
