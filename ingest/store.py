@@ -423,8 +423,11 @@ WRITE_BATCH_ROWS = 8192  # rows handed to the Parquet encoders at a time (write_
 
 
 def write_parquet(table: pa.Table, where: Path | io.BytesIO, **options) -> None:
-    """Write a table of the store (activity or graph) as Parquet: zstd, statistics,
-    dictionary pages for string columns only, and integer columns delta-encoded. Arrow's
+    """Write a table of the store (activity or graph) as Parquet: LZ4, statistics,
+    dictionary pages for string columns only, and integer columns delta-encoded. LZ4 rather
+    than zstd: a fleet's small traces write some six files each, which zstd took 0.9 ms apiece
+    to encode and LZ4 0.55 ms, at the same size (3,000 of them, encoded in memory); on a
+    million-task graph LZ4 writes 13% and reads 38% faster, in files 9% larger. Arrow's
     default tries a dictionary for every column, and on integer columns of mostly distinct
     values (ids, times) it builds one only to give it up: that cost 2-3x the encoding CPU of
     a large trace's tables (0.75 s of 1.1 s for a million edges). Ids and times grow row by
@@ -435,7 +438,7 @@ def write_parquet(table: pa.Table, where: Path | io.BytesIO, **options) -> None:
     import pyarrow.parquet as pq
 
     strings, deltas = _encodings(table.schema)
-    pq.write_table(table, where, compression="zstd", write_statistics=True,
+    pq.write_table(table, where, compression="lz4", write_statistics=True,
                    use_dictionary=list(strings), column_encoding=dict(deltas),
                    write_batch_size=WRITE_BATCH_ROWS, **options)
 
