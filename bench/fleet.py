@@ -152,8 +152,23 @@ def _command_s(args: list[str], runs: int = 5) -> tuple[float, float]:
     return sorted(walls)[runs // 2], sorted(cpus)[runs // 2]
 
 
+def _reference_loop_s() -> float:
+    """Seconds of a fixed pure-Python loop (10 million additions), best of 3: how fast this
+    machine runs now. Other tenants of the host slow it without raising the load average (in
+    one session a loop like it ran 40% slower in the afternoon than in the morning), and every
+    figure of the section moves with it: runs of different days compare through it."""
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        s = 0
+        for i in range(10_000_000):
+            s += i
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
 def section(n: int = 1000, workers: tuple[int, ...] = (1, 2)) -> list[str]:
-    load0 = os.getloadavg()[0]
+    load0, ref0 = os.getloadavg()[0], _reference_loop_s()
     with tempfile.TemporaryDirectory() as tmp:
         made = _run("make", f"{tmp}/in", str(n))
         ing, pred = {}, {}
@@ -168,6 +183,7 @@ def section(n: int = 1000, workers: tuple[int, ...] = (1, 2)) -> list[str]:
         q = _run("query", f"{tmp}/s{workers[0]}")
         cli_s, cli_cpu_s = _command_s(["sql", "--store", f"{tmp}/s{workers[0]}", "--format",
                                        "csv", QUERIES["prediction"]])
+    ref1 = _reference_loop_s()
     rows = ["## Fleets of traces (issue 8)", "",
             f"{n:,} distinct traces made from the real small Kineto traces in tests/data "
             f"({', '.join(SOURCES)}) by `tests/daydream/variants.py`: every event shifted in time "
@@ -178,7 +194,9 @@ def section(n: int = 1000, workers: tuple[int, ...] = (1, 2)) -> list[str]:
             "spec per trace), each in a fresh process; peak RSS of the driver and of the "
             "largest worker process. `bench/fleet.py` reproduces each step. Load average "
             f"(1 min) on this {os.cpu_count()}-core machine: {load0:.1f} when the section "
-            f"started, {os.getloadavg()[0]:.1f} when it ended (other jobs share it).", "",
+            f"started, {os.getloadavg()[0]:.1f} when it ended (other jobs share it); a "
+            "reference pure-Python loop of 10 million additions (`_reference_loop_s`, the "
+            f"machine's speed) took {ref0:.2f} s before the section and {ref1:.2f} s after.", "",
             "| step | workers | seconds | traces/s | pairs/s | peak RSS driver (MiB) | "
             "peak RSS worker (MiB) |", "|---|---|---|---|---|---|---|"]
     for w, r in ing.items():
