@@ -6,6 +6,12 @@ PY := $(VENV)/bin/python
 # ingest and accuracy), and the test extras on top of it (make test, lint, bench).
 CORE := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
+# The kernels of ingest and graphstore compiled ahead of time (ingest/kernels.py): rebuilt when
+# a source they are compiled from changes; without a C compiler the stamp says so and numba
+# compiles them on first use instead
+KERNELS := ingest/_kernels.stamp
+KERNEL_SOURCES := ingest/kernels.py ingest/kineto_scan.py ingest/nesting.py graphstore/build.py \
+	graphstore/check.py graphstore/load.py
 STORE ?= .daydream
 TRACE ?= tests/data/kineto/resnet50_v100_nw0_run1.json.gz
 OPT ?= amp
@@ -23,9 +29,12 @@ $(STAMP): $(CORE)
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-venv: $(STAMP)
+$(KERNELS): $(CORE) $(KERNEL_SOURCES)
+	$(PY) -m ingest.kernels
 
-test: $(STAMP)
+venv: $(STAMP) $(KERNELS)
+
+test: $(STAMP) $(KERNELS)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
 
@@ -33,23 +42,24 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # Ingest a trace (or folder, or glob) into the store: make ingest TRACE=path STORE=dir
-ingest: $(CORE)
+ingest: $(CORE) $(KERNELS)
 	$(VENV)/bin/daydream ingest $(TRACE) --store $(STORE)
 
 # What-if prediction on a trace: make predict TRACE=path OPT=spec (defaults: a small real
 # trace shipped in the repo, and mixed precision)
-predict: $(CORE)
+predict: $(CORE) $(KERNELS)
 	$(VENV)/bin/daydream predict $(TRACE) --store $(STORE) --opt '$(OPT)'
 
 # The accuracy harness (bench/accuracy/: one module per measure of ACCURACY.md), written to
 # docs/accuracy.md and docs/accuracy.json; make accuracy ONLY=response reruns one section
-accuracy: $(STAMP)
+accuracy: $(STAMP) $(KERNELS)
 	$(PY) -m bench.accuracy $(if $(ONLY),--only $(ONLY))
 
 # Benchmarks (not tests): time Daydream and the peer tool side by side, write docs/benchmarks.md
-bench: $(STAMP)
+bench: $(STAMP) $(KERNELS)
 	bash bench/hta_env.sh
 	$(PY) bench/run.py
 
 clean:
 	rm -rf $(VENV) .venv-hta .daydream .pytest_cache .ruff_cache
+	rm -f ingest/_kernels*.so $(KERNELS)

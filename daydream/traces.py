@@ -54,11 +54,12 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     # The graph stage's modules (polars, duckdb, graphstore: some 0.4 s) are imported on a
     # thread while the first file is converted, whose scanner runs without the GIL, and the
     # thread has the store's graph database made there if it has none; the converters'
-    # compiler is imported here first, so the two threads import nothing in common, and where
-    # the files are converted in this process, the scanner's compiled kernels are loaded
-    # first too (while the files are still hashed): loading them holds the GIL, and with the
-    # thread's imports beside it took twice as long, just before the scan.
-    import numba  # noqa: F401
+    # kernels are imported here first (numba too, where they are not compiled ahead of time:
+    # ingest.kernels), so the two threads import nothing in common, and where the files are
+    # converted in this process, the scanner's kernels are loaded first too (while the files
+    # are still hashed): numba's loading holds the GIL, and with the thread's imports beside it
+    # took twice as long, just before the scan.
+    from ingest import kineto_scan  # noqa: F401
     if files and runs_inline(jobs, ray, len(files)):
         _warm_up(files[0])
     ahead = threading.Thread(target=_graph_stage_ahead, args=(st, staged), daemon=True)

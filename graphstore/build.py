@@ -20,13 +20,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import numba
 import numpy as np
 import pyarrow as pa
 
 from graphstore import calls
 from graphstore.latency import LATENCY, LAUNCH_QUEUE_DEPTH, Latency
 from graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, TASK_KINDS
+from ingest.kernels import helper, kernel
 from ingest.nesting import thread_key
 from ingest.stats import Stats
 
@@ -202,7 +202,7 @@ def _flag(t: pa.Table, name: str, pred) -> np.ndarray:
 
 # ---- CPU side: one compiled sweep per thread ----------------------------------------------------
 
-@numba.njit(cache=True, inline="always")
+@helper(inline="always")
 def _emit(out, k, t, kind, s, e, label, api):
     """Write task k into the sweep's output columns (thread, kind, start, end, range, call);
     returns k + 1."""
@@ -215,7 +215,9 @@ def _emit(out, k, t, kind, s, e, label, api):
     return k + 1
 
 
-@numba.njit(cache=True)
+@kernel("int64", "int64[::1]", "int64[::1]", "int64[::1]", "int64[::1]", "int64[::1]",
+        "int64[::1]", "int64[::1]", "int64[::1]", "int32[::1]", "int8[::1]", "int64[::1]",
+        "int64[::1]", "int64[::1]", "int64[::1]", "int64[::1]")
 def _cpu_sweep(thr_off_api, a_start, a_end, a_row, thr_off_rng, r_start, r_end, r_id,
                o_thread, o_kind, o_start, o_end, o_range, o_api, api_task):
     """Cut each thread's time into api tasks and host tasks.
@@ -848,7 +850,7 @@ def _copy_blocks(t: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
-@numba.njit(cache=True)
+@kernel("none", "int64[::1]", "int8[::1]", "int64[::1]", "int64[::1]", "int64")
 def _offer(cand_time, cand_kind, tasks, t, k):
     """Constraint ``k`` offers start times ``t`` to ``tasks``: each task keeps the latest
     offer (of this call and earlier ones), and the kind that made it (a tie keeps the
@@ -956,7 +958,8 @@ def _first_task_triggers(kind, unit, start, end, nthr, threads):
     return src, dst, via
 
 
-@numba.njit(cache=True)
+@kernel("Tuple((int64[::1], int64[::1], bool_[::1]))", "int8[::1]", "int32[::1]", "int64[::1]",
+        "int64[::1]", "int64", "int64[::1]")
 def _first_triggers(kind, unit, start, end, nthr, pid):
     """_first_task_triggers over the tasks (ids in start order, 0 the origin): one scan per
     thread head. Of the candidates in a pass the latest event wins, the lowest id among ties;
@@ -1026,7 +1029,7 @@ def _wake_edges(kind, unit, start, end, nthr, threads, blocking):
     return _wake(kind, unit, start, end, blocking, cpu, by_end, pid_of_unit)
 
 
-@numba.njit(cache=True, inline="always")
+@helper(inline="always")
 def _lower_bound(a, v, hint):
     """np.searchsorted(a, v) (side left) for sorted ``a``, galloping out from ``hint``: fast
     when successive queries lie close together, as event times in time order do."""
@@ -1059,7 +1062,8 @@ def _lower_bound(a, v, hint):
     return lo
 
 
-@numba.njit(cache=True)
+@kernel("Tuple((int64[::1], int64[::1], bool_[::1]))", "int8[::1]", "int32[::1]", "int64[::1]",
+        "int64[::1]", "bool[::1]", "int64[::1]", "int64[::1]", "int64[::1]")
 def _wake(kind, unit, start, end, blocking, cpu, by_end, pid_of_unit):
     """_wake_edges' search: for each wait, the latest of the last 8 task ends before its end
     (in (end, id) order) that qualifies, else the latest of the last 8 starts of long host
@@ -1428,7 +1432,8 @@ def _contention(tasks, ready, start, end, unit, g_ids, streams, nthr):
                      dev_of_unit, gs, gd, gend)
 
 
-@numba.njit(cache=True)
+@kernel("UniTuple(int64[::1], 2)", "int64[::1]", "int64[::1]", "int64[::1]", "int64[::1]",
+        "int32[::1]", "int64[::1]", "int64[::1]", "int64[::1]", "int64[::1]")
 def _occupant(tasks, ready, pos, start, unit, dev_of_unit, gs, gd, gend):
     """_contention's search: walk back from the last end at most CONTENTION_TAIL_NS after each
     task's start to WAIT_TOL_NS before it; of the kernels of other streams that began by the
@@ -1473,7 +1478,8 @@ def _infer_waits(tasks, start, end, unit, g_ids, streams, nthr):
     return _walk_back(tasks.astype(np.int64), pos, start, unit, dev_of_unit, gs, gd, gend)
 
 
-@numba.njit(cache=True)
+@kernel("UniTuple(int64[::1], 2)", "int64[::1]", "int64[::1]", "int64[::1]", "int32[::1]",
+        "int64[::1]", "int64[::1]", "int64[::1]", "int64[::1]")
 def _walk_back(tasks, pos, start, unit, dev_of_unit, gs, gd, gend):
     """_infer_waits' search: from the last GPU end at or before each task's start on its
     device, walk back over candidates on the task's own stream (a few at most) to the first

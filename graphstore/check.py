@@ -3,26 +3,26 @@ and every GPU task whose launching call is in the trace has its launch edge."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from ingest.errors import DaydreamError
+from ingest.kernels import helper, kernel
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@helper(nogil=True, inline="always")
 def _edge_nodes(s, d, a):
     """The event nodes an edge joins (2i = start of task i, 2i+1 = its end), by its anchor
     (schema.EDGE_ANCHORS: 0 end_start, 1 start_start, 2 end_end)."""
     return 2 * s + (0 if a == 1 else 1), 2 * d + (1 if a == 2 else 0)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@helper(nogil=True, inline="always")
 def _node_time(start, dur, v):
     """The time of event node ``v``: its task's start, or its end."""
     return start[v // 2] + (dur[v // 2] if v % 2 else 0)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel("UniTuple(int64[::1], 2)", "int64", "int64[::1]", "int64[::1]", "int64[::1]", nogil=True)
 def _node_edges(n, src, dst, anchor):
     """Edges between event nodes: 2i = start of task i, 2i+1 = its end."""
     m = src.shape[0]
@@ -36,7 +36,8 @@ def _node_edges(n, src, dst, anchor):
     return es, ed
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel("Tuple((int64[::1], int64[::1], int64[::1], int64))", "int64", "int64[::1]", "int64[::1]",
+        nogil=True)
 def _kahn(nn, es, ed):
     """Return (order of processed nodes, count). count < nn means a cycle."""
     m = es.shape[0]
@@ -71,7 +72,7 @@ def _kahn(nn, es, ed):
     return indeg, off, adj, t
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel("int64[::1]", "int64", "int64[::1]", "int64[::1]", "int64[::1]", nogil=True)
 def _find_cycle(nn, indeg, es, ed):
     """Nodes left with in-degree > 0 each have a stuck predecessor: walk predecessors until a
     node repeats; the repeated stretch, reversed, is a cycle."""
@@ -107,7 +108,8 @@ def _find_cycle(nn, indeg, es, ed):
     return path[seen[x]:k][::-1].copy()
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel("boolean", "int64[::1]", "int64[::1]", "int64[::1]", "int64[::1]", "int64[::1]",
+        nogil=True)
 def _acyclic_outside_backward_spans(start, dur, src, dst, anchor):
     """Whether the graph is acyclic, sorting only the event nodes (2i the start of task i,
     2i+1 its end) that lie in a backward edge's time span: those of an edge, or of a task's

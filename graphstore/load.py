@@ -13,7 +13,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import numba
 import numpy as np
 import pyarrow as pa
 
@@ -24,6 +23,7 @@ from graphstore.params import COLUMNS, layer_param_bytes, weight_ops, weight_ops
 from graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, GPU_KINDS, TASK_KINDS
 from ingest import schema as activity_schema
 from ingest.errors import DaydreamError
+from ingest.kernels import kernel
 from ingest.store import PART, Store
 
 ACTIVITY = [t for t in activity_schema.COMMIT_ORDER if t != "trace"]
@@ -348,7 +348,8 @@ def _gaps_take_phase(g: Graph, phase: pa.ChunkedArray, row: np.ndarray,
     return pa.DictionaryArray.from_arrays(pa.array(code), names)
 
 
-@numba.njit(cache=True)
+@kernel("int32[::1]", "int32[::1]", "int32[::1]", "int64[::1]", "int8[::1]", "int64", "int64",
+        "int64")
 def _fill_gaps(code, unit, iteration, kind, other, n_units, host):
     """_gaps_take_phase's rule in one pass over the tasks in id order, keeping the last two
     tasks seen on each unit: a host task coded ``other`` between two tasks on its unit of one

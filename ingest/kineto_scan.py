@@ -24,8 +24,9 @@ leaves out the code for negative indices.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from ingest.kernels import helper, kernel
 
 _U = np.uint64  # array indices: unsigned, so no negative-index wraparound is compiled in
 
@@ -149,7 +150,7 @@ _T0, _T1, _T2 = TOP_MUL
 _A0, _A1, _A2 = ARG_MUL
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@helper(nogil=True, _nrt=False, inline="always")
 def _ws(buf, p, n):
     while p < n:
         c = buf[_U(p)]
@@ -160,7 +161,7 @@ def _ws(buf, p, n):
     return p
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@helper(nogil=True, _nrt=False, inline="always")
 def _skip_string(buf, p, n):
     # p at opening quote; returns index after closing quote, or -1 at end of input
     p += 1
@@ -175,7 +176,7 @@ def _skip_string(buf, p, n):
     return -1
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
+@helper(nogil=True, _nrt=False)
 def _skip_value(buf, p, n):
     """Skip one JSON value starting at p. Returns (new p, error)."""
     if p >= n:
@@ -219,7 +220,7 @@ def _skip_value(buf, p, n):
     return n, E_EOF
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@helper(nogil=True, _nrt=False, inline="always")
 def _parse_number(buf, p, n):
     """Parse a JSON number. Returns (p, err, neg, ip, frac, fdigits, exp, has_exp)."""
     neg = False
@@ -269,7 +270,7 @@ def _parse_number(buf, p, n):
     return p, E_OK, neg, ip, frac, fd, exp, has_exp
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@helper(nogil=True, _nrt=False, inline="always")
 def _pow10(k):
     r = 1
     for _ in range(k):
@@ -277,7 +278,7 @@ def _pow10(k):
     return r
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@helper(nogil=True, _nrt=False, inline="always")
 def _to_ns(neg, ip, frac, fd, exp, has_exp):
     """Microseconds given as decimal digits -> integer nanoseconds, rounded half up."""
     if has_exp:
@@ -301,7 +302,7 @@ def _to_ns(neg, ip, frac, fd, exp, has_exp):
     return ns, E_OK
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@helper(nogil=True, _nrt=False, inline="always")
 def _to_int(neg, ip, frac, fd, exp, has_exp):
     if has_exp:
         v = (ip + frac / _pow10(fd)) * (10.0 ** exp)
@@ -315,7 +316,7 @@ def _to_int(neg, ip, frac, fd, exp, has_exp):
     return r, E_OK
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@helper(nogil=True, _nrt=False, inline="always")
 def _digits_in_string(buf, p, n):
     """For a string value at p (opening quote): if it holds a plain decimal integer, return
     (end p, True, value); else (end p, False, 0). End p is -1 at end of input."""
@@ -343,7 +344,7 @@ def _digits_in_string(buf, p, n):
     return q, True, v
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@helper(nogil=True, _nrt=False, inline="always")
 def _put_utf8(out, col, o, cp):
     if cp < 0x80:
         out[_U(col), _U(o)] = cp
@@ -364,7 +365,7 @@ def _put_utf8(out, col, o, cp):
     return o + 4
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@helper(nogil=True, _nrt=False, inline="always")
 def _hex4(buf, p, n):
     if p + 4 > n:
         return -1
@@ -383,7 +384,7 @@ def _hex4(buf, p, n):
     return v
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@helper(nogil=True, _nrt=False, inline="always")
 def _copy_string(buf, p, n, out, col, o, cap):
     """Decode the JSON string at p (opening quote) into out[col, o:]. Returns (p, o, err);
     err -1 means the output buffer is full."""
@@ -437,7 +438,7 @@ def _copy_string(buf, p, n, out, col, o, cap):
     return n, o, E_EOF
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+@helper(nogil=True, _nrt=False, inline="always")
 def _lookup(buf, ks, klen, top):
     """Index of the key buf[ks:ks+klen] among the top-level keys (``top``) or the args keys,
     else -1."""
@@ -468,7 +469,9 @@ def _lookup(buf, ks, klen, top):
     return k
 
 
-@numba.njit(cache=True, nogil=True, _nrt=False)
+@kernel("int64", "readonly uint8[::1]", "int64[::1]", "int64[:, ::1]", "uint8[:, ::1]",
+        "uint8[:, ::1]", "int64[:, ::1]", "uint8[:, ::1]", "int64[::1]", "int64[:, ::1]", "bool",
+        "int64", nogil=True, _nrt=False)
 def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial, start):
     """Scan from res[R_POS] in state res[R_STATE] until the batch is full or the document ends,
     writing events from row ``start`` of the batch on (rows before it were filled by an earlier

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from ingest.kernels import kernel
 
-@numba.njit(cache=True, nogil=True)  # beside the other tables of a large trace (kineto._finish)
+
+@kernel("none", "int64[::1]", "int64[::1]", "readonly int64[::1]", "int64[::1]", "int32[::1]",
+        "int64[::1]", nogil=True)  # beside the other tables of a large trace (kineto._finish)
 def _nest_sorted(order, tid_key, start, end, depth, parent):
     # ``order`` sorts by (thread, start, -end): an enclosing range comes before what it encloses.
     n = order.shape[0]

@@ -1,0 +1,279 @@
+"""The compiled kernels of ingest and graphstore: built ahead of time where a C compiler is, else
+compiled by numba on first use, from the one source either way.
+
+Why: numba's import and its first dispatch in a process (llvmlite, the target context, the
+cache index) cost 0.4-0.5 s of one core holding the GIL, a quarter of ``daydream ingest`` of a
+million-event trace and all of a small one's start. ``python -m ingest.kernels`` (``make``
+runs it) compiles every function marked ``@kernel`` with numba's ahead-of-time compiler
+(``numba.pycc``) into two extension modules beside this file, one without numba's reference
+counting (for kernels declared ``_nrt=False``, which the scanner is: with it, it ran 1.8x
+slower), and then writes a stamp: the hash of the sources it compiled. When a module of
+MODULES is imported and the stamp matches the sources, its kernels are the compiled
+functions and numba is not imported at all; otherwise (no compiler, a source edited since,
+``DAYDREAM_JIT=1`` in the environment) they are ``numba.njit`` dispatchers, as before.
+Compiled for a generic x86-64, not this CPU: the scanner runs as fast as numba's JIT either
+way (0.42-0.61 s against 0.44-0.70 s for a million events), and a virtual environment
+carried to another machine still runs.
+
+The compiled functions trust their arguments: an array of another dtype crashed the process
+and a strided one gave wrong answers. So each call is checked against the kernel's declared
+types first (some microseconds); a call that does not match runs on numba's JIT instead and
+is named in FALLBACKS (no module's call does: tests/ingest/test_kernels.py).
+
+Declaring a kernel: ``@kernel(returns, *args, **options)``, ``returns`` a numba type
+expression (``"int64"``, ``"UniTuple(int64[::1], 2)"``), each of ``args`` a numpy dtype name,
+as an array ``"int64[::1]"`` or ``"uint8[:, ::1]"`` (C-contiguous), ``"readonly uint8[::1]"``
+for one the kernel only reads; ``options`` numba.njit's. A function that only kernels call
+is a ``@helper(**options)``: compiled into them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import os
+import sys
+import types
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+# the modules that declare kernels (each one's source is part of the stamp)
+MODULES = ("ingest.kineto_scan", "ingest.nesting", "graphstore.build", "graphstore.check",
+           "graphstore.load")
+# the extension module of kernels with numba's reference counting (True) and without (False)
+LIBRARIES = {True: "_kernels", False: "_kernels_nonrt"}
+HERE = Path(__file__).resolve().parent
+STAMP = HERE / "_kernels.stamp"
+JIT_ENV = "DAYDREAM_JIT"  # set to 1: always numba's JIT (the compiled kernels are not loaded)
+FALLBACKS: list[str] = []  # "module.kernel" of each call that did not match its declared types
+
+_building = False  # set by build(): the modules imported to be compiled get numba dispatchers
+_declared: dict[str, list[_Function]] = {}  # module -> its kernels and helpers, in order
+
+
+def source_hash() -> str:
+    """What the compiled kernels were built from: the sources of MODULES and of this file, and
+    the numpy they were built against."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in (*MODULES, "ingest.kernels"):
+        h.update((HERE.parent / (name.replace(".", "/") + ".py")).read_bytes())
+    h.update(np.__version__.encode())
+    return h.hexdigest()
+
+
+@functools.cache
+def _libraries() -> dict[bool, types.ModuleType] | None:
+    """The compiled kernels' modules, or None where numba compiles them (module doc)."""
+    if _building or os.environ.get(JIT_ENV) == "1":
+        return None
+    try:
+        if STAMP.read_text().strip() != source_hash():
+            return None
+        return {nrt: importlib.import_module(f"ingest.{name}") for nrt, name in LIBRARIES.items()}
+    except (OSError, ImportError):
+        return None
+
+
+def state() -> str:
+    """'compiled' where the kernels load ahead of time, else why not (the stamp's note)."""
+    if _libraries() is not None:
+        return "compiled"
+    if os.environ.get(JIT_ENV) == "1":
+        return f"numba's JIT ({JIT_ENV}=1)"
+    try:
+        note = STAMP.read_text().strip()
+    except OSError:
+        return "numba's JIT (not built: python -m ingest.kernels)"
+    if note == source_hash():
+        return "numba's JIT (the compiled modules did not load)"
+    if note.startswith("unbuilt"):
+        return f"numba's JIT ({note})"
+    return "numba's JIT (sources changed since the build: python -m ingest.kernels)"
+
+
+class _Function:
+    """A kernel or helper as declared: its Python function and numba options."""
+
+    def __init__(self, func: Callable, options: dict, returns: str | None = None,
+                 args: tuple[str, ...] = ()):
+        self.func, self.options, self.returns, self.args = func, options, returns, args
+        self.name = func.__name__
+        self.module = func.__module__
+
+    @property
+    def export_name(self) -> str:
+        return f"{self.module.replace('.', '_')}__{self.name}"
+
+    @property
+    def nrt(self) -> bool:
+        return self.options.get("_nrt", True)
+
+    def jit(self):
+        import numba
+        return numba.njit(cache=True, **self.options)(self.func)
+
+
+def _parse_arg(arg: str) -> tuple[np.dtype, int, bool]:
+    """(dtype, ndim: 0 for a scalar, readonly) of one declared argument type."""
+    readonly = arg.startswith("readonly ")
+    base, _, dims = arg.removeprefix("readonly ").partition("[")
+    ndim = dims.count(":") - dims.count("::") if dims else 0  # "[:, ::1]": 2
+    if dims and not dims.rstrip("]").endswith("::1"):
+        raise ValueError(f"kernel argument {arg!r}: arrays are declared C-contiguous ([..., ::1])")
+    return np.dtype(base), ndim, readonly
+
+
+class _Compiled:
+    """A kernel compiled ahead of time, called after its arguments are checked against the
+    declared types (module doc); a call that does not match runs on numba's JIT."""
+
+    def __init__(self, fn: _Function, native: Callable):
+        self.fn, self.native = fn, native
+        self.checks = [_parse_arg(a) for a in fn.args]
+        self.__name__, self.__doc__ = fn.name, fn.func.__doc__
+        self.__wrapped__ = fn.func
+
+    def matches(self, args: tuple) -> bool:
+        if len(args) != len(self.checks):
+            return False
+        for a, (dtype, ndim, readonly) in zip(args, self.checks, strict=True):
+            if ndim == 0:
+                ok = (isinstance(a, (bool, np.bool_)) if dtype.kind == "b"
+                      else isinstance(a, (int, np.integer)) and not isinstance(a, bool)
+                      if dtype.kind in "iu" else isinstance(a, (float, int, np.floating)))
+                if not ok:
+                    return False
+            elif not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == ndim
+                      and a.flags.c_contiguous and a.flags.aligned
+                      and (readonly or a.flags.writeable)):
+                return False
+        return True
+
+    def __call__(self, *args):
+        if self.matches(args):
+            return self.native(*args)
+        FALLBACKS.append(f"{self.fn.module}.{self.fn.name}")
+        return _jit_of(self.fn.module)[self.fn.name](*args)
+
+
+@functools.cache
+def _jit_of(module: str) -> dict[str, Callable]:
+    """numba dispatchers of a module's kernels and helpers, for calls the compiled kernels do
+    not take. They are compiled from copies of the functions whose globals name each other's
+    dispatchers; the module's own names stay the compiled kernels."""
+    declared = _declared[module]
+    scope = dict(vars(sys.modules[module]))
+    out = {}
+    for fn in declared:
+        f = fn.func
+        copy = types.FunctionType(f.__code__, scope, f.__name__, f.__defaults__, f.__closure__)
+        copy.__module__, copy.__qualname__, copy.__doc__ = f.__module__, f.__qualname__, f.__doc__
+        out[fn.name] = scope[fn.name] = _Function(copy, fn.options).jit()
+    return out
+
+
+def _declare(fn: _Function) -> None:
+    _declared.setdefault(fn.module, []).append(fn)
+
+
+def kernel(returns: str, *args: str, **options) -> Callable:
+    """Mark an entry point called from Python, with its types (module doc)."""
+    def wrap(func: Callable):
+        fn = _Function(func, options, returns, args)
+        for a in args:
+            _parse_arg(a)  # a declaration error shows at import, not at the build
+        _declare(fn)
+        libs = _libraries()
+        native = getattr(libs[fn.nrt], fn.export_name, None) if libs else None
+        return fn.jit() if native is None else _Compiled(fn, native)
+    return wrap
+
+
+def helper(**options) -> Callable:
+    """Mark a function that only kernels call: compiled into them (module doc). Where the
+    kernels are compiled ahead of time it stays a Python function."""
+    def wrap(func: Callable):
+        fn = _Function(func, options)
+        _declare(fn)
+        return func if _libraries() else fn.jit()
+    return wrap
+
+
+# --------------------------------------------------------------------------------------------
+# the build
+
+
+def build(out_dir: Path = HERE) -> dict[str, int]:
+    """Compile every kernel of MODULES ahead of time into LIBRARIES in ``out_dir``, then write
+    the stamp there. The old stamp goes first and the new one last, so an interrupted build
+    leaves numba's JIT in use, never modules the stamp does not vouch for. Returns the number
+    of kernels in each library."""
+    global _building
+    import tempfile
+
+    import numba
+    from numba.pycc import CC
+
+    loaded = [m for m in MODULES if m in sys.modules]
+    if loaded:
+        raise RuntimeError(f"build() must run before {', '.join(loaded)} is imported")
+    _building = True
+    _libraries.cache_clear()
+    for m in MODULES:
+        importlib.import_module(m)
+    space = dict(vars(numba.types))
+    stamp = out_dir / STAMP.name
+    stamp.unlink(missing_ok=True)
+    counts = {}
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".kernels-") as tmp:
+        for nrt, lib in LIBRARIES.items():
+            cc = CC(lib)
+            cc.output_dir, cc.use_nrt, cc.verbose = tmp, nrt, False
+            kernels = [fn for m in MODULES for fn in _declared[m]
+                       if fn.returns is not None and fn.nrt == nrt]
+            for fn in kernels:
+                sig = eval(fn.returns, {}, space)(*(_numba_type(a, numba) for a in fn.args))
+                dispatcher = sys.modules[fn.module].__dict__[fn.name]
+                cc.export(fn.export_name, sig)(dispatcher.py_func)
+            cc.compile()
+            counts[lib] = len(kernels)
+        for f in Path(tmp).iterdir():
+            if f.name.startswith(tuple(LIBRARIES.values())):
+                os.replace(f, out_dir / f.name)
+    part = stamp.with_suffix(".part")
+    part.write_text(source_hash() + "\n")
+    os.replace(part, stamp)
+    return counts
+
+
+def _numba_type(arg: str, numba):
+    dtype, ndim, readonly = _parse_arg(arg)
+    scalar = numba.from_dtype(dtype)
+    return numba.types.Array(scalar, ndim, "C", readonly=readonly) if ndim else scalar
+
+
+def main() -> int:
+    """Build, or where that fails (no C compiler, say), leave a stamp that says why: numba
+    compiles the kernels on first use instead, and ``make`` does not try again until the
+    sources change."""
+    import time
+    t = time.perf_counter()
+    try:
+        counts = build()
+    except Exception as e:  # noqa: BLE001 - any failure leaves numba's JIT, which works
+        reason = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        STAMP.write_text(f"unbuilt: {reason}\n")
+        print(f"daydream: kernels not compiled ahead of time ({reason}); numba compiles "
+              "them on first use", file=sys.stderr)
+        return 0
+    print(f"daydream: {sum(counts.values())} kernels compiled ahead of time "
+          f"({time.perf_counter() - t:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    from ingest import kernels  # the module the kernels declare themselves to (not __main__)
+    sys.exit(kernels.main())
