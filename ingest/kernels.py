@@ -210,11 +210,18 @@ def build(out_dir: Path = HERE) -> dict[str, int]:
     """Compile every kernel of MODULES ahead of time into LIBRARIES in ``out_dir``, then write
     the stamp there. The old stamp goes first and the new one last, so an interrupted build
     leaves numba's JIT in use, never modules the stamp does not vouch for. Returns the number
-    of kernels in each library."""
+    of kernels in each library.
+
+    Every compiled kernel releases the GIL while it runs, as numba's ``nogil`` does (the
+    scanner must: the tables of one batch are routed on another thread while it fills the
+    next; compiled without it, ``read_trace`` of a million events ran on one core, 0.9 s
+    against the JIT's 0.7). They touch no Python object, so this is safe for all of them;
+    numba.pycc has no option for it, so its flags are given it here."""
     global _building
     import tempfile
 
     import numba
+    import numba.pycc.compiler as pycc
     from numba.pycc import CC
 
     loaded = [m for m in MODULES if m in sys.modules]
@@ -228,21 +235,31 @@ def build(out_dir: Path = HERE) -> dict[str, int]:
     stamp = out_dir / STAMP.name
     stamp.unlink(missing_ok=True)
     counts = {}
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".kernels-") as tmp:
-        for nrt, lib in LIBRARIES.items():
-            cc = CC(lib)
-            cc.output_dir, cc.use_nrt, cc.verbose = tmp, nrt, False
-            kernels = [fn for m in MODULES for fn in _declared[m]
-                       if fn.returns is not None and fn.nrt == nrt]
-            for fn in kernels:
-                sig = eval(fn.returns, {}, space)(*(_numba_type(a, numba) for a in fn.args))
-                dispatcher = sys.modules[fn.module].__dict__[fn.name]
-                cc.export(fn.export_name, sig)(dispatcher.py_func)
-            cc.compile()
-            counts[lib] = len(kernels)
-        for f in Path(tmp).iterdir():
-            if f.name.startswith(tuple(LIBRARIES.values())):
-                os.replace(f, out_dir / f.name)
+    flags = pycc.Flags
+
+    class ReleasingGil(flags):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.release_gil = True
+
+    pycc.Flags = ReleasingGil
+    try:
+        with tempfile.TemporaryDirectory(dir=out_dir, prefix=".kernels-") as tmp:
+            for nrt, lib in LIBRARIES.items():
+                cc = CC(lib)
+                cc.output_dir, cc.use_nrt, cc.verbose = tmp, nrt, False
+                kernels = [fn for m in MODULES for fn in _declared[m]
+                           if fn.returns is not None and fn.nrt == nrt]
+                for fn in kernels:
+                    sig = eval(fn.returns, {}, space)(*(_numba_type(a, numba) for a in fn.args))
+                    cc.export(fn.export_name, sig)(fn.func)
+                cc.compile()
+                counts[lib] = len(kernels)
+            for f in Path(tmp).iterdir():
+                if f.name.startswith(tuple(LIBRARIES.values())):
+                    os.replace(f, out_dir / f.name)
+    finally:
+        pycc.Flags = flags
     part = stamp.with_suffix(".part")
     part.write_text(source_hash() + "\n")
     os.replace(part, stamp)
