@@ -97,6 +97,7 @@ def bench_ingest(repeats: int) -> list[str]:
     the same files, and the whole `daydream ingest` command on a 1M-event trace (issue 18)."""
     import bigtrace
 
+    from ingest import kernels
     hta = peers.hta_available()
     load0 = os.getloadavg()[0]
     rows = ["## Ingest (issues 2, 18)", "",
@@ -155,7 +156,8 @@ def bench_ingest(repeats: int) -> list[str]:
              "(imports, conversion, Parquet, the graph build and its write, as Parquet for a "
              "graph this large, included; CPU seconds of every run, all threads), "
              f"median of {repeats}, beside HTA's load of the same file (imports not timed); "
-             "target 10x.", "",
+             f"target 10x. The kernels of ingest and graphstore: {kernels.state()} "
+             "(`ingest/kernels.py`).", "",
              "| what is timed | seconds | CPU seconds | ratio (HTA / Daydream) |",
              "|---|---|---|---|"]
     if hta_big:
