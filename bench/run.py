@@ -98,6 +98,7 @@ def bench_ingest(repeats: int) -> list[str]:
     import bigtrace
 
     from ingest import kernels
+
     hta = peers.hta_available()
     load0 = os.getloadavg()[0]
     rows = ["## Ingest (issues 2, 18)", "",

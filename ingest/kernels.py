@@ -99,7 +99,9 @@ class _Function:
 
     def __init__(self, func: Callable, options: dict, returns: str | None = None,
                  args: tuple[str, ...] = ()):
-        self.func, self.options, self.returns, self.args = func, options, returns, args
+        self.func, self.options, self.returns = func, options, returns
+        # (dtype, ndim, readonly) of each argument: a declaration error shows at import
+        self.args = [_parse_arg(a) for a in args]
         self.name = func.__name__
         self.module = func.__module__
 
@@ -126,25 +128,30 @@ def _parse_arg(arg: str) -> tuple[np.dtype, int, bool]:
     return np.dtype(base), ndim, readonly
 
 
+def _is_scalar(a, kind: str) -> bool:
+    """Whether ``a`` is a Python or numpy scalar of a dtype kind (a bool is no integer)."""
+    if kind == "b":
+        return isinstance(a, (bool, np.bool_))
+    if kind in "iu":
+        return isinstance(a, (int, np.integer)) and not isinstance(a, bool)
+    return isinstance(a, (float, int, np.floating))
+
+
 class _Compiled:
     """A kernel compiled ahead of time, called after its arguments are checked against the
     declared types (module doc); a call that does not match runs on numba's JIT."""
 
     def __init__(self, fn: _Function, native: Callable):
         self.fn, self.native = fn, native
-        self.checks = [_parse_arg(a) for a in fn.args]
         self.__name__, self.__doc__ = fn.name, fn.func.__doc__
         self.__wrapped__ = fn.func
 
     def matches(self, args: tuple) -> bool:
-        if len(args) != len(self.checks):
+        if len(args) != len(self.fn.args):
             return False
-        for a, (dtype, ndim, readonly) in zip(args, self.checks, strict=True):
+        for a, (dtype, ndim, readonly) in zip(args, self.fn.args, strict=True):
             if ndim == 0:
-                ok = (isinstance(a, (bool, np.bool_)) if dtype.kind == "b"
-                      else isinstance(a, (int, np.integer)) and not isinstance(a, bool)
-                      if dtype.kind in "iu" else isinstance(a, (float, int, np.floating)))
-                if not ok:
+                if not _is_scalar(a, dtype.kind):
                     return False
             elif not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == ndim
                       and a.flags.c_contiguous and a.flags.aligned
@@ -183,8 +190,6 @@ def kernel(returns: str, *args: str, **options) -> Callable:
     """Mark an entry point called from Python, with its types (module doc)."""
     def wrap(func: Callable):
         fn = _Function(func, options, returns, args)
-        for a in args:
-            _parse_arg(a)  # a declaration error shows at import, not at the build
         _declare(fn)
         libs = _libraries()
         native = getattr(libs[fn.nrt], fn.export_name, None) if libs else None
@@ -251,7 +256,7 @@ def build(out_dir: Path = HERE) -> dict[str, int]:
                 kernels = [fn for m in MODULES for fn in _declared[m]
                            if fn.returns is not None and fn.nrt == nrt]
                 for fn in kernels:
-                    sig = eval(fn.returns, {}, space)(*(_numba_type(a, numba) for a in fn.args))
+                    sig = eval(fn.returns, {}, space)(*(_numba_type(*a, numba) for a in fn.args))
                     cc.export(fn.export_name, sig)(fn.func)
                 cc.compile()
                 counts[lib] = len(kernels)
@@ -260,14 +265,17 @@ def build(out_dir: Path = HERE) -> dict[str, int]:
                     os.replace(f, out_dir / f.name)
     finally:
         pycc.Flags = flags
-    part = stamp.with_suffix(".part")
-    part.write_text(source_hash() + "\n")
-    os.replace(part, stamp)
+    _write_stamp(stamp, source_hash())
     return counts
 
 
-def _numba_type(arg: str, numba):
-    dtype, ndim, readonly = _parse_arg(arg)
+def _write_stamp(stamp: Path, text: str) -> None:
+    part = stamp.with_suffix(".part")
+    part.write_text(text + "\n")
+    os.replace(part, stamp)
+
+
+def _numba_type(dtype: np.dtype, ndim: int, readonly: bool, numba):
     scalar = numba.from_dtype(dtype)
     return numba.types.Array(scalar, ndim, "C", readonly=readonly) if ndim else scalar
 
@@ -282,7 +290,7 @@ def main() -> int:
         counts = build()
     except Exception as e:  # noqa: BLE001 - any failure leaves numba's JIT, which works
         reason = f"{type(e).__name__}: {e}".splitlines()[0][:200]
-        STAMP.write_text(f"unbuilt: {reason}\n")
+        _write_stamp(STAMP, f"unbuilt: {reason}")
         print(f"daydream: kernels not compiled ahead of time ({reason}); numba compiles "
               "them on first use", file=sys.stderr)
         return 0
