@@ -33,6 +33,9 @@ from ingest.runner import InlineRunner, make_runner
 from ingest.store import Store
 
 KEY = ("trace_id", "spec")
+# the prediction columns ``results`` gives beside the trace's file and job (the run's report)
+RESULT_COLUMNS = ("spec", "measured_ms", "baseline_ms", "predicted_ms", "speedup", "speedup_low",
+                  "speedup_high", "gates_failed", "created")
 FLUSH_ROWS = 256
 FLUSH_S = 2.0
 # Graphs are read in chunks, one query per table on one read-only connection (an open and a
@@ -154,11 +157,17 @@ def unpack_graph(packed: dict[str, bytes] | dict[str, pa.Table]) -> dict[str, pa
 
 
 def row(trace_id: str, spec: str, d: dict) -> dict:
-    """The prediction table's row of one prediction (a ``daydream.pipeline.result`` dict)."""
+    """The prediction table's row of one prediction (a ``daydream.pipeline.result`` dict):
+    what ``daydream predict`` reports of it, the interval and the failed gates included."""
+    lo, hi = d["predicted_interval_ms"] or (None, None)
+    slo, shi = d["speedup_interval"] or (None, None)
     return {
         "trace_id": trace_id, "spec": spec,
         "measured_ms": _num(d["measured_ms"]), "baseline_ms": _num(d["baseline_ms"]),
         "predicted_ms": d["predicted_ms"], "speedup": d["speedup"],
+        "reference_ms": _num(d["reference_ms"]),
+        "predicted_low_ms": lo, "predicted_high_ms": hi, "speedup_low": slo, "speedup_high": shi,
+        "gates_failed": [g["name"] for g in d["gates"] if not g["ok"]],
         "iterations": sum(bool(i["used"]) for i in d["iterations"]),
         "notes": "\n".join(d["notes"]) or None,
     }
@@ -310,11 +319,6 @@ def results(store_root: str | Path, traces: list[str] | None = None,
         where.append("p.trace_id IN (SELECT unnest($traces))")
     if specs is not None:
         where.append("p.spec IN (SELECT unnest($specs))")
-    sql = ("SELECT p.trace_id, t.file, t.job, p.spec, p.measured_ms, p.baseline_ms, "
-           "p.predicted_ms, p.speedup, p.created FROM prediction p "
-           "LEFT JOIN trace t ON t.trace_id = p.trace_id"
-           + (" WHERE " + " AND ".join(where) if where else "")
-           + " ORDER BY p.speedup DESC NULLS LAST, p.trace_id, p.spec")
     params = {}
     if traces is not None:
         params["traces"] = traces
@@ -323,5 +327,14 @@ def results(store_root: str | Path, traces: list[str] | None = None,
     with db.connect(root) as con:
         if not _has_prediction(con):
             return _rows_table([]).select(["trace_id", "spec"])
+        # a store not yet migrated to this version (read-only here) lacks the newer columns
+        have = {c for (c,) in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND table_name = 'prediction'").fetchall()}
+        cols = ", ".join(f"p.{c}" for c in RESULT_COLUMNS if c in have)
+        sql = (f"SELECT p.trace_id, t.file, t.job, {cols} FROM prediction p "
+               "LEFT JOIN trace t ON t.trace_id = p.trace_id"
+               + (" WHERE " + " AND ".join(where) if where else "")
+               + " ORDER BY p.speedup DESC NULLS LAST, p.trace_id, p.spec")
         db.register_activity(con, root, sql)
         return con.sql(sql, params=params).to_arrow_table()

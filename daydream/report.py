@@ -366,15 +366,19 @@ def fleet_table(t, top: int) -> tuple[Table, int]:
     TOP (0: all) and how many rows there are."""
     rows = t.to_pylist()
     shown = rows if top <= 0 else rows[:top]
-    tab = Table("Predictions, best gain first",
+    tab = Table("Predictions, best gain first (interval: slack at zero to slack kept)",
                 [Column("trace", key="trace_id"), Column("file"), Column("job"),
                  Column("optimization", key="spec"), Column("measured ms", "right"),
                  Column("replayed ms", "right"), Column("predicted ms", "right"),
-                 Column("speedup", "right")])
+                 Column("speedup", "right"), Column("speedup interval", "right"),
+                 Column("gates failed")])
     for r in shown:
+        sp = (r.get("speedup_low"), r.get("speedup_high"))
+        failed = r.get("gates_failed")  # None: a row stored before gates were
         tab.add(r["trace_id"], short(r.get("file")), r.get("job") or "", r["spec"],
                 ms(r["measured_ms"]), ms(r["baseline_ms"]), ms(r["predicted_ms"]),
-                times(r["speedup"]))
+                times(r["speedup"]), interval(sp if None not in sp else None, times),
+                "?" if failed is None else ", ".join(failed) or "none")
     tab.records = [{k: v for k, v in r.items() if k != "created"} for r in shown]
     return tab, len(rows)
 

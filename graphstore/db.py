@@ -72,9 +72,10 @@ if TYPE_CHECKING:
 DB_FILE = "graph.duckdb"
 META_KEY = "graph_schema_version"
 # Stores of these versions hold the same tables as this one: readers read them as they are; a
-# writer migrates them (migrate_parquet_graphs, then the version stamped). Version 5 has no
-# Parquet graphs; version 6's task.parquet files hold name, layer and phase as plain strings.
-MIGRATES_FROM = ("5", "6")
+# writer migrates them (migrate_parquet_graphs and migrate_result_tables, then the version
+# stamped). Version 5 has no Parquet graphs; version 6's task.parquet files hold name, layer and
+# phase as plain strings; before version 8 the prediction table lacks the interval and gates.
+MIGRATES_FROM = ("5", "6", "7")
 # task columns stored as Arrow dictionaries since version 7: a store whose files disagree on
 # them would not scan as one dataset in Polars (Categorical against String)
 DICTIONARY_TASK_COLUMNS = ("name", "layer", "phase")
@@ -250,6 +251,7 @@ def create_schema(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> N
         if check_version(con, path) in MIGRATES_FROM:
             if path is not None:
                 migrate_parquet_graphs(path.parent)
+            migrate_result_tables(con)
             con.execute("UPDATE meta SET value = ? WHERE key = ?",
                         [str(GRAPH_SCHEMA_VERSION), META_KEY])
         if (tables >= {"meta", *GRAPH_TABLES, *RESULT_TABLES}
@@ -272,6 +274,36 @@ def create_schema(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> N
     except BaseException:
         con.execute("ROLLBACK")
         raise
+
+
+def migrate_result_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Rebuild each result table whose columns are not the declared ones (an older store's
+    ``prediction`` before the interval and gates): its rows kept, the columns it lacks NULL,
+    every column in the declared order and documented. One transaction per table; a table
+    already rebuilt is left alone, so a writer killed midway leaves the old version stamped and
+    the next one finishes the job. Returns the tables rebuilt."""
+    done = []
+    for t in RESULT_TABLES.values():
+        have = [c for (c,) in con.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND schema_name = 'main' AND table_name = ? ORDER BY column_index",
+            [t.name]).fetchall()]
+        if not have or have == t.names:
+            continue
+        keep = ", ".join(c for c in t.names if c in have)
+        con.execute("BEGIN")
+        try:
+            con.execute(f"ALTER TABLE {t.name} RENAME TO _old_{t.name}")
+            con.execute(t.ddl())
+            con.execute(f"INSERT INTO {t.name} ({keep}) SELECT {keep} FROM _old_{t.name}")
+            con.execute(f"DROP TABLE _old_{t.name}")
+            _comment(con, t)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        done.append(t.name)
+    return done
 
 
 def _comment(con: duckdb.DuckDBPyConnection, t: GTable) -> None:

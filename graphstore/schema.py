@@ -14,8 +14,10 @@ from dataclasses import dataclass
 # to the trace start; 5: launches whose work ran after the window wait on queue edges, and GPU
 # work without a launch takes the iteration of the launched task before it on its stream; 6: large
 # graphs stored as Parquet in DIR/graph (graphstore.db; a version-5 store is migrated as it is);
-# 7: task.name, layer and phase stored as dictionaries (version-6 Parquet task files rewritten)
-GRAPH_SCHEMA_VERSION = 7
+# 7: task.name, layer and phase stored as dictionaries (version-6 Parquet task files rewritten);
+# 8: prediction rows carry what a single prediction reports beside its speedup: the reference
+# step, the interval and the failed gates (an older prediction table rebuilt with them NULL)
+GRAPH_SCHEMA_VERSION = 8
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,8 @@ class GTable:
         """The Arrow schema of rows to insert (the scalar SQL types the result tables use)."""
         import pyarrow as pa
         types = {"VARCHAR": pa.string(), "DOUBLE": pa.float64(), "INTEGER": pa.int32(),
-                 "BIGINT": pa.int64(), "TIMESTAMP": pa.timestamp("us", tz="UTC")}
+                 "BIGINT": pa.int64(), "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+                 "VARCHAR[]": pa.list_(pa.string())}
         return pa.schema([pa.field(c.name, types[c.sql.split()[0]]) for c in self.columns])
 
 
@@ -176,9 +179,20 @@ PREDICTION = GTable("prediction", "One what-if prediction: a stored trace simula
     Col("measured_ms", "DOUBLE", "Mean measured iteration time (used iterations), ms."),
     Col("baseline_ms", "DOUBLE", "Mean simulated time of the unmodified graph, ms."),
     Col("predicted_ms", "DOUBLE", "Mean simulated time with the optimization, ms."),
-    Col("speedup", "DOUBLE", "baseline_ms / predicted_ms (the predicted gain; > 1 is faster)."),
+    Col("speedup", "DOUBLE", "reference_ms / predicted_ms (the predicted gain; > 1 is faster)."),
+    Col("reference_ms", "DOUBLE", "The step the speedup is against: baseline_ms, or for a chain "
+        "that removes CPU work the replay of the job without the profiler's own cost, ms."),
+    Col("predicted_low_ms", "DOUBLE", "Lower end of the prediction's interval: the lesser of "
+        "the rewritten graph's replays with the trace's slack kept and at zero, ms."),
+    Col("predicted_high_ms", "DOUBLE", "Upper end of the prediction's interval, ms."),
+    Col("speedup_low", "DOUBLE", "Lower end of the speedup's interval (the same two replays)."),
+    Col("speedup_high", "DOUBLE", "Upper end of the speedup's interval."),
+    Col("gates_failed", "VARCHAR[]", "Plausibility gates the prediction failed (no_slowdown, "
+        "slowdown_named, floor, applies; see notes for why); empty when all passed, NULL for "
+        "a row made before gates were stored."),
     Col("iterations", "INTEGER", "Iterations the means are over."),
-    Col("notes", "VARCHAR", "Modelling choices the optimization made, one per line."),
+    Col("notes", "VARCHAR", "Modelling choices the optimization made, one per line (a failed "
+        "gate's among them)."),
     Col("created", "TIMESTAMP WITH TIME ZONE NOT NULL", "When the prediction was made (UTC)."),
 ))
 

@@ -54,6 +54,14 @@ def test_every_trace_against_every_spec_agrees_with_single_predict(fresh):
         # (cuda_graphs) against the job without the profiler's own CPU cost
         ref = d["baseline_ms"] if r["spec"] != "cuda_graphs" else d["reference_ms"]
         assert r["speedup"] == pytest.approx(ref / r["predicted_ms"], rel=1e-12)
+        assert r["reference_ms"] == pytest.approx(ref, rel=1e-12)
+        # and what it rests on: the interval (slack at zero to slack kept) and the gates
+        assert [r["predicted_low_ms"], r["predicted_high_ms"]] == pytest.approx(
+            d["predicted_interval_ms"], rel=1e-12)
+        assert [r["speedup_low"], r["speedup_high"]] == pytest.approx(d["speedup_interval"],
+                                                                      rel=1e-12)
+        assert r["predicted_low_ms"] <= r["predicted_ms"] <= r["predicted_high_ms"]
+        assert r["gates_failed"] == [g["name"] for g in d["gates"] if not g["ok"]]
         assert r["created"] is not None
     # the report's table is sorted by gain, best first
     sp = rep.table.column("speedup").to_pylist()
@@ -63,6 +71,21 @@ def test_every_trace_against_every_spec_agrees_with_single_predict(fresh):
     # waits for it)
     top = rep.table.slice(0, 1).to_pylist()[0]
     assert top["spec"] == "cuda_graphs" and top["speedup"] > 1.2
+
+
+def test_a_failed_gate_is_a_column_sql_can_filter_on(fresh):
+    """A scale that selects no task changes nothing and no note says why: the ``applies``
+    gate fails on every trace (daydream/gates.py), and the row says so."""
+    nothing = "scale(select=\"name = 'no such kernel'\", factor=0.5)"
+    rep = fleet.predict_all(fresh, ["amp", nothing], workers=1)
+    assert not rep.failed
+    got = db.run_sql(fresh, "SELECT trace_id, spec, notes FROM prediction WHERE "
+                     "list_contains(gates_failed, 'applies')").to_pylist()
+    assert sorted(r["trace_id"] for r in got if r["spec"] == nothing) == sorted(rep.traces)
+    assert all("gate applies failed" in r["notes"] for r in got)
+    # the run's report shows it beside the speedup
+    shown = rep.table.to_pylist()
+    assert {tuple(r["gates_failed"]) for r in shown if r["spec"] == nothing} == {("applies",)}
 
 
 def test_rerun_skips_stored_pairs_and_force_recomputes(fresh):

@@ -513,6 +513,50 @@ def test_a_version_6_store_is_read_and_migrated_by_its_next_writer(store: Path,
     assert db.migrate_parquet_graphs(store) == 0  # nothing left to rewrite
 
 
+def test_a_version_7_prediction_table_is_read_and_rebuilt_by_its_next_writer(
+        store: Path) -> None:
+    # version 7's prediction rows had no reference step, interval or failed gates: such a
+    # store reads as it is; its next writer rebuilds the table with them, its rows kept
+    from daydream import fleet
+    from graphstore.schema import PREDICTION
+
+    old = ("trace_id", "spec", "measured_ms", "baseline_ms", "predicted_ms", "speedup",
+           "iterations", "notes", "created")
+    con = duckdb.connect(str(db.db_path(store)))
+    con.execute("DROP TABLE prediction")
+    con.execute("CREATE TABLE prediction (trace_id VARCHAR NOT NULL, spec VARCHAR NOT NULL, "
+                "measured_ms DOUBLE, baseline_ms DOUBLE, predicted_ms DOUBLE, speedup DOUBLE, "
+                "iterations INTEGER, notes VARCHAR, created TIMESTAMPTZ NOT NULL)")
+    con.execute(f"INSERT INTO prediction VALUES ('{A}', 'amp', 10, 10.5, 7, 1.5, 3, 'n', "
+                "TIMESTAMPTZ '2026-11-30 12:00:00+00')")
+    con.execute("UPDATE meta SET value = '7'")
+    con.close()
+    # (created left out: fetching a TIMESTAMPTZ into Python needs pytz)
+    before = rows(store, "SELECT * EXCLUDE (created) FROM prediction")
+    assert len(before) == 1 and len(before[0]) == len(old) - 1
+    shown = fleet.results(store).to_pylist()  # what predict --all prints, read-only
+    assert [(r["trace_id"], r["speedup"]) for r in shown] == [(A, 1.5)]
+    assert "speedup_low" not in shown[0]
+    assert rows(store, "SELECT value FROM meta") == [("7",)]  # a reader changes nothing
+
+    db.write_trace(store, B, trace_b())
+    assert rows(store, "SELECT value FROM meta") == [(str(GRAPH_SCHEMA_VERSION),)]
+    with db.connect(store) as con:
+        cols = con.execute("SELECT column_name, comment FROM duckdb_columns() WHERE "
+                           "table_name = 'prediction' ORDER BY column_index").fetchall()
+        got = con.execute("SELECT * EXCLUDE (created), epoch(created) FROM prediction").fetchall()
+    assert [c for c, _ in cols] == PREDICTION.names and all(doc for _, doc in cols)
+    names = [c for c in PREDICTION.names if c != "created"]
+    r = dict(zip([*names, "epoch"], got[0], strict=True))
+    kept = dict(zip(old[:-1], before[0], strict=True))
+    assert len(got) == 1 and {k: r[k] for k in kept} == kept
+    assert r["epoch"] == 1796040000  # 2026-11-30 12:00 UTC
+    assert all(r[k] is None for k in names if k not in old)  # not known: NULL
+    assert fleet.results(store).to_pylist()[0]["gates_failed"] is None
+    with db.connect(store, read_only=False) as con:  # a second writer: nothing to rebuild
+        assert db.migrate_result_tables(con) == []
+
+
 def test_query_waits_for_a_writer_in_another_process(store: Path) -> None:
     # Another process holds the file read-write (as write_trace does for one transaction).
     code = ("import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('open', "
