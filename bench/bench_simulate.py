@@ -29,6 +29,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.rss import hwm_mib  # noqa: E402
 from simulate import END, FIXED, START, START_START, SimGraph, simulate  # noqa: E402
 
 N_THREADS = 4
@@ -188,16 +189,6 @@ def _reset_hwm() -> bool:
         return False
 
 
-def _hwm_mb() -> float | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
 def run(n_tasks: int = 10_000_000, seed: int = 0, repeat: int = 3) -> dict:
     """Generate a graph of ``n_tasks`` and simulate it ``repeat`` times (after a warm-up that
     compiles or loads the numba cache); times and peak RSS of the whole process."""
@@ -230,7 +221,7 @@ def run(n_tasks: int = 10_000_000, seed: int = 0, repeat: int = 3) -> dict:
         "edges_per_s_best": round(g.n_edges / best),
         "makespan_ns": makespan,
         "peak_rss_mb_after_generate": round(rss_after_generate),
-        "peak_rss_mb_simulate_phase": round(_hwm_mb()) if hwm_reset and _hwm_mb() else None,
+        "peak_rss_mb_simulate_phase": round(hwm_mib()) if hwm_reset and hwm_mib() else None,
         "peak_rss_mb": round(max(rss_after_generate, _peak_rss_mb())),
     }
 

@@ -40,9 +40,13 @@ QUERIES = {
 
 def _peaks() -> dict:
     """Peak RSS and CPU seconds (user + sys) of this process and of its worker processes (the
-    machine is shared, so CPU time is the steadier figure of the two)."""
+    machine is shared, so CPU time is the steadier figure of the two). This process's peak is
+    its own (``bench.rss``: ru_maxrss would be at least what bench/run.py held when it started
+    it); a worker's is ru_maxrss, at least what this process held when it started the
+    worker."""
+    from bench.rss import hwm_mib
     me, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    return {"peak_mb": round(me.ru_maxrss / 1024),  # KiB on Linux
+    return {"peak_mb": round(hwm_mib() or me.ru_maxrss / 1024),  # KiB on Linux
             "peak_worker_mb": round(kids.ru_maxrss / 1024),
             "cpu_s": round(me.ru_utime + me.ru_stime, 2),
             "worker_cpu_s": round(kids.ru_utime + kids.ru_stime, 2)}

@@ -185,21 +185,23 @@ def bench_memory(target_mb: int) -> list[str]:
                             "sys.argv = ['daydream', 'ingest', sys.argv[1], '--store', "
                             "sys.argv[2], '-j', '1']\n"
                             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+                            "from bench.rss import hwm_mib\n"
                             "s, c = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,"
                             " resource.RUSAGE_CHILDREN))\n"
-                            "print(max(s.ru_maxrss, c.ru_maxrss), s.ru_utime + s.ru_stime"
+                            "print(max(hwm_mib() * 1024, c.ru_maxrss), s.ru_utime + s.ru_stime"
                             " + c.ru_utime + c.ru_stime)",
                             str(big), str(Path(tmp) / "s")],
-                           capture_output=True, text=True, check=True)
+                           capture_output=True, text=True, check=True, cwd=ROOT)
         secs = time.perf_counter() - t
         rss, cpu = p.stdout.strip().splitlines()[-1].split()
-        peak_mb = int(rss) / 1024
+        peak_mb = float(rss) / 1024  # KiB
     return ["## Memory on a 1 GB trace (issue 2)", "",
             f"`bench/bigtrace.py` concatenates {info['copies']} time-shifted copies of the "
             f"transformer trace: {info['bytes'] / 2**20:,.0f} MiB of JSON, "
             f"{info['events']:,} events. `daydream ingest` of that file:", "",
             "Peak RSS is the largest of the command's process (which converts the file, gives "
-            "the conversion's memory back and builds the graph) and any process it started. "
+            "the conversion's memory back and builds the graph: its own high-water mark, "
+            "`bench/rss.py`) and any process it started. "
             f"Load average (1 min) when it ended: {os.getloadavg()[0]:.1f}.", "",
             "| seconds | CPU seconds (all threads) | events/s | peak RSS (MiB) | limits |",
             "|---|---|---|---|---|",
