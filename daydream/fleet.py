@@ -97,8 +97,7 @@ def stored_pairs(store_root: Path, trace_ids: list[str] | None = None) -> set[tu
 
 def _has_prediction(con) -> bool:
     # a database written by an older daydream gets the table at its next write
-    return bool(con.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = 'prediction' "
-                            "AND schema_name = 'main'").fetchall())
+    return bool(db.table_columns(con, "prediction"))
 
 
 def predict_trace(store_root: str, trace_id: str,
@@ -328,9 +327,7 @@ def results(store_root: str | Path, traces: list[str] | None = None,
         if not _has_prediction(con):
             return _rows_table([]).select(["trace_id", "spec"])
         # a store not yet migrated to this version (read-only here) lacks the newer columns
-        have = {c for (c,) in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
-            "AND table_name = 'prediction'").fetchall()}
+        have = set(db.table_columns(con, "prediction"))
         cols = ", ".join(f"p.{c}" for c in RESULT_COLUMNS if c in have)
         sql = (f"SELECT p.trace_id, t.file, t.job, {cols} FROM prediction p "
                "LEFT JOIN trace t ON t.trace_id = p.trace_id"

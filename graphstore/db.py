@@ -276,6 +276,14 @@ def create_schema(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> N
         raise
 
 
+def table_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    """The columns of the attached graph database's table ``table``, in order (none where
+    it has no such table)."""
+    return [c for (c,) in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name = ? ORDER BY column_index", [table]).fetchall()]
+
+
 def migrate_result_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Rebuild each result table whose columns are not the declared ones (an older store's
     ``prediction`` before the interval and gates): its rows kept, the columns it lacks NULL,
@@ -284,10 +292,7 @@ def migrate_result_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
     the next one finishes the job. Returns the tables rebuilt."""
     done = []
     for t in RESULT_TABLES.values():
-        have = [c for (c,) in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() "
-            "AND schema_name = 'main' AND table_name = ? ORDER BY column_index",
-            [t.name]).fetchall()]
+        have = table_columns(con, t.name)
         if not have or have == t.names:
             continue
         keep = ", ".join(c for c in t.names if c in have)
