@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 
-from daydream import pipeline
+from daydream import gates, pipeline
 from daydream.report import (
     emit,
     interval,
@@ -158,7 +158,7 @@ def advise(target: str, store=None, *, param_bytes: int | None = None,
 def _gates(g: list[dict] | None) -> str:
     if not g:
         return ""
-    bad = [x["name"] for x in g if not x.get("ok")]
+    bad = gates.failed(g)
     return f"{len(g) - len(bad)} of {len(g)} ok" + (f" (failed: {', '.join(bad)})" if bad else "")
 
 

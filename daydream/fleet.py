@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from daydream import pipeline
+from daydream import gates, pipeline
 from graphstore import db
 from graphstore.schema import PREDICTION
 from ingest.errors import DaydreamError
@@ -166,7 +166,7 @@ def row(trace_id: str, spec: str, d: dict) -> dict:
         "predicted_ms": d["predicted_ms"], "speedup": d["speedup"],
         "reference_ms": _num(d["reference_ms"]),
         "predicted_low_ms": lo, "predicted_high_ms": hi, "speedup_low": slo, "speedup_high": shi,
-        "gates_failed": [g["name"] for g in d["gates"] if not g["ok"]],
+        "gates_failed": gates.failed(d["gates"]),
         "iterations": sum(bool(i["used"]) for i in d["iterations"]),
         "notes": "\n".join(d["notes"]) or None,
     }

@@ -166,6 +166,11 @@ def _identical(a: dict[str, pa.Table], b: dict[str, pa.Table]) -> bool:
     return bool(np.array_equal(ta["dur_ns"].to_numpy(), tb["dur_ns"].to_numpy()))
 
 
+def failed(gates: list[dict]) -> list[str]:
+    """The names of the gates that failed, in the order they were checked."""
+    return [g["name"] for g in gates if not g.get("ok")]
+
+
 def failed_notes(gates: list[dict]) -> list[str]:
     """One note per failed gate, for the result's notes; and the note of a slower
     prediction's ``slowdown_named`` gate, which names the tasks that made it slower."""
