@@ -9,7 +9,8 @@ execution traces ``*.et.json*`` left out) into a temporary store, then predicts 
 each spec of SPECS through ``api.predict`` (what ``daydream predict TRACE`` runs) and through
 ``fleet.predict_all`` (``daydream predict --all``, local processes), and each job of the store
 through ``api.predict`` (``daydream predict JOB``). ``compare`` prints every value that moved
-(or a spec that failed on one side only), and says when none did.
+(or a spec that failed on one side only), and says when none did. Each prediction through
+``api.predict`` is kept whole, as ``--json`` prints it, so a field that moved anywhere shows.
 
 It uses only the public API, so the same file records the code before a change and after it.
 """
@@ -40,6 +41,7 @@ SPECS = [
     "fused_adam", "fused_adamw", "fused_sgd", "fused_adagrad", "fused_optimizer(kind=sgd)",
     "fusion", "fusion(optimizer=true)", "offload", "offload(layer_mb=4)",
     "scale(select=\"kind = 'kernel' AND name LIKE '%gemm%'\", factor=0.5)",
+    "batch(size=64)", "gpu(name=H100)", "gpu(name=MI300X)", "no_profiler", "no_profiler+amp",
 ]
 
 
@@ -50,12 +52,24 @@ def _covered() -> list[str]:
     return [o["name"] for o in list_opts() if o["name"] not in named]
 
 
+def _full(d) -> str:
+    """The whole prediction as ``daydream predict --json`` prints it (every field, not only the
+    two times), so that ``compare`` can say whether a change left the output byte-identical."""
+    import orjson
+    if hasattr(d, "as_dict"):
+        d = d.as_dict()
+    return orjson.dumps(d, option=orjson.OPT_SORT_KEYS, default=str).decode()
+
+
 def _one(fn) -> dict:
     try:
         d = fn()
     except DaydreamError as e:
         return {"error": str(e).splitlines()[0]}
-    return {"baseline_ms": d.get("baseline_ms"), "predicted_ms": d.get("predicted_ms")}
+    if hasattr(d, "as_dict"):
+        d = d.as_dict()
+    return {"baseline_ms": d.get("baseline_ms"), "predicted_ms": d.get("predicted_ms"),
+            "json": _full(d)}
 
 
 def record(out: Path, traces: Path, workers: int) -> None:
@@ -109,7 +123,15 @@ def _moved(a: dict | None, b: dict | None, rel: float) -> str | None:
                 parts.append(f"{k} {x} -> {y}")
         elif abs(x - y) > rel * max(abs(x), abs(y), 1e-12):
             parts.append(f"{k} {x:.4f} -> {y:.4f} ({100 * (y - x) / x:+.2f}%)")
+    if not parts and "json" in a and "json" in b and a["json"] != b["json"]:
+        parts.append(f"the JSON differs: {_first_difference(a['json'], b['json'])}")
     return "; ".join(parts) or None
+
+
+def _first_difference(a: str, b: str) -> str:
+    """Where two JSON texts first differ, with some context either side."""
+    i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    return f"at {i}: ...{a[max(0, i - 60):i + 40]!r} -> ...{b[max(0, i - 60):i + 40]!r}"
 
 
 def compare(before: Path, after: Path, rel: float) -> int:
