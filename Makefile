@@ -6,12 +6,11 @@ PY := $(VENV)/bin/python
 # ingest and accuracy), and the test extras on top of it (make test, lint, bench).
 CORE := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
-# The kernels of ingest and graphstore compiled ahead of time (ingest/kernels.py): rebuilt when
-# a source they are compiled from changes; without a C compiler the stamp says so and numba
-# compiles them on first use instead
-KERNELS := ingest/_kernels.stamp
-KERNEL_SOURCES := ingest/kernels.py ingest/kineto_scan.py ingest/nesting.py graphstore/build.py \
-	graphstore/check.py graphstore/load.py
+# The kernels of ingest and graphstore compiled ahead of time (base/compiled.py; the modules
+# that declare them are named once, in daydream/warmup.py): rebuilt when a source of those
+# stages changes; without a C compiler the stamp says so and numba compiles them on first use
+KERNELS := base/_kernels.stamp
+KERNEL_SOURCES := $(wildcard base/*.py ingest/*.py graphstore/*.py) daydream/warmup.py
 STORE ?= .daydream
 TRACE ?= tests/data/kineto/resnet50_v100_nw0_run1.json.gz
 OPT ?= amp
@@ -30,7 +29,7 @@ $(STAMP): $(CORE)
 	touch $(STAMP)
 
 $(KERNELS): $(CORE) $(KERNEL_SOURCES)
-	$(PY) -m ingest.kernels
+	$(PY) -m daydream.warmup --ahead-of-time
 
 venv: $(STAMP) $(KERNELS)
 
@@ -62,4 +61,4 @@ bench: $(STAMP) $(KERNELS)
 
 clean:
 	rm -rf $(VENV) .venv-hta .daydream .pytest_cache .ruff_cache
-	rm -f ingest/_kernels*.so $(KERNELS)
+	rm -f base/_kernels*.so $(KERNELS)

@@ -41,10 +41,10 @@ def intensities(path: Path, store: Path) -> dict[str, list[tuple[float, float]]]
     import polars as pl
 
     from daydream import pipeline
-    from ingest.store import Store
-    from transforms.kernels import kernel_precision
-    from transforms.opts import amp
-    from transforms.primitives import Graph
+    from daydream.ingest.store import Store
+    from daydream.transforms.kernels import kernel_precision
+    from daydream.transforms.opts import amp
+    from daydream.transforms.primitives import Graph
 
     s = pipeline.resolve(str(path), Store(store))
     g = Graph.from_tables(s.tables)

@@ -30,7 +30,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.rss import hwm_mib  # noqa: E402
-from simulate import END, FIXED, START, START_START, SimGraph, simulate  # noqa: E402
+from daydream.simulate import END, FIXED, START, START_START, SimGraph, simulate  # noqa: E402
 
 N_THREADS = 4
 N_STREAMS = 8

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from daydream import api  # noqa: E402
-from graphstore.read import read_graph  # noqa: E402
+from daydream.graphstore.read import read_graph  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "traces"
 CALIBRATION = ["particle/particle_transformer_a100_fwd_bs2.json.gz",

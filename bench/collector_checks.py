@@ -42,9 +42,9 @@ NAMES_SHARED = 0.90
 def _graph(path: Path, store: Path) -> tuple[object, dict]:
     """The trace as read (stats, tables) and its graph tables."""
     from daydream import api
-    from graphstore.read import read_graph
-    from ingest.convert import read_trace
-    from ingest.errors import DaydreamError
+    from daydream.base.errors import DaydreamError
+    from daydream.graphstore.read import read_graph
+    from daydream.ingest.convert import read_trace
 
     conv = read_trace(path)
     rep = api.ingest([path], store)

@@ -137,10 +137,10 @@ def job_scale(store: Path, replicas: int = 8, repeats: int = 5) -> dict:
     """The DLRM ranks repeated REPLICAS times as one job (every collective joining all of
     them): its size, build time and the best simulate time of REPEATS (in ``store``, where
     the DLRM job is ingested)."""
-    from graphstore.job import build_job
-    from graphstore.read import read_graph
-    from simulate.engine import simulate
-    from simulate.replay import to_simgraph
+    from daydream.graphstore.job import build_job
+    from daydream.graphstore.read import read_graph
+    from daydream.simulate.engine import simulate
+    from daydream.simulate.replay import to_simgraph
     st = api.open_store(store)
     if not any("dlrm" in k for k in jobs.find(st)):
         api.ingest([_path("param/dlrm_8ranks", "kineto/dlrm_8ranks")], store, jobs=1)

@@ -76,9 +76,9 @@ def cmd_fixed(files: str, store: str) -> dict:
     import shutil
 
     from daydream import api
-    from graphstore import load as gload
-    from ingest.convert import read_trace
-    from ingest.store import write_staged
+    from daydream.graphstore import load as gload
+    from daydream.ingest.convert import read_trace
+    from daydream.ingest.store import write_staged
     paths = sorted(Path(files).iterdir())
     warm = Path(store + "-warm-up")
     api.ingest(paths[:20], warm, jobs=1)
@@ -117,7 +117,7 @@ def cmd_predict(store: str, workers: str, *specs: str) -> dict:
 
 
 def cmd_query(store: str) -> dict:
-    from graphstore import db
+    from daydream.graphstore import db
     out = {}
     for name, sql in QUERIES.items():
         best, rows = float("inf"), 0

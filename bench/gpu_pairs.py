@@ -554,14 +554,14 @@ def worker_train(spec: dict, device: str, steps: int, timed: int, result: Path |
 def worker_preflight(device: str, work: Path, backend: str | None) -> None:
     import torch
 
-    from collect import cupti_backend as cb
+    from daydream.collect import cupti_backend as cb
     out: dict = {"device": device}
     if device == "cuda":
         torch.zeros(1, device="cuda")
         out["libcupti_after_torch"] = cb.loaded_libcupti()
     step = None
     try:
-        from collect.api import collect
+        from daydream.collect.api import collect
         model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
                                     torch.nn.Linear(64, 8)).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -588,7 +588,7 @@ def worker_preflight(device: str, work: Path, backend: str | None) -> None:
             "file_bytes": c.path.stat().st_size if c.path.exists() else 0,
             "records_arrive": rec.gpu_records > 0}
         try:  # the reader's packages may be missing here: the file is read after the fetch
-            from ingest.cupti_raw import read_cupti_raw
+            from daydream.ingest.cupti_raw import read_cupti_raw
             conv = read_cupti_raw(c.path)
             out["collector"]["read_back"] = {
                 "kernels": conv.tables["kernel"].num_rows, "api": conv.tables["api"].num_rows,
@@ -812,7 +812,7 @@ def orchestrate(args, device: str, warmup: int) -> int:
     if "older than" in refusal and "two libcupti" not in refusal:
         # a libcupti older than the bindings: record what collecting past the check gives,
         # said as such, rather than nothing
-        from collect.cupti_backend import ANY_CUPTI_ENV
+        from daydream.collect.cupti_backend import ANY_CUPTI_ENV
         env[ANY_CUPTI_ENV] = os.environ[ANY_CUPTI_ENV] = "1"  # the jobs' and probe()'s
         res, err, rc = _child(["--worker", "preflight", "--work", str(work)] + extra, env,
                               min(90, left()))
@@ -888,9 +888,9 @@ def orchestrate(args, device: str, warmup: int) -> int:
 
 def collect_run(spec: dict, gdir: Path, env: dict, args, warmup: int, timeout_s: float) -> dict:
     """The run under `daydream collect` (the injected path, in the job's own process)."""
-    from collect import cupti_backend
-    from collect.cli import SUFFIX, child_env
-    from ingest.errors import DaydreamError
+    from daydream.base.errors import DaydreamError
+    from daydream.collect import cupti_backend
+    from daydream.collect.cli import SUFFIX, child_env
 
     iterations = 3
     name = spec["name"] + "+collect"

@@ -48,9 +48,9 @@ def _files(dirs: list[Path]) -> list[tuple[str, Path]]:
 
 
 def fingerprint(path: Path, label: str) -> dict:
-    from ingest.convert import read_trace
-    from ingest.errors import DaydreamError
-    from ingest.store import write_staged
+    from daydream.base.errors import DaydreamError
+    from daydream.ingest.convert import read_trace
+    from daydream.ingest.store import write_staged
 
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -82,7 +82,7 @@ def _hashes(staged: Path, events: int) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ingest.store import PART
+    from daydream.base.store import PART
 
     out = {"events": events}
     for d in sorted(staged.iterdir()):

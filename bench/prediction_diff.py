@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from daydream import api, fleet  # noqa: E402
-from ingest.errors import DaydreamError  # noqa: E402
+from daydream.base.errors import DaydreamError  # noqa: E402
 
 # Every registered optimization, with the parameters it needs; those that rewrite an existing
 # all-reduce also chained after ddp, so that single-GPU traces exercise them.
@@ -47,7 +47,7 @@ SPECS = [
 
 def _covered() -> list[str]:
     """Registered optimizations that SPECS does not name (printed, so none is forgotten)."""
-    from transforms import list_opts
+    from daydream.transforms import list_opts
     named = {s.split("(")[0] for spec in SPECS for s in spec.split("+")}
     return [o["name"] for o in list_opts() if o["name"] not in named]
 

@@ -29,8 +29,8 @@ def record(out_path: str, stores: list[str]) -> int:
     import orjson
 
     from daydream import api, fleet
-    from graphstore import db
-    from ingest.errors import DaydreamError
+    from daydream.base.errors import DaydreamError
+    from daydream.graphstore import db
     out: dict[str, str] = {}
     for arg in stores:
         store, _, n = arg.partition(":")

@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--lines", default="", help="module:function,... to time line by line")
     a = ap.parse_args()
     from daydream import api
-    from graphstore.load import activity_tables, graph_tables
+    from daydream.graphstore.load import activity_tables, graph_tables
 
     with tempfile.TemporaryDirectory() as tmp:
         st = api.open_store(Path(tmp) / "s")

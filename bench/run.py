@@ -49,14 +49,14 @@ BIG_COPIES = 5
 
 
 def _json_mb(path: Path) -> float:
-    from ingest import source
+    from daydream.ingest import source
     return len(source.load_bytes(path)) / 1e6
 
 
 def _time_read(path: Path, repeats: int) -> list[tuple[float, float]]:
     """(wall, CPU) seconds of ``read_trace`` in this process (warm: the first read is not
     timed). CPU counts every thread of the process."""
-    from ingest.convert import read_trace
+    from daydream.ingest.convert import read_trace
 
     read_trace(path)
     out = []
@@ -97,7 +97,7 @@ def bench_ingest(repeats: int) -> list[str]:
     the same files, and the whole `daydream ingest` command on a 1M-event trace (issue 18)."""
     import bigtrace
 
-    from ingest import kernels
+    from daydream.base import compiled as kernels
 
     hta = peers.hta_available()
     load0 = os.getloadavg()[0]
@@ -120,7 +120,7 @@ def bench_ingest(repeats: int) -> list[str]:
         info = bigtrace.build(TRANSFORMER, big, n_copies=BIG_COPIES)
         traces = [(t, SHARED / t) for t in SCAN_TRACES] + \
             [(f"transformer x{BIG_COPIES} (bigtrace)", big)]
-        from ingest.convert import read_trace
+        from daydream.ingest.convert import read_trace
         for label, path in traces:
             mb = _json_mb(path)
             events = read_trace(path).events
@@ -212,7 +212,7 @@ def bench_memory(target_mb: int) -> list[str]:
 def bench_graph(repeats: int) -> list[str]:
     """Graph of the whole trace (all iterations) vs HTA's critical-path graph of one."""
     from daydream import api
-    from graphstore.load import activity_tables, graph_tables, load
+    from daydream.graphstore.load import activity_tables, graph_tables, load
 
     with tempfile.TemporaryDirectory() as tmp:
         st = api.open_store(Path(tmp) / "s")
@@ -274,8 +274,8 @@ def bench_simulate(repeats: int, processes: int = 3) -> list[str]:
 def bench_replay(repeats: int) -> list[str]:
     """Replay of the whole transformer trace vs HTA's critical path of one iteration."""
     from daydream import api
-    from graphstore.read import read_graph
-    from simulate.replay import replay
+    from daydream.graphstore.read import read_graph
+    from daydream.simulate.replay import replay
 
     with tempfile.TemporaryDirectory() as tmp:
         st = Path(tmp) / "s"

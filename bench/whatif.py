@@ -129,7 +129,7 @@ def _trace_phase_ms(store: Path, trace_id: str, phase: str | None) -> float | No
         return None
     import polars as pl
 
-    from graphstore.read import read_graph
+    from daydream.graphstore.read import read_graph
     t = pl.from_arrow(read_graph(store, trace_id)["task"]).filter(
         pl.col("iteration").is_not_null())
     n = t["iteration"].n_unique()

@@ -13,6 +13,6 @@ __all__ = ["collect", "collect_steps", "Collection"]
 
 def __getattr__(name: str):
     if name in __all__:
-        from collect import api
+        from daydream.collect import api
         return getattr(api, name)
     raise AttributeError(name)

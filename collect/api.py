@@ -1,6 +1,6 @@
 """Collecting a trace from inside a training job.
 
-    from collect import collect          # daydream.collect once the public API re-exports it
+    from daydream.collect import collect
 
     with collect("traces", iterations=5, warmup=2):
         for batch in loader:
@@ -49,11 +49,11 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
-from collect.markers import ANNOTATION, Markers
-from collect.recorder import Recorder
-from collect.writer import RawWriter
-from ingest import cupti_raw as fmt
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.collect.markers import ANNOTATION, Markers
+from daydream.collect.recorder import Recorder
+from daydream.collect.writer import RawWriter
+from daydream.ingest import cupti_raw as fmt
 
 SUFFIX = ".cupti"
 
@@ -140,7 +140,7 @@ class Collection:
     def start(self) -> Collection:
         if self.started:
             return self
-        from collect import cupti_backend
+        from daydream.collect import cupti_backend
         header = {
             "pid": os.getpid(), "hostname": socket.gethostname(), "argv": list(sys.argv),
             "started_at": dt.datetime.now(dt.UTC).isoformat(),
@@ -229,7 +229,7 @@ class Collection:
 
     def _attach_hooks(self) -> None:
         try:
-            from collect.hooks import LayerHooks
+            from daydream.collect.hooks import LayerHooks
         except ImportError:  # no torch: CUDA records only
             return
         self.hooks = LayerHooks(self.markers, root_name=self.root_name, backward=self.backward,

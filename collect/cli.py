@@ -5,7 +5,7 @@ The command runs unmodified, as a child process, with two things in its environm
 * ``PYTHONPATH`` starts with ``collect/_site`` (whose ``sitecustomize.py`` Python runs at
   start-up in every process of the job, torchrun's and torch.multiprocessing.spawn's workers
   included), followed by the job's own PYTHONPATH, and nothing else: the folder holding
-  Daydream's packages (site-packages, for an installed Daydream) would put every package of
+  the ``daydream`` package (site-packages, for an installed Daydream) would put every package of
   that environment ahead of the job's standard library;
 * ``DAYDREAM_COLLECT`` holds the options as JSON, with ``root``, that folder, which the
   sitecustomize appends to ``sys.path`` when it is not there (a source checkout).
@@ -28,12 +28,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collect.api import SUFFIX, Collection
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.collect.api import SUFFIX, Collection
 
 ENV = "DAYDREAM_COLLECT"
 SITE_DIR = Path(__file__).resolve().parent / "_site"
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+# the folder that holds the ``daydream`` package: site-packages where it is installed, the
+# repository in a source checkout (whose daydream package finds the stages beside it)
+PACKAGE_ROOT = Path(__file__).resolve().parents[1] if (
+    Path(__file__).resolve().parents[1] / "daydream" / "__init__.py").exists() \
+    else Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -56,7 +60,7 @@ def child_env(out: Path, iterations: int | None, warmup: int,
         path.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(path)
     if "NVTX_INJECTION64_PATH" not in env:
-        from collect.cupti_backend import nvtx_injection_path
+        from daydream.collect.cupti_backend import nvtx_injection_path
         lib = nvtx_injection_path()
         if lib:
             env["NVTX_INJECTION64_PATH"] = lib
@@ -78,7 +82,7 @@ def collect_command(args: list[str], out: Path | str = "daydream-traces",
     if warmup < 0:
         raise DaydreamError(f"--warmup must be 0 or more, got {warmup}")
     if check:
-        from collect.cupti_backend import probe
+        from daydream.collect.cupti_backend import probe
         probe()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -27,8 +27,8 @@ import re
 import sys
 from pathlib import Path
 
-from ingest import cupti_raw as fmt
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.ingest import cupti_raw as fmt
 
 NEEDS_GPU = "daydream collect needs an NVIDIA GPU with CUPTI"
 EARLY_KINDS = ("DEVICE", "CONTEXT")

@@ -2,7 +2,7 @@
 AMP and fused Adam under ``daydream collect`` (the injected start-up path: global hooks, steps
 ending iterations), read back and checked.
 
-    python -m collect.gpu_smoke [--out DIR] [--iterations 3] [--warmup 2]
+    python -m daydream.collect.gpu_smoke [--out DIR] [--iterations 3] [--warmup 2]
 
 Exits 1 with one ``error: ...`` line when something it needs is missing (torch with CUDA, a
 GPU, cupti-python and a libcupti that matches it, the reader's packages), and 1 with the
@@ -69,13 +69,13 @@ def prerequisites() -> dict:
     if not torch.cuda.is_available():
         why = "a CPU build" if torch.version.cuda is None else "no GPU is visible"
         raise Missing(f"torch {torch.__version__} cannot reach a GPU ({why})")
-    from collect import cupti_backend
-    from ingest.errors import DaydreamError
+    from daydream.base.errors import DaydreamError
+    from daydream.collect import cupti_backend
     try:
         cupti_backend.probe()
     except DaydreamError as e:
         raise Missing(str(e)) from None
-    from ingest import cupti_raw
+    from daydream.ingest import cupti_raw
     try:
         cupti_raw._load_reader_deps()
     except ImportError as e:
@@ -87,7 +87,7 @@ def prerequisites() -> dict:
 
 def check(path: Path, iterations: int) -> dict:
     """Read a raw file back and list what a collection must hold but this one lacks."""
-    from ingest.cupti_raw import read_cupti_raw
+    from daydream.ingest.cupti_raw import read_cupti_raw
 
     t0 = time.perf_counter()
     conv = read_cupti_raw(path)
@@ -154,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     except Missing as e:
         print(f"error: gpu_smoke: {e}", file=sys.stderr)
         return 1
-    from collect.cli import collect_command
+    from daydream.collect.cli import collect_command
     t0 = time.perf_counter()
-    res = collect_command([sys.executable, "-m", "collect.gpu_smoke", "--child",
+    res = collect_command([sys.executable, "-m", "daydream.collect.gpu_smoke", "--child",
                            "--iterations", str(args.iterations), "--warmup", str(args.warmup)],
                           args.out, args.iterations, args.warmup)
     if res.returncode or len(res.files) != 1:

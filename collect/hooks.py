@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import torch
 
-from collect.markers import (
+from daydream.collect.markers import (
     ANNOTATION,
     BACKWARD,
     FORWARD,

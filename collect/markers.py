@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from collect.recorder import NameTable
-from ingest import cupti_raw as fmt
+from daydream.collect.recorder import NameTable
+from daydream.ingest import cupti_raw as fmt
 
 MODULE, ANNOTATION = (fmt.MARKER_KINDS.index(k) for k in ("module", "user_annotation"))
 NO_PHASE, FORWARD, BACKWARD, WEIGHT_UPDATE, RECOMPUTE = (

@@ -28,10 +28,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from collect import records as rec
-from collect.demangle import demangle
-from collect.writer import RawWriter
-from ingest import cupti_raw as fmt
+from daydream.collect import records as rec
+from daydream.collect.demangle import demangle
+from daydream.collect.writer import RawWriter
+from daydream.ingest import cupti_raw as fmt
 
 MAX_SPAN_BYTES = 256 << 20
 GPU_CLASSES = ("ActivityKernel", "ActivityCdpKernel", "ActivityMemcpy", "ActivityMemset")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ingest import cupti_raw as fmt
+from daydream.ingest import cupti_raw as fmt
 
 
 class RawWriter:

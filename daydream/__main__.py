@@ -69,8 +69,8 @@ def _fast(command: str, pos: list[str], opts: dict) -> None:
     from pathlib import Path
 
     from daydream import quick
-    from ingest import DEFAULT_STORE
-    from ingest.errors import DaydreamError
+    from daydream.base.errors import DaydreamError
+    from daydream.base.store import DEFAULT_STORE
     store = Path(opts.get("store", DEFAULT_STORE))
     try:
         if command == "sql":
@@ -150,7 +150,7 @@ def _ingest(argv: list[str]) -> NoReturn:
     gc.set_threshold(50_000, 10, 10)
     args = fast_args(argv)
     if args is not None:
-        from ingest.ids import hash_ahead
+        from daydream.ingest.ids import hash_ahead
         hash_ahead(args[1])
     os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
     code: int | str | None = 0
@@ -164,7 +164,7 @@ def _ingest(argv: list[str]) -> NoReturn:
         code = e.code
     if "ray" in sys.modules:
         sys.exit(code)
-    from ingest.store import close_duckdb_instance
+    from daydream.base.store import close_duckdb_instance
     close_duckdb_instance()
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)  # as SystemExit prints a message

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 
 from daydream import gates, pipeline
+from daydream.base.errors import DaydreamError
 from daydream.report import (
     emit,
     interval,
@@ -25,7 +26,6 @@ from daydream.report import (
 )
 from daydream.table import Column, Table, to_csv
 from daydream.traces import open_store
-from ingest.errors import DaydreamError
 
 # What each critical-path part counts as (graphstore.schema: task kinds, and "delay: EDGE
 # KIND" for the wait an edge imposed).
@@ -101,7 +101,7 @@ def pipeline_phases(d: dict) -> dict:
 def candidates() -> tuple[list[str], list[dict]]:
     """The specs advise tries (every registered optimization with its defaults), and those
     it cannot try without parameters."""
-    from transforms import list_opts
+    from daydream.transforms import list_opts
     specs, skipped = [], []
     for o in list_opts():
         need = [p["name"] for p in o["params"] if p["default"] is None
@@ -115,7 +115,7 @@ def candidates() -> tuple[list[str], list[dict]]:
 
 
 def _required(name: str, param: str) -> bool:
-    from transforms.registry import opts
+    from daydream.transforms.registry import opts
     o = opts()[name]
     p = next(p for p in o.params if p.name == param)
     return p.default is inspect.Parameter.empty

@@ -11,9 +11,9 @@ from typing import IO, TYPE_CHECKING
 
 import orjson
 
+from daydream.base.errors import DaydreamError
+from daydream.base.store import DEFAULT_STORE
 from daydream.traces import build_graphs, ingest, open_store, resolve_trace
-from ingest import DEFAULT_STORE
-from ingest.errors import DaydreamError
 
 # collect, collect_command, collect_steps and expand come from __getattr__ below
 __all__ = ["DaydreamError", "collect", "collect_command", "collect_steps", "expand", "ingest",  # noqa: F822
@@ -32,13 +32,13 @@ def __getattr__(name: str):
     """The collector's entry points (``collect``, ``collect_steps``, ``collect_command``) and
     ``expand`` (ingest.batch: the converters), imported on first use (PEP 562)."""
     if name == "expand":
-        from ingest.batch import expand
+        from daydream.ingest.batch import expand
         return expand
     if name in ("collect", "collect_steps"):
-        from collect import api as _collect
+        from daydream.collect import api as _collect
         return getattr(_collect, name)
     if name == "collect_command":
-        from collect.cli import collect_command
+        from daydream.collect.cli import collect_command
         return collect_command
     raise AttributeError(f"module 'daydream.api' has no attribute {name!r}")
 
@@ -104,7 +104,7 @@ def _graph_facts(st, tid: str) -> dict:
     """From the trace's graph: its slack table (what it does not explain, per iteration and
     kind), iteration count and how they were found, the devices its streams ran on, and its
     span; empty where the trace has no graph yet."""
-    from graphstore import db
+    from daydream.graphstore import db
     if not db.db_path(st.root).exists():
         return {}
     # one connection for all (each opened connection attaches and checks the file), and rows
@@ -133,7 +133,7 @@ def _graph_facts(st, tid: str) -> dict:
 def sql(query: str, store: str | Path | None = None, *, fmt: str = "table",
         out: str | Path | None = None) -> str:
     """Run read-only SQL over the graph tables, views and activity tables of a store."""
-    from graphstore import db
+    from daydream.graphstore import db
     return db.query(open_store(store).root, query, fmt, None if out is None else Path(out))
 
 
@@ -175,7 +175,7 @@ def run(trace: str, store: str | Path | None = None, specs: str | list[str] | No
     behind each result, which the HTML report draws)."""
     from daydream import jobs as _jobs
     from daydream import pipeline
-    from transforms.registry import check
+    from daydream.transforms.registry import check
     specs = _specs(specs)
     for spec in specs:
         check(spec)  # every spec error before any work
@@ -205,7 +205,7 @@ def _specs(opts: str | list[str] | None) -> list[str]:
 def _timeline(path: str | Path, ps: list[pipeline.Prediction]) -> None:
     """One Chrome trace: the measured schedule, its replay and every prediction, each a
     process of its own (a rewritten graph has its own tasks, so it carries its graph)."""
-    from simulate.timeline import write_timeline
+    from daydream.simulate.timeline import write_timeline
 
     p0 = ps[0]
     g = p0.subject.tables

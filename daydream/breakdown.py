@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from graphstore.schema import GPU_KINDS
+from daydream.graphstore.schema import GPU_KINDS
 
 # The classes a GPU task is compared by rest on the one kernel classification
 # (transforms.kernels.classify: matrix kernels, bandwidth-bound ones, collectives); by name
@@ -32,7 +32,7 @@ def kernel_class(kind: str, name: str | None) -> str:
         return kind
     if kind == "comm":
         return "communication"
-    from transforms.kernels import classify
+    from daydream.transforms.kernels import classify
     k = classify(name)
     if k.op == "comm":
         return "communication"

@@ -13,9 +13,9 @@ from typing import Annotated
 import typer
 
 from daydream import quick
+from daydream.base.errors import DaydreamError
+from daydream.base.store import DEFAULT_STORE
 from daydream.report import plural
-from ingest import DEFAULT_STORE
-from ingest.errors import DaydreamError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Predict how much faster a training iteration would be with an "

@@ -7,7 +7,7 @@ each spec. Results go to the ``prediction`` table of the store's
 DuckDB file (declared in ``graphstore.schema``), so ``daydream sql`` answers questions such as
 "which of last week's jobs would gain most from AMP?".
 
-Work is split the way batch ingest splits it (``ingest.runner``): this process reads graphs
+Work is split the way batch ingest splits it (``daydream.base.runner``): this process reads graphs
 and writes results; workers (local processes or Ray tasks) get a trace's graph tables and specs
 (and read the trace's own Parquet files, see ``predict_trace``) and return rows, never
 touching the database. Results are written in batches, each one short
@@ -26,11 +26,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from daydream import gates, pipeline
-from graphstore import db
-from graphstore.schema import PREDICTION
-from ingest.errors import DaydreamError
-from ingest.runner import InlineRunner, make_runner
-from ingest.store import Store
+from daydream.base.errors import DaydreamError
+from daydream.base.runner import InlineRunner, make_runner
+from daydream.graphstore import db
+from daydream.graphstore.schema import PREDICTION
+from daydream.ingest.store import Store
 
 KEY = ("trace_id", "spec")
 # the prediction columns ``results`` gives beside the trace's file and job (the run's report)
@@ -187,7 +187,7 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
     the same for every trace). ``on_plan(n)`` is told how many (trace, spec) pairs there are
     before the work starts, and ``on_progress`` gets each pair as it is done (or found
     stored)."""
-    from transforms.registry import check
+    from daydream.transforms.registry import check
 
     root = Path(store_root)
     specs = list(dict.fromkeys(s.strip() for s in specs))
@@ -299,7 +299,7 @@ def _read_chunk(st: Store, tids: list[str], pack: bool = True) -> list[tuple[str
     """Graph tables of a few traces, read on one read-only connection, packed for workers in
     other processes (``pack_graph``; an inline run gets the tables: packing them would cost
     it both ends of the trip for nothing)."""
-    from graphstore.read import read_graphs
+    from daydream.graphstore.read import read_graphs
     return [(tid, pack_graph(g) if pack else g)
             for tid, g in zip(tids, read_graphs(st.root, tids), strict=True)] if tids else []
 

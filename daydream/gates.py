@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphstore.schema import CPU_KINDS, GPU_KINDS
+from daydream.graphstore.schema import CPU_KINDS, GPU_KINDS
 
 # Optimizations that only remove or shrink work (the rest insert work or change the machine:
 # ddp, world, bandwidth, checkpointing, offload, batch, gpu, scale with a factor above 1).
@@ -40,7 +40,7 @@ RECOMPUTE = " (recompute)"  # the suffix checkpointing gives the tasks it runs a
 
 
 def spec_names(spec: str | None) -> list[str]:
-    from transforms.spec import parse
+    from daydream.transforms.spec import parse
     return [t.name for t in parse(spec)] if spec else []
 
 

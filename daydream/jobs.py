@@ -13,12 +13,12 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from daydream.base.errors import DaydreamError
+from daydream.ingest.store import Store
 from daydream.traces import ingest_folder
-from ingest.errors import DaydreamError
-from ingest.store import Store
 
 if TYPE_CHECKING:
-    from graphstore.job import JobGraph, Member
+    from daydream.graphstore.job import JobGraph, Member
 
 # graphstore.job (polars, numpy) is imported where a job is looked for or built, pyarrow where
 # collectives are stored: `daydream info` of a stored trace needs neither.
@@ -32,7 +32,7 @@ def trace_rows(st: Store, ids: list[str] | None = None) -> list[dict]:
 def find(st: Store) -> dict[str, list[Member]]:
     """name -> members (``graphstore.job.Member``) of every job in the store: groups of two
     traces or more (one rank's trace alone is predicted as the trace it is)."""
-    from graphstore.job import find_jobs
+    from daydream.graphstore.job import find_jobs
     return several(named(find_jobs(trace_rows(st))))
 
 
@@ -79,7 +79,7 @@ def resolve(target: str, st: Store) -> tuple[str, list[Member]] | None:
     form one job (ingested first); else None."""
     p = Path(target)
     if p.is_dir():
-        from graphstore.job import find_jobs
+        from daydream.graphstore.job import find_jobs
         jobs = several(named(find_jobs(trace_rows(st, ingest_folder(p, st)))))
         if len(jobs) == 1:
             return next(iter(jobs.items()))
@@ -100,8 +100,8 @@ def resolve(target: str, st: Store) -> tuple[str, list[Member]] | None:
 
 def build(st: Store, name: str, members: list[Member]) -> JobGraph:
     """The job graph of stored traces (``graphstore.job.build_job``)."""
-    from graphstore.job import build_job
-    from graphstore.read import read_graph
+    from daydream.graphstore.job import build_job
+    from daydream.graphstore.read import read_graph
     graphs = [read_graph(st.root, m.trace_id) for m in members]
     kernels = [st.read("kernel", m.trace_id) for m in members]
     return build_job(name, members, graphs, kernels)
@@ -113,8 +113,8 @@ def store_collectives(st: Store, jg: JobGraph) -> int:
     waited where. Returns rows written."""
     import pyarrow as pa
 
-    from graphstore import db
-    from graphstore.schema import COLLECTIVE
+    from daydream.graphstore import db
+    from daydream.graphstore.schema import COLLECTIVE
     c = jg.collective
     if not c.height:
         return 0

@@ -31,17 +31,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daydream import gates, jobs
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.job import JobGraph, Member, build_job, device_ranks, job_activity
+from daydream.graphstore.schema import GPU_KINDS
+from daydream.ingest.store import Store
 from daydream.report import rank_ranges
+from daydream.simulate.job import JobReplay, replay_job
+from daydream.simulate.replay import Replay, replay
 from daydream.traces import ensure_graphs, resolve_trace
-from graphstore.job import JobGraph, Member, build_job, device_ranks, job_activity
-from graphstore.schema import GPU_KINDS
-from ingest.errors import DaydreamError
-from ingest.store import Store
-from simulate.job import JobReplay, replay_job
-from simulate.replay import Replay, replay
-from transforms import Context
-from transforms.primitives import Graph
-from transforms.registry import apply, check, removes_cpu
+from daydream.transforms import Context
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import apply, check, removes_cpu
 
 # What the prediction of a trace that is a job by itself (several devices) takes from the
 # trace's own replay: what describes the unmodified trace, not the job's timing.
@@ -115,7 +115,7 @@ class Subject:
         if self.job is not None or self.activity is None:
             return None
         if "profiler" not in self._cache:
-            from transforms.profiler import estimate
+            from daydream.transforms.profiler import estimate
             try:
                 ranges = self.activity("range")
             except DaydreamError:
@@ -163,7 +163,7 @@ def trace_subject(st: Store, trace_id: str, tables: dict[str, pa.Table] | None =
     loader does) and its trace row; activity tables are read from the store when an
     optimization asks (a fleet worker reads them itself, beside the other workers)."""
     if tables is None:
-        from graphstore.read import read_graph
+        from daydream.graphstore.read import read_graph
         tables = read_graph(st.root, trace_id)
     if not st.has_trace(trace_id):  # a graph whose activity tables were removed meanwhile
         return Subject(trace_id, "", tables)

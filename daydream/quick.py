@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
 
 
 def print_json(d: object) -> None:
@@ -24,7 +24,7 @@ def sql(query: str, store: Path, fmt: str = "table", out: Path | None = None) ->
     """`daydream sql`: the result on stdout, or written to OUT with its summary on stderr."""
     if query == "-":
         query = sys.stdin.read()
-    from graphstore import db
+    from daydream.graphstore import db
     text = db.query(store, query, fmt, out)
     if out is None:
         sys.stdout.write(text)
@@ -36,7 +36,7 @@ def sql(query: str, store: Path, fmt: str = "table", out: Path | None = None) ->
 def opts(json: bool = False) -> None:
     """`daydream opts`: each optimization's signature and summary, from the catalog
     (transforms.catalog), so that no optimization is imported."""
-    from transforms.catalog import listing
+    from daydream.transforms.catalog import listing
     items = listing()
     if json:
         print_json(items)

@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ingest import DEFAULT_STORE
-from ingest.errors import DaydreamError
-from ingest.store import Store
+from daydream.base.errors import DaydreamError
+from daydream.base.store import DEFAULT_STORE
+from daydream.ingest.store import Store
 
 if TYPE_CHECKING:
-    from ingest.batch import FileResult, IngestReport
+    from daydream.ingest.batch import FileResult, IngestReport
 
 # ingest.batch (the converters, numpy) is imported by the functions that ingest, so that
 # `daydream info` of a stored trace starts without it.
@@ -38,10 +38,10 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     their dependency graphs (``graphstore.load``): each worker (``jobs`` local processes, or Ray
     tasks with ``ray``) converts a file and builds its graph; this process commits the traces
     and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph."""
-    from ingest.batch import expand
-    from ingest.batch import ingest as ingest_files
-    from ingest.ids import content_ids_in_background
-    from ingest.runner import runs_inline
+    from daydream.base.runner import runs_inline
+    from daydream.ingest.batch import expand
+    from daydream.ingest.batch import ingest as ingest_files
+    from daydream.ingest.ids import content_ids_in_background
 
     files = expand(paths)
     ids = content_ids_in_background(files)
@@ -55,11 +55,11 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     # thread while the first file is converted, whose scanner runs without the GIL, and the
     # thread has the store's graph database made there if it has none; the converters'
     # kernels are imported here first (numba too, where they are not compiled ahead of time:
-    # ingest.kernels), so the two threads import nothing in common, and where the files are
+    # daydream.base.compiled), so the two threads import nothing in common, and where the files are
     # converted in this process, the scanner's kernels are loaded first too (while the files
     # are still hashed): numba's loading holds the GIL, and with the thread's imports beside it
     # took twice as long, just before the scan.
-    from ingest import kineto_scan  # noqa: F401
+    from daydream.ingest import kineto_scan  # noqa: F401
     if files and runs_inline(jobs, ray, len(files)):
         _warm_up(files[0])
     ahead = threading.Thread(target=_graph_stage_ahead, args=(st, staged), daemon=True)
@@ -74,7 +74,7 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
                 raise DaydreamError(r.error)
         elif extra.get("graph") or extra.get("graph_dir"):
             if loader is None:
-                from graphstore import load as gload
+                from daydream.graphstore import load as gload
                 loader = gload.Loader(st)
             loader.add(r.trace_id, extra.pop("graph") if extra.get("graph")
                        else Path(extra.pop("graph_dir")))
@@ -94,7 +94,7 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
             loader.flush()
     finally:
         ahead.join()
-        from graphstore import db
+        from daydream.graphstore import db
         db.forget_prepared(st.root)  # unused when no graph was written
         shutil.rmtree(staged, ignore_errors=True)
     build_graphs(st, rep, strict=strict, skip=loader.loaded if loader is not None else set())
@@ -103,13 +103,13 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
 
 def _warm_up(path: Path) -> None:
     """Load the compiled kernels of the converter of ``path`` (``ingest.kineto.warm_up``)."""
-    from ingest import source
+    from daydream.ingest import source
     try:
         fmt = source.sniff(path)
     except DaydreamError:
         return  # reported when it is converted
     if fmt == "kineto_json":
-        from ingest.kineto import warm_up
+        from daydream.ingest.kineto import warm_up
         warm_up()
 
 
@@ -117,17 +117,17 @@ def _graph_stage_ahead(st: Store, staged: Path) -> None:
     """What ``ingest`` runs on a thread while it converts: the graph stage imported, the
     store's graph database made in ``staged`` where it has none (``graphstore.db.prepare``),
     and the DuckDB instance the graphs are written through made."""
-    importlib.import_module("graphstore.load")
-    from graphstore import db
+    importlib.import_module("daydream.graphstore.load")
+    from daydream.graphstore import db
     db.prepare(st.root, staged)
-    from ingest.store import duckdb_instance
+    from daydream.base.store import duckdb_instance
     duckdb_instance()
 
 
 def stage_graph(trace_id: str, tables: dict, staging: str) -> dict:
     """The workers' hook: ``graphstore.load.stage_graph``, imported where it runs (in this
     process, by then, by the thread ``ingest`` starts)."""
-    from graphstore import load as gload
+    from daydream.graphstore import load as gload
     return gload.stage_graph(trace_id, tables, staging)
 
 
@@ -136,7 +136,7 @@ def build_graphs(st: Store, rep: IngestReport | None = None, *, strict: bool = F
     """Build graphs for stored traces that have none (or were just re-ingested), except those in
     ``skip`` (built already). A trace whose graph fails its checks is reported as failed in
     ``rep``; its activity tables stay."""
-    from graphstore import load as gload
+    from daydream.graphstore import load as gload
 
     todo = set(gload.missing(st.root))
     by_id = {}
@@ -173,7 +173,7 @@ def ensure_graphs(st: Store, trace_ids: Iterable[str]) -> None:
 
 def graph_ids(st: Store) -> set[str]:
     """Traces that have a graph in the store's DuckDB file."""
-    from graphstore import db
+    from daydream.graphstore import db
     if not db.db_path(st.root).exists():
         return set()
     return set(db.trace_ids(st.root))
@@ -183,13 +183,13 @@ def resolve_trace(trace: str, store: Store, *, ingest_missing: bool = False) -> 
     """A trace id from an id, a unique id prefix, or a file (hashed; ingested if asked)."""
     p = Path(trace)
     if p.is_file():
-        from ingest.ids import content_id
+        from daydream.ingest.ids import content_id
         tid = content_id(p)
         if not store.has_trace(tid):
             if not ingest_missing:
                 raise DaydreamError(f"not in store {store.root}; run `daydream ingest` first",
                                     file=trace)
-            from ingest.batch import ingest as ingest_files
+            from daydream.ingest.batch import ingest as ingest_files
             rep = ingest_files([p], store, jobs=1, strict=True)
             if rep.failed:
                 raise DaydreamError(rep.failed[0].error or "ingest failed")
@@ -206,8 +206,8 @@ def resolve_trace(trace: str, store: Store, *, ingest_missing: bool = False) -> 
 
 def ingest_folder(path: Path, st: Store) -> list[str]:
     """Ingest a folder of rank traces (execution traces beside them skipped); their ids."""
-    from ingest.batch import expand
-    from ingest.batch import ingest as ingest_files
+    from daydream.ingest.batch import expand
+    from daydream.ingest.batch import ingest as ingest_files
     files = [f for f in expand([path]) if ".et." not in Path(f).name]
     rep = ingest_files(files, st, jobs=None, strict=True)
     build_graphs(st, rep, strict=True)
@@ -217,7 +217,7 @@ def ingest_folder(path: Path, st: Store) -> list[str]:
 def skipped(paths: Iterable[str | Path]) -> list[tuple[str, str]]:
     """The files in the folders of PATHS that ingest leaves out, each with why: PyTorch
     execution traces (``.et.json``), and files whose names no trace format uses."""
-    from ingest.batch import EXCLUDED_SUFFIXES, TRACE_PATTERNS
+    from daydream.ingest.batch import EXCLUDED_SUFFIXES, TRACE_PATTERNS
     out = []
     for raw in paths:
         p = Path(raw)

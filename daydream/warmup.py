@@ -1,5 +1,6 @@
 """Compile and cache every numba kernel once, at install time (`make` runs this), and the
-project's modules to bytecode.
+project's modules to bytecode; with ``--ahead-of-time``, compile the kernels of
+KERNEL_MODULES ahead of time instead (daydream.base.compiled; `make` runs that too).
 
 numba compiles on first use and caches the machine code beside the sources; doing it here
 means the first `daydream` command after installation is as fast as the next ones. The
@@ -19,17 +20,23 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# the modules that declare compiled kernels (daydream.base.compiled): named here, above every
+# stage, so that the loader below them names none
+KERNEL_MODULES = ("daydream.ingest.kineto_scan", "daydream.ingest.nesting",
+                  "daydream.graphstore.build", "daydream.graphstore.check",
+                  "daydream.graphstore.load")
 
 
 def packages() -> list[str]:
-    """The project's top-level packages, as pyproject.toml declares them to setuptools (each
-    compiled with its subpackages); none outside a checkout, where pip wrote the bytecode."""
+    """The folders of the project's packages in a checkout, as pyproject.toml maps them to
+    setuptools (each compiled with its subfolders); none outside a checkout, where pip wrote
+    the bytecode."""
     project = ROOT / "pyproject.toml"
     if not project.exists():
         return []
     with open(project, "rb") as f:
-        declared = tomllib.load(f)["tool"]["setuptools"]["packages"]
-    return [p for p in declared if "." not in p]
+        mapped = tomllib.load(f)["tool"]["setuptools"]["package-dir"]
+    return sorted({d for d in mapped.values() if "/" not in d})
 
 
 def compile_bytecode() -> bool:
@@ -41,9 +48,9 @@ def compile_bytecode() -> bool:
 def warm() -> float:
     t = time.perf_counter()
     compile_bytecode()
-    from graphstore.build import build
-    from graphstore.check import check_acyclic
-    from ingest.kineto import read_kineto
+    from daydream.graphstore.build import build
+    from daydream.graphstore.check import check_acyclic
+    from daydream.ingest.kineto import read_kineto
 
     ev = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 0, "dur": 20},
           {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
@@ -64,7 +71,7 @@ def warm() -> float:
         from daydream import api
         api.predict(str(f), Path(d) / "store")
     try:
-        from simulate.warmup import warm as warm_sim
+        from daydream.simulate.warmup import warm as warm_sim
         warm_sim()
     except ImportError:
         pass
@@ -72,4 +79,8 @@ def warm() -> float:
 
 
 if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["--ahead-of-time"]:
+        from daydream.base import compiled
+        sys.exit(compiled.main(KERNEL_MODULES))
     print(f"daydream: compiled kernels ready ({warm():.1f} s)")

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from graphstore import calls
-from graphstore.latency import LATENCY, LAUNCH_QUEUE_DEPTH, Latency
-from graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, TASK_KINDS
-from ingest.kernels import helper, kernel
-from ingest.nesting import thread_key
-from ingest.stats import Stats
+from daydream.base.compiled import helper, kernel
+from daydream.graphstore import calls
+from daydream.graphstore.latency import LATENCY, LAUNCH_QUEUE_DEPTH, Latency
+from daydream.graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, TASK_KINDS
+from daydream.ingest.nesting import thread_key
+from daydream.ingest.stats import Stats
 
 CPU_RANGE_KINDS = ("cpu_op", "user_annotation", "python_function", "nvtx", "module")
 

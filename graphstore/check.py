@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ingest.errors import DaydreamError
-from ingest.kernels import helper, kernel
+from daydream.base.compiled import helper, kernel
+from daydream.base.errors import DaydreamError
 
 
 @helper(nogil=True, inline="always")

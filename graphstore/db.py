@@ -51,7 +51,16 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from graphstore.schema import (
+from daydream.base.errors import DaydreamError
+from daydream.base.store import (
+    COMMIT_ORDER,
+    DUCKDB_MEMORY_LIMIT,
+    PART,
+    duckdb_instance,
+    fsync_dir,
+    write_parquet,
+)
+from daydream.graphstore.schema import (
     CPU_KINDS,
     GPU_KINDS,
     GRAPH_SCHEMA_VERSION,
@@ -59,9 +68,7 @@ from graphstore.schema import (
     RESULT_TABLES,
     GTable,
 )
-from ingest import COMMIT_ORDER
-from ingest.errors import DaydreamError
-from ingest.store import DUCKDB_MEMORY_LIMIT, PART, Store, duckdb_instance, fsync_dir, write_parquet
+from daydream.ingest.store import Store
 
 # duckdb (~0.1 s of start-up) is imported by the functions that open a database: a fleet
 # ingest's workers import this module for the graph tables' layout and never open one.
@@ -1048,7 +1055,7 @@ def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path,
         else:
             import pyarrow as pa  # only for a table no trace has a file of
 
-            from ingest import schema as activity_schema
+            from daydream.ingest import schema as activity_schema
             empty = activity_schema.empty(table)
             empty = empty.append_column("trace_id", pa.array([], pa.string()))
             con.register(table, empty)

@@ -37,7 +37,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
 
 # Kernel name -> collective type: ncclKernel_AllReduce_RING_LL_Sum_float,
 # ncclDevKernel_SendRecv(...), rccl ... ; the 'Collective name' arg wins where present.

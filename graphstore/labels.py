@@ -99,7 +99,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphstore.schema import GPU_KINDS, ITERATION, LAYER, PHASES, GTable
+from daydream.graphstore.schema import GPU_KINDS, ITERATION, LAYER, PHASES, GTable
 
 FORWARD, BACKWARD, WEIGHT_UPDATE, DATA_LOADING, OTHER = (PHASES.index(p) for p in (
     "forward", "backward", "weight_update", "data_loading", "other"))

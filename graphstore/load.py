@@ -16,15 +16,28 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from graphstore import db, labels
-from graphstore.build import EK_LAUNCH, KIND_HOST, UNEXPLAINED_NS, Graph, build, order_by_unit
-from graphstore.check import check_acyclic, check_launch_edges
-from graphstore.params import COLUMNS, layer_param_bytes, weight_ops, weight_ops_from_parquet
-from graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, GPU_KINDS, TASK_KINDS
-from ingest import schema as activity_schema
-from ingest.errors import DaydreamError
-from ingest.kernels import kernel
-from ingest.store import PART, Store
+from daydream.base.compiled import kernel
+from daydream.base.errors import DaydreamError
+from daydream.base.store import PART
+from daydream.graphstore import db, labels
+from daydream.graphstore.build import (
+    EK_LAUNCH,
+    KIND_HOST,
+    UNEXPLAINED_NS,
+    Graph,
+    build,
+    order_by_unit,
+)
+from daydream.graphstore.check import check_acyclic, check_launch_edges
+from daydream.graphstore.params import (
+    COLUMNS,
+    layer_param_bytes,
+    weight_ops,
+    weight_ops_from_parquet,
+)
+from daydream.graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, GPU_KINDS, TASK_KINDS
+from daydream.ingest import schema as activity_schema
+from daydream.ingest.store import Store
 
 ACTIVITY = [t for t in activity_schema.COMMIT_ORDER if t != "trace"]
 GPU_CODES = [TASK_KINDS.index(k) for k in GPU_KINDS]  # build.Graph.kind codes of GPU tasks

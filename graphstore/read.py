@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from graphstore import db
-from graphstore.schema import GRAPH_TABLES
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.graphstore import db
+from daydream.graphstore.schema import GRAPH_TABLES
 
 # The order each table is read in: by its key, and where the key has ties (parallel edges
 # between two tasks, layers starting together) by its other columns too. DuckDB's sort breaks

@@ -16,12 +16,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ingest import source
-from ingest.convert import read_trace
-from ingest.errors import DaydreamError
-from ingest.ids import content_id
-from ingest.runner import make_runner
-from ingest.store import Store, write_staged
+from daydream.base.errors import DaydreamError
+from daydream.base.runner import make_runner
+from daydream.ingest import source
+from daydream.ingest.convert import read_trace
+from daydream.ingest.ids import content_id
+from daydream.ingest.store import Store, write_staged
 
 # File names a folder is searched for. Named files are always tried, whatever their name.
 TRACE_PATTERNS = ("*.json", "*.json.gz", "*.sqlite", "*.cupti", "*.cupti.gz")
@@ -139,7 +139,8 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
     """Convert and store every file in ``paths``. Re-ingesting a stored file is a no-op.
 
     ``jobs`` local worker processes convert (default: every core), or Ray tasks with ``ray``
-    (see :mod:`ingest.runner`); this process commits each finished trace under the store lock.
+    (see :mod:`daydream.base.runner`); this process commits each finished trace under the
+    store lock.
     ``hook`` is passed to the workers (:func:`_convert_one`) and must be picklable. ``ids``:
     the files' content ids hashed already (``ingest.ids.content_ids_in_background``)."""
     files = expand(paths)

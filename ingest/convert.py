@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ingest import source
-from ingest.errors import DaydreamError, TraceFormatError
-from ingest.model import Converted
+from daydream.base.errors import DaydreamError, TraceFormatError
+from daydream.ingest import source
+from daydream.ingest.model import Converted
 
 FORMATS = ("kineto_json", "nsys_sqlite", "cupti_raw")
 
@@ -47,14 +47,14 @@ def _read(path: Path) -> Converted:
         raise TraceFormatError("is a folder, not a trace file", file=str(path))
     fmt = source.sniff(path)
     if fmt == "kineto_json":
-        from ingest.kineto import read_kineto
+        from daydream.ingest.kineto import read_kineto
         return read_kineto(path)
     if fmt == "nsys_sqlite":
-        from ingest.nsys import read_nsys
+        from daydream.ingest.nsys import read_nsys
         return read_nsys(path)
     if fmt == "cupti_raw":
         try:
-            from ingest.cupti_raw import read_cupti_raw
+            from daydream.ingest.cupti_raw import read_cupti_raw
         except ImportError:
             raise TraceFormatError("raw CUPTI record files are not supported by this version",
                                    file=str(path)) from None

@@ -62,11 +62,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import orjson
 
-from ingest import source
-from ingest.errors import TraceFormatError
+from daydream.base.errors import TraceFormatError
+from daydream.ingest import source
 
 if TYPE_CHECKING:
-    from ingest.model import Converted
+    from daydream.ingest.model import Converted
 
 # The collector imports this module inside the training process for the format alone, so the
 # reader's heavy dependencies (pyarrow, and numba through ingest.nesting) load on first read.
@@ -80,7 +80,7 @@ def _load_reader_deps() -> None:
     import pyarrow
     import pyarrow.compute
 
-    from ingest import nesting, schema, stats
+    from daydream.ingest import nesting, schema, stats
     pa, pc, Stats = pyarrow, pyarrow.compute, stats.Stats
     conform, empty, nest_ranges = schema.conform, schema.empty, nesting.nest_ranges
 
@@ -494,7 +494,7 @@ class _Reader:
             "flow": empty("flow"),  # CUPTI has no flows; launches link by correlation id
         }
         start_ns, end_ns = _span(tables)
-        from ingest.model import Converted
+        from daydream.ingest.model import Converted
         meta = {k: v for k, v in self.header.items()
                 if k not in ("format", "version", "rank", "world_size", "devices")}
         meta.update({k: v for k, v in self.meta.items()

@@ -25,13 +25,13 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from ingest import kineto_scan as ks
-from ingest import source
-from ingest.errors import TraceFormatError
-from ingest.model import Converted
-from ingest.nesting import nest_ranges
-from ingest.schema import conform
-from ingest.stats import Stats
+from daydream.base.errors import TraceFormatError
+from daydream.ingest import kineto_scan as ks
+from daydream.ingest import source
+from daydream.ingest.model import Converted
+from daydream.ingest.nesting import nest_ranges
+from daydream.ingest.schema import conform
+from daydream.ingest.stats import Stats
 
 BATCH_EVENTS = 131_072
 FIRST_ROWS = 1024  # rows a batch starts with (more for a larger document); it grows as it fills

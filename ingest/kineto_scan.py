@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ingest.kernels import helper, kernel
+from daydream.base.compiled import helper, kernel
 
 _U = np.uint64  # array indices: unsigned, so no negative-index wraparound is compiled in
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ingest.stats import Stats
+from daydream.ingest.stats import Stats
 
 
 @dataclass

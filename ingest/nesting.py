@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ingest.kernels import kernel
+from daydream.base.compiled import kernel
 
 
 @kernel("none", "int64[::1]", "int64[::1]", "readonly int64[::1]", "int64[::1]", "int32[::1]",

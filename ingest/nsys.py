@@ -51,11 +51,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.errors import DaydreamError, TraceFormatError
-from ingest.model import Converted
-from ingest.nesting import nest_ranges
-from ingest.schema import conform, empty
-from ingest.stats import Stats
+from daydream.base.errors import DaydreamError, TraceFormatError
+from daydream.ingest.model import Converted
+from daydream.ingest.nesting import nest_ranges
+from daydream.ingest.schema import conform, empty
+from daydream.ingest.stats import Stats
 
 SOURCE_FORMAT = "nsys_sqlite"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from isal import igzip, isal_zlib
 
-from ingest.errors import TraceFormatError
+from daydream.base.errors import TraceFormatError
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"

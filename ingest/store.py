@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import functools
 import io
 import os
 import shutil
 import sys
-import threading
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,57 +24,36 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from ingest import COMMIT_ORDER, SCHEMA_VERSION, VERSION_KEY
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.base.store import (
+    ACTIVITY_DIR,
+    COMMIT_ORDER,
+    PART,
+    SCHEMA_VERSION,
+    VERSION_KEY,
+    duckdb_instance,
+    fsync_dir,
+    lock,
+    write_parquet,
+)
 
 if TYPE_CHECKING:
-    import duckdb
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ingest.model import Converted
+    from daydream.ingest.model import Converted
 
-PART = "part-0.parquet"
-ACTIVITY_DIR = "activity"  # DIR/activity/: the activity tables' partitions
 PARALLEL_ROWS = 200_000  # tables of a trace with fewer rows in all are written in turn
 THREADED_READ_ROWS = 65_536  # a table file with fewer rows is read on this thread alone
-DUCKDB_MEMORY_LIMIT = "1GB"
 
 # pyarrow (with numpy, a third of a second of start-up) is imported inside the functions that
 # read or write Arrow tables: the commands that only look at the store (`daydream info`, `sql`)
 # read it through DuckDB alone (``duckdb_instance``, ``Store.trace_row``, ``Store.table_rows``).
 
-_INSTANCE: tuple[int, duckdb.DuckDBPyConnection] | None = None
-_INSTANCE_LOCK = threading.Lock()
 # each file's activity schema version as DuckDB reads it from the footers of the files ``?``
 # names: the rows (file_name, version) that the look-only readers join to what they read
 _VERSIONS_SQL = ("(SELECT file_name, decode(value) AS version FROM parquet_kv_metadata(?) "
                  f"WHERE key = '{VERSION_KEY}'::BLOB)")
-
-
-def duckdb_instance() -> duckdb.DuckDBPyConnection:
-    """This process's in-memory DuckDB instance (graphstore.db attaches the graph to it). A new
-    instance costs about 30 ms of CPU (its catalog of built-in functions): made once (an
-    ingest has it made on a thread while it converts)."""
-    global _INSTANCE
-    import duckdb
-    with _INSTANCE_LOCK:
-        if _INSTANCE is None or _INSTANCE[0] != os.getpid():  # a forked child makes its own
-            # a bounded buffer pool: the graph of a 1 GB trace is written within the memory
-            # budget of ingest (DuckDB spills to its temp directory past it)
-            _INSTANCE = (os.getpid(), duckdb.connect(
-                ":memory:", config={"memory_limit": DUCKDB_MEMORY_LIMIT}))
-        return _INSTANCE[1]
-
-
-def close_duckdb_instance() -> None:
-    """Close this process's DuckDB instance, if it made one: what DuckDB spilled to its
-    temporary directory goes with it (for a process that ends without the interpreter's
-    teardown, which would close it)."""
-    global _INSTANCE
-    if _INSTANCE is not None and _INSTANCE[0] == os.getpid():
-        _INSTANCE[1].close()
-    _INSTANCE = None
 
 
 @dataclass(frozen=True)
@@ -114,7 +90,7 @@ class Store:
         """One table of one trace, with its declared schema."""
         import pyarrow.parquet as pq
 
-        from ingest import schema
+        from daydream.ingest import schema
         f = self._open(table, trace_id)
         want = schema.TABLES[table].schema
         rows = f.metadata.num_rows
@@ -211,21 +187,9 @@ class Store:
             row["ingested_at"] = row["ingested_at"].replace(tzinfo=dt.UTC)
         return row
 
-    @contextlib.contextmanager
-    def lock(self, wait: bool = True) -> Iterator[None]:
-        """Exclusive writer lock. With ``wait=False`` a busy store is an error."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            flags = fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB
-            try:
-                fcntl.flock(fd, flags)
-            except BlockingIOError:
-                raise DaydreamError(f"store {self.root} is being written by another daydream "
-                                    "process; try again when it has finished") from None
-            yield
-        finally:
-            os.close(fd)
+    def lock(self, wait: bool = True) -> contextlib.AbstractContextManager[None]:
+        """Exclusive writer lock (base.store.lock)."""
+        return lock(self.root, wait)
 
     def new_staging_dir(self) -> Path:
         d = self.staging / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -328,20 +292,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def fsync_dir(d: Path | str) -> None:
-    """Make a rename inside D durable (its directory entry on disk); best effort."""
-    with contextlib.suppress(OSError):
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def trace_table(conv: Converted, file: str, file_bytes: int, job: str | None) -> pa.Table:
     import pyarrow as pa
 
-    from ingest import schema
+    from daydream.ingest import schema
     meta = orjson.dumps(conv.metadata, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
     row = {
         "file": [file],
@@ -369,7 +323,7 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
     (Parquet encoding and compression run without the GIL), the largest first. Given a list
     ``written``, it returns as soon as the threads have started and appends a function that
     waits for them (and raises what they raised): the caller builds the graph meanwhile."""
-    from ingest import schema
+    from daydream.ingest import schema
     out = {}
     tables = dict(conv.tables)
     tables["trace"] = trace_table(conv, file, file_bytes, job)
@@ -413,45 +367,7 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
 @functools.cache
 def _empty_parquet(name: str) -> bytes:
     """The Parquet file of an empty table NAME (its declared schema), encoded once."""
-    from ingest import schema
+    from daydream.ingest import schema
     buf = io.BytesIO()
     write_parquet(schema.empty(name), buf)
     return buf.getvalue()
-
-
-WRITE_BATCH_ROWS = 8192  # rows handed to the Parquet encoders at a time (write_parquet)
-
-
-def write_parquet(table: pa.Table, where: Path | io.BytesIO, **options) -> None:
-    """Write a table of the store (activity or graph) as Parquet: LZ4, statistics,
-    dictionary pages for string columns only, and integer columns delta-encoded. LZ4 rather
-    than zstd: a fleet's small traces write some six files each, which zstd took 0.9 ms apiece
-    to encode and LZ4 0.55 ms, at the same size (3,000 of them, encoded in memory); on a
-    million-task graph LZ4 writes 13% and reads 38% faster, in files 9% larger. Arrow's
-    default tries a dictionary for every column, and on integer columns of mostly distinct
-    values (ids, times) it builds one only to give it up: that cost 2-3x the encoding CPU of
-    a large trace's tables (0.75 s of 1.1 s for a million edges). Ids and times grow row by
-    row, so their deltas encode in a third less time again and read back faster (by Arrow
-    and DuckDB), in files a quarter to a fifth the size. The values read back are the same.
-    Values go to the encoders WRITE_BATCH_ROWS at a time (Arrow's default is 1,024): the same
-    files, about a tenth less encoding CPU on a million-row table."""
-    import pyarrow.parquet as pq
-
-    strings, deltas = _encodings(table.schema)
-    pq.write_table(table, where, compression="lz4", write_statistics=True,
-                   use_dictionary=list(strings), column_encoding=dict(deltas),
-                   write_batch_size=WRITE_BATCH_ROWS, **options)
-
-
-@functools.lru_cache(maxsize=64)
-def _encodings(schema: pa.Schema) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
-    """``write_parquet``'s encodings of a schema's columns: the string columns that get
-    dictionary pages, and the integer columns delta-encoded (worked out once per schema: a
-    store writes the same few schemas for every trace)."""
-    import pyarrow as pa
-
-    strings = tuple(f.name for f in schema
-                    if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
-                    or pa.types.is_dictionary(f.type))
-    deltas = tuple((f.name, "DELTA_BINARY_PACKED") for f in schema if pa.types.is_integer(f.type))
-    return strings, deltas

@@ -3,9 +3,9 @@
 ``simulate(SimGraph) -> Schedule``; see ``simulate.graph`` for the input contract.
 """
 
-from simulate.codes import END, FCFS, FIXED, PRIORITY, START, START_START
-from simulate.engine import Schedule, SimulationDeadlock, simulate
-from simulate.graph import SimGraph
+from daydream.simulate.codes import END, FCFS, FIXED, PRIORITY, START, START_START
+from daydream.simulate.engine import Schedule, SimulationDeadlock, simulate
+from daydream.simulate.graph import SimGraph
 
 __all__ = ["END", "FCFS", "FIXED", "PRIORITY", "START", "START_START", "Schedule", "SimGraph",
            "SimulationDeadlock", "simulate"]

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ingest.errors import DaydreamError
-from simulate import _core
-from simulate._core import MIN_LAG_NS
-from simulate.codes import FIXED, PRIORITY, START, START_START
+from daydream.base.errors import DaydreamError
+from daydream.simulate import _core
+from daydream.simulate._core import MIN_LAG_NS
+from daydream.simulate.codes import FIXED, PRIORITY, START, START_START
 
 
 def _first(mask: np.ndarray) -> int:

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ingest.errors import DaydreamError
-from simulate import _core
-from simulate.check import check_graph, check_shapes
-from simulate.codes import END, FIXED, START, START_START
-from simulate.graph import SimGraph
+from daydream.base.errors import DaydreamError
+from daydream.simulate import _core
+from daydream.simulate.check import check_graph, check_shapes
+from daydream.simulate.codes import END, FIXED, START, START_START
+from daydream.simulate.graph import SimGraph
 
 
 class SimulationDeadlock(DaydreamError):

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ingest.errors import DaydreamError
-from simulate.check import check_edge_list, check_tasks
+from daydream.base.errors import DaydreamError
+from daydream.simulate.check import check_edge_list, check_tasks
 
 
 def _arr(name: str, value, dtype, length: int | None = None) -> np.ndarray:

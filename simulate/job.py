@@ -18,8 +18,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from simulate.engine import Schedule, simulate
-from simulate.replay import Iteration, iteration_times, to_simgraph
+from daydream.simulate.engine import Schedule, simulate
+from daydream.simulate.replay import Iteration, iteration_times, to_simgraph
 
 
 @dataclass

@@ -17,12 +17,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphstore.schema import CPU_KINDS, EDGE_ANCHORS, GPU_KINDS, POLICIES, TASK_KINDS
-from ingest.errors import DaydreamError
-from simulate import _report
-from simulate.codes import END, FCFS, FIXED, PRIORITY, START, START_START
-from simulate.engine import Schedule, simulate
-from simulate.graph import SimGraph
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.schema import CPU_KINDS, EDGE_ANCHORS, GPU_KINDS, POLICIES, TASK_KINDS
+from daydream.simulate import _report
+from daydream.simulate.codes import END, FCFS, FIXED, PRIORITY, START, START_START
+from daydream.simulate.engine import Schedule, simulate
+from daydream.simulate.graph import SimGraph
 
 # The graph schema's vocabularies -> the simulator's codes.
 ANCHOR_KIND = dict(zip(EDGE_ANCHORS, (START, START_START, END), strict=True))

@@ -10,9 +10,9 @@ import time
 
 import numpy as np
 
-from simulate.codes import END, FCFS, FIXED, PRIORITY, START, START_START
-from simulate.engine import simulate
-from simulate.graph import SimGraph
+from daydream.simulate.codes import END, FCFS, FIXED, PRIORITY, START, START_START
+from daydream.simulate.engine import simulate
+from daydream.simulate.graph import SimGraph
 
 
 def warm() -> float:

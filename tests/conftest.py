@@ -36,9 +36,9 @@ def stored_graphs(paths: list[Path], root: Path, job: str | None = None) -> dict
     points (``ingest.batch.ingest``, ``graphstore.load.load``), not through daydream: the
     fixtures of the stage tests depend only on the stages before them. Returns each file's
     trace id."""
-    from graphstore import load
-    from ingest.batch import ingest
-    from ingest.store import Store
+    from daydream.graphstore import load
+    from daydream.ingest.batch import ingest
+    from daydream.ingest.store import Store
 
     rep = ingest(paths, Store(root), jobs=1, strict=True, job=job)
     ids = {Path(r.path): r.trace_id for r in rep.results}

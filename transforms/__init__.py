@@ -8,9 +8,9 @@ __all__ = ["Context", "rewrite", "list_opts"]
 
 def __getattr__(name: str):
     if name == "list_opts":
-        from transforms.catalog import listing
+        from daydream.transforms.catalog import listing
         return listing
     if name in ("Context", "rewrite"):
-        from transforms import registry
+        from daydream.transforms import registry
         return getattr(registry, name)
-    raise AttributeError(f"module 'transforms' has no attribute {name!r}")
+    raise AttributeError(f"module 'daydream.transforms' has no attribute {name!r}")

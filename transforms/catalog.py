@@ -4,8 +4,8 @@ pyarrow, duckdb and the models) was 1.5 s of the command's 1.8 s.
 opts/catalog.json holds ``registry.list_opts()`` and a digest of the sources it was made from
 (the registry and every module of transforms/opts). A catalog whose digest does not match the
 sources is not used: the listing then comes from the registry, slower but right.
-``python -m transforms.catalog`` rewrites it; tests/transforms/test_catalog.py fails until it
-is rewritten, and checks that it says what the registry says.
+``python -m daydream.transforms.catalog`` rewrites it; tests/transforms/test_catalog.py fails
+until it is rewritten, and checks that it says what the registry says.
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ def listing() -> list[dict]:
     got = stored()
     if got is not None:
         return got
-    from transforms.registry import list_opts
+    from daydream.transforms.registry import list_opts
     return list_opts()
 
 
 def write() -> Path:
     """The catalog, made again from the registry."""
-    from transforms.registry import list_opts
+    from daydream.transforms.registry import list_opts
     text = json.dumps({"digest": digest(), "opts": list_opts()}, indent=1, ensure_ascii=False)
     CATALOG.write_text(text + "\n", encoding="utf-8")
     return CATALOG

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from ingest.errors import DaydreamError
-from transforms.constants import COLLECTIVE, COMM_LINK
+from daydream.base.errors import DaydreamError
+from daydream.transforms.constants import COLLECTIVE, COMM_LINK
 
 _TYPE_RE = re.compile(r"(?:nccl|rccl)\w*?Kernel_([A-Za-z]+)", re.IGNORECASE)
 _TYPES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",

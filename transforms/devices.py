@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from transforms.hardware import device_from_properties
+from daydream.transforms.hardware import device_from_properties
 
 # Every family a constant table may be keyed by; "default" where the device is unknown.
 FAMILIES = ("v100", "a100", "h100", "turing", "mi300x", "default")

@@ -9,9 +9,9 @@ import re
 import numpy as np
 import polars as pl
 
-from graphstore.schema import CPU_KINDS, LOCAL_GPU_KINDS
-from ingest.errors import DaydreamError
-from transforms.primitives import Graph
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.schema import CPU_KINDS, LOCAL_GPU_KINDS
+from daydream.transforms.primitives import Graph
 
 # GPU work a layer recomputes or whose input it copies: kernels, copies and sets (not
 # collectives, which belong to the data-parallel machinery, not to the layer's math).

@@ -33,9 +33,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphstore.params import PARAM_INPUTS
-from transforms import hardware as hw
-from transforms import work as wk
+from daydream.graphstore.params import PARAM_INPUTS
+from daydream.transforms import hardware as hw
+from daydream.transforms import work as wk
 
 GIB = 1 << 30
 # optimizer -> state tensors kept per parameter (torch.optim docs: Adam/AdamW exp_avg and

@@ -26,8 +26,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphstore.schema import GPU_KINDS, POLICIES
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.schema import GPU_KINDS, POLICIES
 
 # Where an anchor attaches on its source and destination.
 _SRC_POINT = {"end_start": "end", "start_start": "start", "end_end": "end"}

@@ -21,8 +21,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from transforms.constants import PROFILER
-from transforms.primitives import Graph
+from daydream.transforms.constants import PROFILER
+from daydream.transforms.primitives import Graph
 
 
 @dataclass(frozen=True)

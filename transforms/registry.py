@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ingest.errors import DaydreamError
-from transforms import spec as _spec
-from transforms.primitives import Graph
+from daydream.base.errors import DaydreamError
+from daydream.transforms import spec as _spec
+from daydream.transforms.primitives import Graph
 
 
 @dataclass
@@ -119,9 +119,9 @@ def _load() -> None:
     global _LOADED
     if _LOADED:
         return
-    import transforms.opts as pkg
+    import daydream.transforms.opts as pkg
     for m in pkgutil.iter_modules(pkg.__path__):
-        importlib.import_module(f"transforms.opts.{m.name}")
+        importlib.import_module(f"daydream.transforms.opts.{m.name}")
     _LOADED = True
 
 

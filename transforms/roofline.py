@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from transforms.hardware import Device
-from transforms.kernels import peak
+from daydream.transforms.hardware import Device
+from daydream.transforms.kernels import peak
 
 _L2_SRC = ("peak L2 bandwidth as tabulated in Ultrasonics Sonochemistry 99 (2023) 106546 "
            "(doi:10.1016/j.ultsonch.2023.106546), Table 3 'Hardware features of different "

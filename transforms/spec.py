@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NUM = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?)$")

@@ -45,8 +45,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphstore.params import DTYPE_BYTES, PARAM_INPUTS
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.params import DTYPE_BYTES, PARAM_INPUTS
 
 # bytes per element of the dtype names Kineto records, beyond graphstore.params' float types
 ELEM_BYTES = {**DTYPE_BYTES, "long int": 8, "long": 8, "int": 4, "unsigned int": 4,

@@ -79,9 +79,9 @@ def _f(x: float | None, unit: str = "x", none: str = NA) -> str:
 
 def factors() -> tuple[list[str], list[dict]]:
     """The model's factors per architecture (its own functions on the GPU table's peaks)."""
-    from transforms import hardware
-    from transforms.constants import AMP
-    from transforms.opts.amp import class_ratio, roofline_ratio
+    from daydream.transforms import hardware
+    from daydream.transforms.constants import AMP
+    from daydream.transforms.opts.amp import class_ratio, roofline_ratio
     lines = ["### Per-class factors per architecture", "",
              "The work part of a kernel (above its fixed cost) FP32 (or TF32) -> FP16 as the "
              "model scales it on each GPU of the table (transforms/hardware.py), beside the "
@@ -126,12 +126,12 @@ def factors() -> tuple[list[str], list[dict]]:
 
 
 def _src(op: str) -> str:
-    from transforms.constants import AMP_INTENSITY
+    from daydream.transforms.constants import AMP_INTENSITY
     return AMP_INTENSITY[op]["source"]
 
 
 def _kclass(name: str, phase: str | None) -> str:
-    from transforms.kernels import kernel_precision
+    from daydream.transforms.kernels import kernel_precision
     if phase == "weight_update":
         return "optimizer (kept FP32)"
     p = kernel_precision(name)
@@ -156,7 +156,7 @@ def per_class(ctx: Context, path) -> tuple[list[str], dict]:
 
     from daydream import pipeline
     from daydream.api import open_store
-    from transforms.registry import rewrite
+    from daydream.transforms.registry import rewrite
     s = pipeline.resolve(str(path), open_store(ctx.store))
     new = rewrite(s.tables, "amp(casts=false,loss_scaling=false)", pipeline.context(s))
     t0 = pl.from_arrow(s.tables["task"]).with_row_index("id")

@@ -15,7 +15,7 @@ SLOWER = 0.99  # a speedup under this is a slowdown the notes must explain (gate
 def specs() -> list[tuple[str, str]]:
     """(optimization, the spec asked of every trace): its name, or the example it was
     registered with where a parameter has no default."""
-    from transforms.registry import examples
+    from daydream.transforms.registry import examples
     return list(examples().items())
 
 
@@ -121,7 +121,7 @@ def run(ctx: Context) -> Result:
             d = results[str(path)][spec]
             cell = {"trace": shown(path), "opt": name, "spec": spec}
             if isinstance(d, Exception):
-                from ingest.errors import DaydreamError
+                from daydream.base.errors import DaydreamError
                 clear = isinstance(d, DaydreamError)
                 crashes += not clear
                 why = _why(d) if clear else f"CRASH {reason(d)}"

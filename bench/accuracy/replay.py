@@ -92,8 +92,8 @@ def structure(ctx: Context, path) -> tuple[float | None, float | None, bool | No
 def shares(ctx: Context, d: dict) -> tuple[float | None, float | None]:
     """Share of GPU time on a layer and on a phase (graphstore's mapped_share)."""
     try:
-        from graphstore.labels import mapped_share
-        from graphstore.read import read_graph
+        from daydream.graphstore.labels import mapped_share
+        from daydream.graphstore.read import read_graph
         tid = d["ranks"][0]["trace_id"] if d.get("ranks") else d["trace_id"]
         s = mapped_share(read_graph(ctx.store, tid)["task"])
         return s["layer_share"], s["phase_share"]

@@ -58,8 +58,8 @@ def subject(ctx: Context, path: Path):
     rewrite Context every prediction of it gets, as ``daydream predict`` builds them."""
     memo = ctx.shared.setdefault("whatif_hw_subjects", {})
     if str(path) not in memo:
+        from daydream.ingest.store import Store
         from daydream.pipeline import resolve
-        from ingest.store import Store
         memo[str(path)] = resolve(str(path), Store(ctx.store))
     return memo[str(path)]
 
@@ -70,7 +70,7 @@ def rewrite_context(s):
 
 
 def graph(s):
-    from transforms.primitives import Graph
+    from daydream.transforms.primitives import Graph
     return Graph.from_tables(s.tables)
 
 
@@ -95,7 +95,7 @@ def gpu_ms(g, dur: np.ndarray | None = None) -> float:
 def classes(g, ops_names: list[str | None] | None = None, *, by: str = "class") -> list[str]:
     """Per task its kernel class (``op/math``), ``memcpy/<kind>`` or ``memset``; or (BY =
     ``op``) only the op kind, which does not change with the GPU."""
-    from transforms.kernels import classify
+    from daydream.transforms.kernels import classify
     kind = g.task["kind"].to_numpy()
     names = g.task["name"].fill_null("").to_list()
     out = [""] * len(kind)
@@ -122,7 +122,7 @@ def per_class_ms(g, cls: list[str], dur: np.ndarray | None = None) -> dict[str, 
 
 
 def task_ops(g, c):
-    from transforms import work as wk
+    from daydream.transforms import work as wk
     t, la = g.task, g.launches()
     return wk.task_ops(t["kind"].to_numpy(), t["range_id"].fill_null(-1).to_numpy(),
                        la["api"].to_numpy(), la["gpu"].to_numpy(), wk.ranges_of(c))
@@ -133,7 +133,7 @@ def task_ops(g, c):
 def seq_length(c) -> int | None:
     """The padded number of particles of a Particle Transformer pass: the model trims each
     batch to its longest jet; ``aten::bitwise_not`` of the [batch, particles] mask shows it."""
-    from transforms import work as wk
+    from daydream.transforms import work as wk
     r = wk.ranges_of(c)
     if r is None:
         return None
@@ -148,7 +148,7 @@ def seq_length(c) -> int | None:
 def matched_work(gb, cb, gn, cn) -> dict[int, tuple[float, float]]:
     """The target trace's (FLOPs, bytes) for each op of the base trace, ops matched in order
     by name (difflib over the ops of the GPU tasks)."""
-    from transforms import work as wk
+    from daydream.transforms import work as wk
 
     def ops_in_order(g, c):
         o = task_ops(g, c)
@@ -209,9 +209,9 @@ def batch_rows(ctx: Context) -> tuple[list[dict], dict, dict]:
 
 
 def _batch_rows(ctx: Context) -> tuple[list[dict], dict, dict]:
-    from transforms import memory as mem
-    from transforms import work as wk
-    from transforms.opts import batch as B
+    from daydream.transforms import memory as mem
+    from daydream.transforms import work as wk
+    from daydream.transforms.opts import batch as B
     paths = {b: tr.resolve(rel, PARTICLE_DATA.get(b)) for b, rel in PARTICLE.items()}
     paths = {b: p for b, p in paths.items() if p is not None}
     subs = {b: subject(ctx, p) for b, p in paths.items()}
@@ -269,7 +269,7 @@ def gpu_rows(ctx: Context) -> list[dict]:
 
 
 def _gpu_rows(ctx: Context) -> list[dict]:
-    from transforms.opts import gpu as G
+    from daydream.transforms.opts import gpu as G
     out = []
     for label, rel, fb, target, mlabel, mrel, mfb in RESNET:
         src, meas = tr.resolve(rel, fb), tr.resolve(mrel, mfb)
@@ -303,14 +303,14 @@ def _gpu_rows(ctx: Context) -> list[dict]:
 
 
 def _batch(g, c) -> str:
-    from transforms import work as wk
-    from transforms.opts import batch as B
+    from daydream.transforms import work as wk
+    from daydream.transforms.opts import batch as B
     b, how = B.traced_batch(g, wk.ranges_of(c))
     return str(b) if b else "not recorded (no input shapes)"
 
 
 def _device_key(c) -> str:
-    from transforms.hardware import device_from_properties
+    from daydream.transforms.hardware import device_from_properties
     d = device_from_properties(c.device) if c.device else None
     return d.key if d else "unknown"
 

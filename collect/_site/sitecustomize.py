@@ -63,7 +63,7 @@ def _helper_target(target) -> bool:
 
 def _start(options: str):
     try:
-        from collect.cli import start_from_env
+        from daydream.collect.cli import start_from_env
         return start_from_env(options)
     except Exception as e:  # the job runs on, uncollected, and says why
         print(f"daydream collect: error: {e}; process {os.getpid()} runs without collection",

@@ -213,7 +213,7 @@ def test_gates_matrix_marks_failures_refusals_and_unnamed_slowdowns(tmp_path, mo
     """Every optimization on every trace: a failed gate is marked in its cell, a refusal
     (DaydreamError) is ``n/a`` with its reason listed once for the columns it holds, any
     other exception is a crash, and a slowdown whose gates name no tasks is counted."""
-    from ingest.errors import DaydreamError
+    from daydream.base.errors import DaydreamError
     a = toy.write_kineto(tmp_path / "a.json", toy.toy_a_events())
     b = toy.write_kineto(tmp_path / "b.json", toy.toy_a_events())
     monkeypatch.setattr(tr, "training", lambda: [("toy A", a), ("toy B", b)])

@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from collect import records
-from ingest import cupti_raw as fmt
+from daydream.collect import records
+from daydream.ingest import cupti_raw as fmt
 
 _classes: dict[str, type] = {}
 
@@ -252,7 +252,7 @@ class FakeBackend:
     def push(self, mid: int) -> None:
         self.pushes.append(("push", mid))
         opener = sys._getframe(2).f_globals.get("__name__")  # who called Markers.begin
-        launches = "CONCURRENT_KERNEL" in self.kinds and opener != "collect.api"
+        launches = "CONCURRENT_KERNEL" in self.kinds and opener != "daydream.collect.api"
         self._open.setdefault(threading.get_native_id(), []).append(
             (mid, time.perf_counter_ns(), launches))
 

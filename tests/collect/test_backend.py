@@ -8,7 +8,7 @@ import enum
 
 import pytest
 
-from collect import cupti_backend as cb
+from daydream.collect import cupti_backend as cb
 
 
 class StubCupti:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from collect import cupti_backend
-from collect.api import collect
-from collect.cli import ENV, child_env, collect_command
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.collect import cupti_backend
+from daydream.collect.api import collect
+from daydream.collect.cli import ENV, child_env, collect_command
 
 ROOT = Path(__file__).resolve().parents[2]
 NEEDS_GPU = r"^daydream collect needs an NVIDIA GPU with CUPTI: "

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from collect.api import collect, collect_steps
-from collect.cli import collect_command
-from ingest import cupti_raw as fmt
-from ingest.batch import ingest
-from ingest.store import Store
+from daydream.collect.api import collect, collect_steps
+from daydream.collect.cli import collect_command
+from daydream.ingest import cupti_raw as fmt
+from daydream.ingest.batch import ingest
+from daydream.ingest.store import Store
 from tests.collect import helpers as h
 
 torch = pytest.importorskip("torch")

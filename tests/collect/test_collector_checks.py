@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from collect.api import collect
-from collect.recorder import Recorder
-from collect.writer import RawWriter
-from ingest import cupti_raw as fmt
+from daydream.collect.api import collect
+from daydream.collect.recorder import Recorder
+from daydream.collect.writer import RawWriter
+from daydream.ingest import cupti_raw as fmt
 from tests.collect import helpers as h
 
 ROOT = Path(__file__).resolve().parents[2]

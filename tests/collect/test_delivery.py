@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from collect.api import collect
-from ingest import cupti_raw as fmt
+from daydream.collect.api import collect
+from daydream.ingest import cupti_raw as fmt
 from tests.collect import helpers as h
 
 torch = pytest.importorskip("torch")
@@ -74,7 +74,7 @@ def test_last_iteration_keeps_its_gpu_records(tmp_path):
 JOB = textwrap.dedent("""
     import os, signal, sys, time
     import torch
-    from collect.api import collect
+    from daydream.collect.api import collect
     from tests.collect.helpers import FakeBackend
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from collect.demangle import demangle
-from collect.recorder import Recorder
-from collect.writer import RawWriter
-from ingest import cupti_raw as fmt
+from daydream.collect.demangle import demangle
+from daydream.collect.recorder import Recorder
+from daydream.collect.writer import RawWriter
+from daydream.ingest import cupti_raw as fmt
 from tests.collect import helpers as h
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -33,7 +33,7 @@ def _nsys_mangled() -> list[str]:
 
 @pytest.fixture(scope="module")
 def kineto_names() -> set[str]:
-    from ingest.convert import read_trace
+    from daydream.ingest.convert import read_trace
     names = set()
     for rel in KINETO:
         names.update(read_trace(DATA / rel).tables["kernel"]["name"].to_pylist())

@@ -84,8 +84,8 @@ def test_smoke_run_writes_its_results(tmp_path):
                                                  "eager vs CUDA graphs (small GPT)"}
     assert [g["name"] for g in res["groups"]] == ["resnet50", "gpt_ckpt_graphs"]
 
-    from ingest import cupti_raw as fmt
-    from ingest.convert import read_trace
+    from daydream.ingest import cupti_raw as fmt
+    from daydream.ingest.convert import read_trace
     with tarfile.open(out / "resnet50.tar") as tar:
         tar.extractall(tmp_path / "x", filter="data")
     conv = read_trace(tmp_path / "x" / "resnet50-fp32.pt.trace.json.gz")
@@ -98,7 +98,8 @@ def test_smoke_run_writes_its_results(tmp_path):
 
 
 def test_gpu_smoke_fails_without_a_gpu(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "collect.gpu_smoke", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "daydream.collect.gpu_smoke", "--out",
+                           str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 1
@@ -109,9 +110,9 @@ def test_gpu_smoke_fails_without_a_gpu(tmp_path):
 
 def test_gpu_smoke_check_lists_what_a_file_lacks(tmp_path):
     """A file without layer markers, iterations or devices is a failure, not a pass."""
-    from collect.gpu_smoke import check
-    from collect.recorder import Recorder
-    from collect.writer import RawWriter
+    from daydream.collect.gpu_smoke import check
+    from daydream.collect.recorder import Recorder
+    from daydream.collect.writer import RawWriter
     from tests.collect import helpers as h
 
     path = tmp_path / "bare.cupti"

@@ -10,9 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from collect.hooks import LayerHooks  # noqa: E402
-from collect.markers import Markers  # noqa: E402
-from ingest import cupti_raw as fmt  # noqa: E402
+from daydream.collect.hooks import LayerHooks  # noqa: E402
+from daydream.collect.markers import Markers  # noqa: E402
+from daydream.ingest import cupti_raw as fmt  # noqa: E402
 
 
 class Block(nn.Module):

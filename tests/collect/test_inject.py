@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from collect import cli
-from collect.cli import ENV, child_env, collect_command
-from ingest import cupti_raw as fmt
+from daydream.collect import cli
+from daydream.collect.cli import ENV, child_env, collect_command
+from daydream.ingest import cupti_raw as fmt
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = "tests.collect.helpers:FakeBackend"
@@ -136,7 +136,7 @@ def test_spawn_workers_are_collected(tmp_path, capfd):
 SHADOWED = textwrap.dedent("""
     import json, os, sys
     with open(os.environ["SHADOW_OUT"], "w") as f:
-        json.dump({"collect_started": "collect.api" in sys.modules,
+        json.dump({"collect_started": "daydream.collect.api" in sys.modules,
                    "site_dir_on_path": any(p.endswith("_site") for p in sys.path)}, f)
 """)
 
@@ -144,7 +144,7 @@ PATH_JOB = textwrap.dedent("""
     import json, os, sys, sysconfig
     with open(os.environ["PATH_OUT"], "w") as f:
         json.dump({"path": sys.path, "stdlib": sysconfig.get_paths()["stdlib"],
-                   "collect": "collect.api" in sys.modules}, f)
+                   "collect": "daydream.collect.api" in sys.modules}, f)
 """)
 
 

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from collect import cupti_backend as cb
-from collect.api import collect
-from ingest import cupti_raw as fmt
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.collect import cupti_backend as cb
+from daydream.collect.api import collect
+from daydream.ingest import cupti_raw as fmt
 from tests.collect import helpers as h
 
 CU13 = "/env/lib/python3.12/site-packages/nvidia/cu13/lib/libcupti.so.13"
@@ -87,4 +87,4 @@ def test_header_records_the_library(tmp_path):
 
 
 def test_import_of_the_backend_needs_no_gpu():
-    assert "cupti_backend" in cb.__name__ and sys.modules["collect.cupti_backend"] is cb
+    assert "cupti_backend" in cb.__name__ and sys.modules["daydream.collect.cupti_backend"] is cb

@@ -1,4 +1,4 @@
-"""collect.records against cupti-python's own record dtypes, and the collector fed with
+"""daydream.collect.records against cupti-python's own record dtypes, and the collector fed with
 cupti-python's own record wrappers (both skipped where cupti-python is not installed: it imports
 without a GPU, but is an optional dependency)."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collect import records
-from collect.recorder import Recorder
-from collect.writer import RawWriter
-from ingest import cupti_raw as fmt
+from daydream.collect import records
+from daydream.collect.recorder import Recorder
+from daydream.collect.writer import RawWriter
+from daydream.ingest import cupti_raw as fmt
 from tests.collect import helpers as h
 
 

@@ -13,13 +13,13 @@ import zlib
 import pyarrow as pa
 import pytest
 
-from collect.recorder import Recorder
-from collect.writer import RawWriter
-from ingest import cupti_raw as fmt
-from ingest.convert import read_trace
-from ingest.errors import TraceFormatError
-from ingest.schema import TABLES
-from ingest.source import sniff
+from daydream.base.errors import TraceFormatError
+from daydream.collect.recorder import Recorder
+from daydream.collect.writer import RawWriter
+from daydream.ingest import cupti_raw as fmt
+from daydream.ingest.convert import read_trace
+from daydream.ingest.schema import TABLES
+from daydream.ingest.source import sniff
 from tests.collect import helpers as h
 
 T0 = h.T0

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from daydream import api
 from daydream.advise import advise, candidates, tables, where_time_goes
 from daydream.cli import app
+from daydream.transforms import list_opts
 from tests.conftest import DATA
-from transforms import list_opts
 
 TOY = DATA / "kineto" / "mi250_toy_train_rocm.json.gz"
 

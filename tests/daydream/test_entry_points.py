@@ -15,10 +15,10 @@ import orjson
 import pytest
 
 from daydream import api, fleet
-from graphstore import db
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.graphstore import db
+from daydream.transforms import list_opts
 from tests.conftest import DATA
-from transforms import list_opts
 
 RESNET = DATA / "kineto" / "resnet50_v100_nw0_run1.json.gz"
 DLRM = DATA / "kineto" / "dlrm_8ranks"

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from daydream import api, fleet
-from graphstore import db
-from ingest import schema
-from ingest.store import PART, Store
+from daydream.base.store import PART
+from daydream.graphstore import db
+from daydream.ingest import schema
+from daydream.ingest.store import Store
 from tests.conftest import DATA
 from tests.daydream.variants import make_variants
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from daydream import api
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
 from tests.conftest import DATA, DLRM, dlrm_nccl
 
 FSDP = DATA / "nsys" / "fsdp_t5_2xh100_1s.sqlite"
@@ -77,7 +77,7 @@ def test_predict_json_on_a_job_has_ranks_with_predictions(store):
 def test_replayed_job_keeps_its_collectives_in_sql(store):
     """`collective` rows point at each rank's own NCCL kernel (the i-th in its JSON), with the
     wait the JSON implies; a second replay replaces them."""
-    from graphstore import db
+    from daydream.graphstore import db
     api.predict("dlrm_8ranks", store)
     api.predict("dlrm_8ranks", store)
     rows = db.run_sql(store, "SELECT c.rank, c.seq, c.type, c.wait_ns, c.arrival_ns, t.name "
@@ -145,8 +145,8 @@ def test_one_rank_alone_is_a_trace_not_a_job(tmp_path):
 
 
 def test_readable_names_stay_unique():
+    from daydream.graphstore.job import Member
     from daydream.jobs import named
-    from graphstore.job import Member
     jobs = {"a_of8": [Member(0, "t1", "runs/a/bert_rank0_of8.json")],
             "a_of16": [Member(0, "t2", "runs/a/bert_rank0_of16.json")],
             "b": [Member(0, "t3", "runs/b/rank0.json"), Member(1, "t4", "runs/b/rank1.json")],

@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from daydream import api
+from daydream.base.errors import DaydreamError
 from daydream.cli import app
-from ingest.errors import DaydreamError
 from tests.conftest import DATA, ROOT
 
 RESNET = DATA / "kineto" / "resnet50_v100_nw0_run1.json.gz"
@@ -232,8 +232,8 @@ def test_the_cli_starts_without_the_simulator_or_the_collector():
     import subprocess
     import sys
     code = ("import sys, daydream.cli, daydream.api; "
-            "print(sorted(m for m in ('numba', 'simulate._core', 'collect.api', "
-            "'daydream.pipeline', 'transforms') if m in sys.modules))")
+            "print(sorted(m for m in ('numba', 'daydream.simulate._core', 'daydream.collect.api', "
+            "'daydream.pipeline', 'daydream.transforms') if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert p.stdout.strip() == "[]"
     import daydream  # the public functions are still there, imported on first use
@@ -274,8 +274,8 @@ def test_ingest_through_main_prints_and_stores_what_the_typer_command_does(tmp_p
     import subprocess
     import sys
 
-    from graphstore import db
-    from ingest.store import Store
+    from daydream.graphstore import db
+    from daydream.ingest.store import Store
 
     bad = tmp_path / "bad.json"
     bad.write_text('{"traceEvents": [')
@@ -378,7 +378,7 @@ def test_opts_and_info_answered_without_the_cli_framework_print_what_the_cli_pri
         assert fast == typed, args
         assert fast[0] == (1 if "nope" in args else 0) and fast[1 if fast[0] == 0 else 2]
     heavy = ("typer", "pydantic", "rich", "polars", "numba", "pyarrow", "duckdb", "numpy",
-             "transforms.registry", "transforms.primitives")
+             "daydream.transforms.registry", "daydream.transforms.primitives")
     assert _loaded_after(["opts"], heavy) == []
     assert _loaded_after(["opts", "--json"], heavy) == []
     # info reads the store through DuckDB alone: no Arrow (pyarrow and numpy, a third of a
@@ -409,9 +409,9 @@ def test_info_of_a_trace_without_a_graph_beside_one_with(tmp_path):
     """A store where one trace has its graph and the other does not yet (ingested by the
     stage alone): `info` gives the graph's facts for the first only, and for the second what
     its trace table says (its listed devices, no iteration count)."""
-    from graphstore import load
-    from ingest.batch import ingest
-    from ingest.store import Store
+    from daydream.graphstore import load
+    from daydream.ingest.batch import ingest
+    from daydream.ingest.store import Store
 
     root = tmp_path / "s"
     rep = ingest([TOY, WHOLE], Store(root), jobs=1, strict=True)
@@ -486,7 +486,7 @@ def test_plain_ingest_command_lines_are_answered_without_typer(tmp_path):
     assert p.returncode == 0 and "1 trace ingested" in p.stderr, p.stderr[-2000:]
     imported = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines()
                 if ln.startswith("import time:")}
-    assert "ingest.batch" in imported and not imported & {"typer", "pydantic"}
+    assert "daydream.ingest.batch" in imported and not imported & {"typer", "pydantic"}
     p = subprocess.run([sys.executable, "-m", "daydream", "ingest", str(good), "-j", "x"],
                        capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and "Input should be a valid integer" in p.stderr, p.stderr

@@ -4,7 +4,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from graphstore.schema import GPU_KINDS
+from daydream.graphstore.schema import GPU_KINDS
 from tests.conftest import DATA
 
 SPEC = "scale(select=\"kind = 'kernel'\", factor=0.5)"
@@ -13,8 +13,8 @@ SPEC = "scale(select=\"kind = 'kernel'\", factor=0.5)"
 @pytest.fixture(scope="module")
 def predicted(tmp_path_factory):
     from daydream import api
-    from graphstore.read import read_graph
-    from transforms import rewrite
+    from daydream.graphstore.read import read_graph
+    from daydream.transforms import rewrite
     tmp = tmp_path_factory.mktemp("plot")
     png = tmp / "out" / "v100.png"
     d = api.predict(DATA / "kineto" / "resnet50_v100_nw0_run1.json.gz", tmp / "store",
@@ -60,7 +60,7 @@ def test_phase_bars_are_the_prediction(predicted):
 
 def test_timeline_bars_are_the_schedule(predicted):
     from daydream.plot import timeline_bars
-    from simulate.replay import replay
+    from daydream.simulate.replay import replay
     d, _, g, g2 = predicted
     it = d["plot_iteration"]
     assert it == next(i["index"] for i in d["iterations"] if i["used"])

@@ -10,8 +10,8 @@ import duckdb
 import pytest
 
 from daydream import api, fleet
-from graphstore import db
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.graphstore import db
 from tests.conftest import DATA, ROOT
 
 SMALL = [DATA / "kineto" / n for n in ("simple_add_a100.json.gz", "triton_example.json.gz",
@@ -211,7 +211,7 @@ def test_traces_without_a_graph_are_left_out_and_counted(fresh):
 def test_a_worker_predicts_without_duckdb(store):
     """What a pool worker runs (``predict_trace`` on a packed graph) needs no DuckDB: the
     driver reads the graphs and writes the rows (~0.1 s of import per worker saved)."""
-    from graphstore.read import read_graphs
+    from daydream.graphstore.read import read_graphs
     tid = api.open_store(store).trace_ids()[0]
     packed = fleet.pack_graph(read_graphs(store, [tid])[0])
     code = ("import pickle, sys; from daydream import fleet; "

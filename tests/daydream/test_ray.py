@@ -6,7 +6,7 @@ import pytest
 import ray
 
 from daydream import api, fleet
-from graphstore import db
+from daydream.graphstore import db
 from tests.daydream.test_predict_all import SMALL
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphstore.build import build
-from graphstore.check import check_acyclic
-from graphstore.latency import Latency
-from graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, GPU_KINDS, TASK_KINDS
-from ingest.convert import read_trace
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.build import build
+from daydream.graphstore.check import check_acyclic
+from daydream.graphstore.latency import Latency
+from daydream.graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, GPU_KINDS, TASK_KINDS
+from daydream.ingest.convert import read_trace
 from tests.conftest import DATA, SHARED, kineto_files
 
 # Round latencies for the hand-made traces, so that the expected lags and slack below can be
@@ -241,7 +241,7 @@ def test_real_trace_invariants(path):
     b = end_like & g.binding
     assert np.array_equal(t_src[b], work_from[b])
     # lags are the physical constants of their kinds, never fitted to this trace
-    from graphstore.latency import LATENCY
+    from daydream.graphstore.latency import LATENCY
     for k in np.unique(g.ekind):
         name = EDGE_KINDS[k]
         lags = set(g.lag_ns[g.ekind == k].tolist())
@@ -357,7 +357,7 @@ def _launch_storm(n: int, call_us: float, kernel_us: float, lag_us: float = 5.0)
 
 
 def test_launch_queue_edges(tmp_path):
-    from graphstore.latency import LAUNCH_QUEUE_DEPTH as Q
+    from daydream.graphstore.latency import LAUNCH_QUEUE_DEPTH as Q
 
     # 2000 launches 10 us apart of 15 us kernels: the GPU falls behind by one kernel every
     # 30 us, so at most 666 kernels are ever outstanding: the trace never fills the queue.
@@ -377,7 +377,7 @@ def test_launch_queue_deeper_in_the_trace(tmp_path):
     # Calls 5 us apart, kernels 15 us: up to ~1333 kernels outstanding, more than the model's
     # 1024. The queue is at least as deep as the trace shows, so the edges use that depth and
     # none contradicts the trace; no call ran long, so none counts as blocked.
-    from graphstore.latency import LAUNCH_QUEUE_DEPTH as Q
+    from daydream.graphstore.latency import LAUNCH_QUEUE_DEPTH as Q
 
     n, ev = 2000, _launch_storm(2000, 5, 15)
     g = build(read_trace(write(tmp_path, ev)).tables, LAT)
@@ -429,10 +429,10 @@ def test_launch_queue_bounds_a_cpu_freed_of_launch_cost(tmp_path):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from graphstore.latency import LATENCY
-    from graphstore.load import graph_tables
-    from simulate.engine import simulate
-    from simulate.replay import to_simgraph
+    from daydream.graphstore.latency import LATENCY
+    from daydream.graphstore.load import graph_tables
+    from daydream.simulate.engine import simulate
+    from daydream.simulate.replay import to_simgraph
 
     n = 2000
     _, t = graph_tables(read_trace(write(tmp_path, _launch_storm(n, 10, 15))).tables)
@@ -456,7 +456,7 @@ def test_host_gap_between_two_tasks_of_a_phase_takes_that_phase(tmp_path):
     #   |## forward ## 0-10|gap 10-12|## forward ## 12-20|gap 20-25|## backward ## 25-40|
     # The gap between two forward annotations is forward overhead; the one between forward
     # and backward belongs to neither and stays "other".
-    from graphstore.load import graph_tables
+    from daydream.graphstore.load import graph_tables
 
     ev = [X("user_annotation", "ProfilerStep#1", 0, 40),
           X("user_annotation", "## forward ##", 0, 10),
@@ -494,7 +494,7 @@ def test_lower_bound_matches_searchsorted():
     """The galloping search the wake-edge pass uses, on hand-made sorted arrays with runs of
     equal values, against numpy for every query and every starting hint (far left, far right,
     exact, past the end)."""
-    from graphstore.build import _lower_bound
+    from daydream.graphstore.build import _lower_bound
 
     rng = np.random.default_rng(0)
     for n in (0, 1, 2, 7, 64):
@@ -537,7 +537,7 @@ def test_a_graph_labelled_on_threads_is_the_graph_labelled_inline(monkeypatch):
     """A large graph's labels are found on a thread while it is built, and its task names
     decoded on another while its tasks are labelled (graphstore.load._later): its tables are
     the same, row by row, as when both are made inline (every graph below THREADED_TASKS)."""
-    from graphstore import load as gload
+    from daydream.graphstore import load as gload
     from tests.conftest import DATA
 
     conv = read_trace(DATA / "kineto" / "event_sync_single_stream.json.gz")
@@ -557,7 +557,7 @@ def test_a_cycle_is_reported_first_when_the_check_runs_beside_the_labels(monkeyp
     """graph_tables runs the cycle check on a thread beside the labelling of a large graph;
     a graph with a cycle is still reported as such, before any error found after the check
     (here a launch-edge check that fails too)."""
-    from graphstore import load as gload
+    from daydream.graphstore import load as gload
     from tests.conftest import DATA
 
     conv = read_trace(DATA / "kineto" / "event_sync_single_stream.json.gz")
@@ -587,7 +587,7 @@ def test_thread_edges_from_the_sweeps_rows_are_those_of_a_sort_by_unit():
     ids rise along them, and from a sort of all tasks by unit where they do not (a
     hand-made case: the sweep never gives one): both are the edges between consecutive
     tasks of each thread in id order, as a plain sort by unit gives them."""
-    from graphstore.build import _thread_order, order_by_unit
+    from daydream.graphstore.build import _thread_order, order_by_unit
 
     rng = np.random.default_rng(7)
     nthr, per = 3, 6

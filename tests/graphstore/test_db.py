@@ -46,11 +46,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from graphstore import db
-from graphstore.schema import GRAPH_SCHEMA_VERSION, GRAPH_TABLES
-from ingest import schema as act
-from ingest.errors import DaydreamError
-from ingest.store import PART, Store, duckdb_instance
+from daydream.base.errors import DaydreamError
+from daydream.base.store import PART, duckdb_instance
+from daydream.graphstore import db
+from daydream.graphstore.schema import GRAPH_SCHEMA_VERSION, GRAPH_TABLES
+from daydream.ingest import schema as act
+from daydream.ingest.store import Store
 
 A = "aaaa1111"
 B = "bbbb2222"
@@ -518,7 +519,7 @@ def test_a_version_7_prediction_table_is_read_and_rebuilt_by_its_next_writer(
     # version 7's prediction rows had no reference step, interval or failed gates: such a
     # store reads as it is; its next writer rebuilds the table with them, its rows kept
     from daydream import fleet
-    from graphstore.schema import PREDICTION
+    from daydream.graphstore.schema import PREDICTION
 
     old = ("trace_id", "spec", "measured_ms", "baseline_ms", "predicted_ms", "speedup",
            "iterations", "notes", "created")
@@ -760,9 +761,9 @@ def test_a_real_graph_reads_back_the_same_from_parquet_as_from_duckdb(tmp_path: 
         pytest.skip("compares the two storages itself")
     import numpy as np
 
-    from graphstore import load as gload
-    from graphstore.read import read_graph
-    from ingest.convert import read_trace
+    from daydream.graphstore import load as gload
+    from daydream.graphstore.read import read_graph
+    from daydream.ingest.convert import read_trace
     from tests.conftest import SHARED
 
     # the transformer trace: 272,786 edges (three of DuckDB's row groups), 2,078 parallel pairs

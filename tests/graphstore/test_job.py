@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphstore.job import build_job, find_jobs, job_activity
-from graphstore.read import read_graph
-from ingest.store import Store
+from daydream.graphstore.job import build_job, find_jobs, job_activity
+from daydream.graphstore.read import read_graph
+from daydream.ingest.store import Store
 from tests.conftest import DLRM, dlrm_nccl, stored_graphs
 
 
@@ -97,7 +97,7 @@ def test_clock_offsets_are_small_on_one_node(job):
 def test_find_jobs_by_name_and_by_folder():
     """Hand-made trace rows: the job name given at ingest wins; ranks repeated in one folder
     (two runs) are not a job."""
-    from graphstore.job import find_jobs
+    from daydream.graphstore.job import find_jobs
     rows = [{"trace_id": f"t{i}", "file": f"runs/a/r{i}.json", "rank": i, "world_size": 2,
              "job": None, "start_ns": 100 * i, "end_ns": 1000 + i} for i in range(2)]
     # two ranks of another run in one folder: they do not overlap in time
@@ -114,7 +114,7 @@ def test_find_jobs_by_name_and_by_folder():
 
 
 def test_collective_type_names():
-    from graphstore.job import collective_type
+    from daydream.graphstore.job import collective_type
     assert collective_type("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, ...)") == \
         "all_reduce"
     assert collective_type("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(x)") == \
@@ -130,8 +130,8 @@ def test_bandwidth_on_a_job_shortens_each_kernel_after_its_join(job):
     so the job's collectives end sooner after the same last arrival."""
     import polars as pl
 
-    from simulate.job import replay_job
-    from transforms import rewrite
+    from daydream.simulate.job import replay_job
+    from daydream.transforms import rewrite
     t2 = rewrite(job.tables, "bandwidth(2x)")
     dur = t2["task"]["dur_ns"].to_numpy()
     e = pl.from_arrow(t2["edge"]).filter(pl.col("kind") == "rank",
@@ -148,8 +148,8 @@ def test_bandwidth_on_a_job_shortens_each_kernel_after_its_join(job):
 def test_no_straggler_scales_slow_ranks_to_the_median(job):
     import polars as pl
 
-    from simulate.job import replay_job
-    from transforms import rewrite
+    from daydream.simulate.job import replay_job
+    from daydream.transforms import rewrite
     t0 = pl.from_arrow(job.tables["task"])
     t2 = pl.from_arrow(rewrite(job.tables, "no_straggler")["task"])
 
@@ -185,8 +185,8 @@ def test_collectives_arriving_out_of_issue_order_get_a_fcfs_channel(store):
     and the job still simulates."""
     import polars as pl
 
-    from graphstore.job import _concat, _join, match_collectives
-    from simulate.job import replay_job
+    from daydream.graphstore.job import _concat, _join, match_collectives
+    from daydream.simulate.job import replay_job
     st = Store(store)
     members = _members(store)
     graphs = [read_graph(st.root, m.trace_id) for m in members]
@@ -200,7 +200,7 @@ def test_collectives_arriving_out_of_issue_order_get_a_fcfs_channel(store):
     chans = [u for u in out["unit"].to_pylist() if u["kind"] == "channel"]
     assert [u["policy"] for u in chans] == ["fcfs"]
     assert len(notes) == 1 and "out of issue order" in notes[0]
-    from graphstore.job import _sort
+    from daydream.graphstore.job import _sort
     sorted_tables, _ = _sort(out)
     assert replay_job(sorted_tables).mean("simulated_ns") > 0  # no deadlock, all ran
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphstore.labels import (
+from daydream.graphstore.labels import (
     _RULE_MEMO,
     FSDP_MARKER,
     FSDP_PREFIX,
@@ -35,9 +35,9 @@ from graphstore.labels import (
     label_ranges,
     mapped_share,
 )
-from graphstore.schema import PHASES
-from ingest.convert import read_trace
-from ingest.schema import conform
+from daydream.graphstore.schema import PHASES
+from daydream.ingest.convert import read_trace
+from daydream.ingest.schema import conform
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 KINETO = DATA / "kineto"
@@ -545,8 +545,8 @@ def test_collector_module_markers_name_layer_and_phase():
     # that is no marker; labels inferred elsewhere are overridden only for the markers.
     import pyarrow as pa
 
-    from graphstore.load import module_labels
-    from ingest.schema import conform
+    from daydream.graphstore.load import module_labels
+    from daydream.ingest.schema import conform
 
     rng = conform("range", {
         "range_id": [0, 1, 2, 3], "pid": [1] * 4, "tid": [1] * 4,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from graphstore import db
-from graphstore.params import COLUMNS, weight_ops
+from daydream.graphstore import db
+from daydream.graphstore.params import COLUMNS, weight_ops
 from tests.conftest import DATA, stored_graphs
 
 

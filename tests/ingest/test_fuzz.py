@@ -26,8 +26,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest.convert import read_trace
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.ingest.convert import read_trace
 from tests.conftest import DATA
 
 EXAMPLES = int(os.environ.get("DAYDREAM_FUZZ_EXAMPLES", "40"))

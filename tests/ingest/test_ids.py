@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest import ids
+from daydream.ingest import ids
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kineto"
 GOOD = DATA / "event_sync_single_stream.json.gz"

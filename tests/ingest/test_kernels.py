@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from ingest import kernels
+from daydream.base import compiled as kernels
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
@@ -26,12 +26,12 @@ TRACES = [DATA / "kineto" / "resnet50_v100_nw0_run1.json.gz",
           DATA / "kineto" / "mi250_toy_train_rocm.json.gz", DATA / "nsys" / "mock_rtx3080.sqlite"]
 HAS_CC = shutil.which("cc") is not None or shutil.which("gcc") is not None
 needs_build = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the kernels stay on numba's "
-                                                    "JIT (ingest.kernels.main)")
+                                                    "JIT (daydream.base.compiled.main)")
 
 _INGEST = """
 import json, sys
 from daydream import api
-from ingest import kernels
+from daydream.base import compiled as kernels
 rep = api.ingest(sys.argv[2:], sys.argv[1], jobs=1)
 print(json.dumps({"ingested": rep.count("ingested"), "state": kernels.state(),
                   "fallbacks": kernels.FALLBACKS, "numba": "numba" in sys.modules}))
@@ -74,7 +74,7 @@ def test_a_call_of_other_types_runs_on_the_jit():
     # _fill_gaps (graphstore.load) takes int32 task codes and units: hand-made arrays of the
     # declared types, then the same values as int64 (which the compiled function would read
     # as other numbers) and strided (whose every other element it would read)
-    from graphstore.load import _fill_gaps
+    from daydream.graphstore.load import _fill_gaps
     assert isinstance(_fill_gaps, kernels._Compiled)
     code = np.array([1, 0, 1, 0, 2], np.int32)
     unit = np.zeros(5, np.int32)
@@ -83,7 +83,7 @@ def test_a_call_of_other_types_runs_on_the_jit():
     want = _fill_gaps(code, unit, iteration, kind, 0, 1, 0)
     assert kernels.FALLBACKS == []
     got = _fill_gaps(code.astype(np.int64), unit, iteration, kind, 0, 1, 0)
-    assert kernels.FALLBACKS == ["graphstore.load._fill_gaps"]
+    assert kernels.FALLBACKS == ["daydream.graphstore.load._fill_gaps"]
     np.testing.assert_array_equal(got, want)
     wide = np.zeros(10, np.int32)
     wide[::2] = code

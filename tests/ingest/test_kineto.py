@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.kineto import read_kineto
+from daydream.ingest.kineto import read_kineto
 from tests.conftest import DATA, kineto_files
 
 FILES = kineto_files()

@@ -1,4 +1,4 @@
-"""ingest.nsys against two real Nsight Systems exports and hand-made edge cases.
+"""daydream.ingest.nsys against two real Nsight Systems exports and hand-made edge cases.
 
 Every expected number is counted independently here with plain sqlite3 SQL on the same file, so
 the tests check the reader against the export rather than against itself.
@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from ingest.errors import TraceFormatError
-from ingest.nsys import read_nsys
-from ingest.schema import TABLES
+from daydream.base.errors import TraceFormatError
+from daydream.ingest.nsys import read_nsys
+from daydream.ingest.schema import TABLES
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nsys"
 MOCK = DATA / "mock_rtx3080.sqlite"      # 1 process, 1 GPU, 2 kernels, one driver call

@@ -16,9 +16,9 @@ import json
 import numpy as np
 import pytest
 
-from ingest import kineto, source
-from ingest import kineto_scan as ks
-from ingest.kineto import read_kineto
+from daydream.ingest import kineto, source
+from daydream.ingest import kineto_scan as ks
+from daydream.ingest.kineto import read_kineto
 from tests.conftest import DATA
 
 TRACE = DATA / "kineto" / "resnet50_ddp_a100_rank0.json.gz"  # 40,573 events, 9.8 MB of JSON

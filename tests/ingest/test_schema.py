@@ -5,13 +5,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from ingest import schema
+from daydream.ingest import schema
 from tests.conftest import ROOT
 
 
 def test_schema_doc_is_current():
     assert (ROOT / "docs" / "schema.md").read_text() == schema.markdown(), \
-        "docs/schema.md is stale: run `python -m ingest.schema > docs/schema.md`"
+        "docs/schema.md is stale: run `python -m daydream.ingest.schema > docs/schema.md`"
 
 
 def test_conform_fills_missing_and_rejects_undeclared():

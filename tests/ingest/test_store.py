@@ -13,10 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from daydream import api
-from graphstore import db
-from ingest import schema
-from ingest.errors import DaydreamError
-from ingest.store import PART, Store
+from daydream.base.errors import DaydreamError
+from daydream.base.store import PART
+from daydream.graphstore import db
+from daydream.ingest import schema
+from daydream.ingest.store import Store
 from tests.conftest import DATA
 
 SMALL = [DATA / "kineto" / n for n in ("simple_add_a100.json.gz", "alexnet_fwd_a100.json.gz",
@@ -107,7 +108,7 @@ def test_busy_store_without_wait_is_a_clear_error(tmp_path):
     st = Store(tmp_path / "s")
     with st.lock():
         p = subprocess.run([sys.executable, "-c",
-                            "from ingest.store import Store; from pathlib import Path;"
+                            "from daydream.ingest.store import Store; from pathlib import Path;"
                             f"s = Store(Path({str(st.root)!r}));"
                             "import contextlib\n"
                             "try:\n"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulate import FCFS, FIXED, SimGraph
+from daydream.simulate import FCFS, FIXED, SimGraph
 
 NONE = -1
 

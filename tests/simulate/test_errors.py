@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ingest.errors import DaydreamError
-from simulate import FCFS, FIXED, SimGraph, SimulationDeadlock, simulate
-from simulate.engine import find_cycle
+from daydream.base.errors import DaydreamError
+from daydream.simulate import FCFS, FIXED, SimGraph, SimulationDeadlock, simulate
+from daydream.simulate.engine import find_cycle
 from tests.simulate.timeline import build
 
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphstore.load import graph_tables
-from ingest.convert import read_trace
-from simulate.replay import replay
+from daydream.graphstore.load import graph_tables
+from daydream.ingest.convert import read_trace
+from daydream.simulate.replay import replay
+from daydream.transforms import Context, rewrite
 from tests.conftest import DATA
-from transforms import Context, rewrite
 
 V100 = DATA / "kineto" / "resnet50_v100_rank0.json.gz"  # HTA's ResNet-50, GPU-bound FP32
 TRACES = [V100, DATA / "kineto" / "resnet50_ddp_a100_rank0.json.gz",

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulate import FCFS, FIXED, PRIORITY, SimGraph, simulate
+from daydream.simulate import FCFS, FIXED, PRIORITY, SimGraph, simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -127,6 +127,6 @@ def test_benchmark_generator_makes_a_valid_trace_shaped_graph():
 
 
 def test_warmup_compiles_and_runs():
-    from simulate.warmup import warm
+    from daydream.simulate.warmup import warm
 
     assert warm() >= 0

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulate import FCFS, FIXED, PRIORITY, SimGraph, SimulationDeadlock, simulate
+from daydream.simulate import FCFS, FIXED, PRIORITY, SimGraph, SimulationDeadlock, simulate
 from tests.simulate.reference import Stuck, reference_simulate
 
 SETTINGS = settings(max_examples=60, deadline=None,

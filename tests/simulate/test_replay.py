@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from graphstore.read import read_graph
-from simulate.replay import replay
+from daydream.graphstore.read import read_graph
+from daydream.simulate.replay import replay
 from tests.conftest import DATA, stored_graphs
 
 REPLAY = [DATA / "kineto" / n for n in (
@@ -65,10 +65,10 @@ def test_last_iteration_waits_for_work_left_queued(tmp_path):
     # iteration 2. With the host time scaled away the CPU runs ahead: B ends at about 20 us,
     # but the window is not over before A (work of iteration 1) has ended, 305 us after the
     # first anchor. The two predicted iterations must add up to at least A's end.
-    from graphstore.load import graph_tables
-    from ingest.convert import read_trace
-    from simulate.replay import replay
-    from transforms.registry import rewrite
+    from daydream.graphstore.load import graph_tables
+    from daydream.ingest.convert import read_trace
+    from daydream.simulate.replay import replay
+    from daydream.transforms.registry import rewrite
 
     def X(cat, name, ts, dur, pid=1, tid=1, **args):
         return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts,
@@ -99,7 +99,7 @@ def test_the_replays_of_one_graph_share_what_the_slack_does_not_change(tmp_path)
     import numpy as np
     import pyarrow as pa
 
-    from simulate.replay import to_simgraph
+    from daydream.simulate.replay import to_simgraph
     path = DATA / "kineto" / "resnet50_v100_nw0_run1.json.gz"
     g = read_graph(tmp_path, stored_graphs([path], tmp_path)[path])
     variants = [(True, True), (False, True), (False, False), (frozenset({"peer_wait"}), True)]

@@ -8,11 +8,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from graphstore.read import read_graph
-from graphstore.schema import CPU_KINDS
-from ingest.errors import DaydreamError
-from simulate.graph import SimGraph
-from simulate.replay import (
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.read import read_graph
+from daydream.graphstore.schema import CPU_KINDS
+from daydream.simulate.graph import SimGraph
+from daydream.simulate.replay import (
     ANCHOR_KIND,
     _codes,
     _time_by,

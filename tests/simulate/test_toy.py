@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulate import FCFS, FIXED, PRIORITY, simulate
+from daydream.simulate import FCFS, FIXED, PRIORITY, simulate
 from tests.simulate.timeline import build, draw, expect
 
 
@@ -251,7 +251,7 @@ def test_critical_path_parts_across_threads_streams_and_an_iteration_boundary():
     # Walking back from n's start (12) to the iteration's start (0): w's own work (11-12), the
     # wake delay x -> w (9-11), x's own work (7-9), the sync delay K -> x (7-7, 0 ns), K (3-7),
     # the launch delay a -> K (2-3), a (0-2): 1 + 2 + 2 + 0 + 4 + 1 + 2 = 12 ns = the span.
-    from simulate import _report
+    from daydream.simulate import _report
 
     g, names = build(
         tasks=[("a", 0, 2), ("w", 0, 1), ("n", 0, 1), ("h", 1, 4), ("x", 1, 2), ("K", 2, 4)],

@@ -10,7 +10,7 @@ import textwrap
 
 import numpy as np
 
-from simulate import SimGraph
+from daydream.simulate import SimGraph
 
 
 def build(tasks, edges, policies, priority=None, order_key=None) -> tuple[SimGraph, str]:

@@ -25,7 +25,7 @@ def stored(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def graphs(stored):
-    from graphstore.read import read_graph
+    from daydream.graphstore.read import read_graph
     store, ids = stored
     return {key: read_graph(store, tid) for key, tid in ids.items()}
 
@@ -34,7 +34,7 @@ def graphs(stored):
 def activity(stored):
     """Per graph, a reader of its activity tables (what daydream.pipeline puts in the rewrite
     Context)."""
-    from ingest.store import Store
+    from daydream.ingest.store import Store
     store, ids = stored
     st = Store(store)
     return {key: (lambda name, tid=tid: st.read(name, tid)) for key, tid in ids.items()}
@@ -42,5 +42,5 @@ def activity(stored):
 
 @pytest.fixture(scope="session")
 def baselines(graphs):
-    from simulate.replay import replay
+    from daydream.simulate.replay import replay
     return {k: replay(g) for k, g in graphs.items() if k in ("v100", "a100")}

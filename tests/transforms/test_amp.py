@@ -10,14 +10,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from ingest.errors import DaydreamError
-from simulate.replay import replay
+from daydream.base.errors import DaydreamError
+from daydream.simulate.replay import replay
+from daydream.transforms import Context, rewrite
+from daydream.transforms.constants import AMP_INTENSITY
+from daydream.transforms.kernels import kernel_precision
+from daydream.transforms.opts import amp
+from daydream.transforms.primitives import Graph
 from tests.transforms.conftest import A100, V100
-from transforms import Context, rewrite
-from transforms.constants import AMP_INTENSITY
-from transforms.kernels import kernel_precision
-from transforms.opts import amp
-from transforms.primitives import Graph
 
 V100_SXM2 = {"name": "Tesla V100-SXM2-32GB", "computeMajor": 7, "computeMinor": 0}
 MI300X = {"name": "AMD Instinct MI300X", "computeMajor": 9, "computeMinor": 4}

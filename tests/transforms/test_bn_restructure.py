@@ -7,10 +7,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from graphstore.schema import GPU_KINDS
-from simulate.replay import replay
-from transforms import rewrite
-from transforms.opts import bn_restructure as bn_mod
+from daydream.graphstore.schema import GPU_KINDS
+from daydream.simulate.replay import replay
+from daydream.transforms import rewrite
+from daydream.transforms.opts import bn_restructure as bn_mod
 
 BN = re.compile(r"cudnn::bn_(fw|bw)_")  # the BN kernels this trace's cuDNN runs
 RELU_F = re.compile(r"clamp_min_scalar_kernel_impl")  # relu_ in forward
@@ -55,7 +55,7 @@ def test_names():
 
 @pytest.mark.parametrize("conv_fusion", [False, True])
 def test_bn_restructure_graph(graphs, conv_fusion):
-    from transforms.primitives import Graph
+    from daydream.transforms.primitives import Graph
     g = graphs["v100"]
     t0 = T(g)
     e0 = pl.from_arrow(g["edge"])

@@ -3,14 +3,14 @@ optimizations, says what the registry says, and is rewritten when their sources 
 
 from __future__ import annotations
 
-from transforms import catalog
-from transforms.registry import list_opts
+from daydream.transforms import catalog
+from daydream.transforms.registry import list_opts
 
 
 def test_the_catalog_is_current_and_says_what_the_registry_says():
     got = catalog.stored()
     assert got is not None, ("transforms/opts/catalog.json was made from other sources: run "
-                             "`python -m transforms.catalog`")
+                             "`python -m daydream.transforms.catalog`")
     assert got == list_opts()
 
 

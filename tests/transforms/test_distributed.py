@@ -15,10 +15,10 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from simulate.replay import replay
+from daydream.simulate.replay import replay
+from daydream.transforms import Context, rewrite
+from daydream.transforms.comm import Link, collective_type, cost_terms, parse_bandwidth
 from tests.conftest import DATA
-from transforms import Context, rewrite
-from transforms.comm import Link, collective_type, cost_terms, parse_bandwidth
 
 TASK = {"task_id": pa.int64(), "kind": pa.string(), "unit_id": pa.int32(), "name": pa.string(),
         "layer": pa.string(), "phase": pa.string(), "iteration": pa.int32(),
@@ -103,7 +103,7 @@ def test_bandwidth_specs():
     assert parse_bandwidth("25GB/s").gbps == pytest.approx(25.0)
     assert parse_bandwidth("2x", Link(3000, 10.0, "x")).gbps == pytest.approx(20.0)
     assert parse_bandwidth("ib_hdr").gbps == pytest.approx(25.0 * 0.8)  # peak x efficiency
-    from ingest.errors import DaydreamError
+    from daydream.base.errors import DaydreamError
     with pytest.raises(DaydreamError, match="bad bandwidth"):
         parse_bandwidth("fast")
     assert collective_type("ncclDevKernel_AllGather_RING_LL(x)") == "all_gather"
@@ -138,14 +138,14 @@ def test_world_8_follows_the_ring_model_and_delays_the_optimizer():
 
 
 def test_world_on_a_single_gpu_trace_is_a_clear_error():
-    from ingest.errors import DaydreamError
+    from daydream.base.errors import DaydreamError
     with pytest.raises(DaydreamError, match="not distributed"):
         rewrite(toy(), "world(8)", Context(world_size=None))
 
 
 @pytest.mark.parametrize("opt", ["p3", "blueconnect", "dgc(ratio=0.01)"])
 def test_gradient_what_ifs_without_an_all_reduce_say_to_chain_after_ddp(opt):
-    from ingest.errors import DaydreamError
+    from daydream.base.errors import DaydreamError
     name = opt.split("(")[0]
     with pytest.raises(DaydreamError, match=rf"^{name}: no gradient all-reduce; chain it after "
                        r"ddp\(world=N"):
@@ -206,7 +206,7 @@ def test_ddp_uses_layer_sizes_from_the_trace():
 
 
 def test_ddp_without_sizes_says_how_to_give_them():
-    from ingest.errors import DaydreamError
+    from daydream.base.errors import DaydreamError
     with pytest.raises(DaydreamError, match="--param-bytes N"):
         rewrite(toy(comm=False), "ddp(world=8)")
 
@@ -216,7 +216,7 @@ def test_ddp_without_sizes_says_how_to_give_them():
 def test_fitted_bandwidth_of_the_resnet50_ddp_trace(graphs):
     """HTA ResNet-50 DDP, A100 rank 0 of 2: message sizes from the NCCL args ('In msg nelems',
     Float), the fastest instance of each size, a least-squares line: bandwidth = 1/slope."""
-    from transforms.comm import fit
+    from daydream.transforms.comm import fit
     with gzip.open(DATA / "kineto" / "resnet50_ddp_a100_rank0.json.gz") as f:
         ev = json.load(f)["traceEvents"]
     best: dict[tuple, float] = {}
@@ -363,7 +363,7 @@ def test_p3_bounds_slices_by_the_latency_they_add():
     sl = pl.from_arrow(g2["task"]).filter(pl.col("kind") == "comm")
     assert sl["dur_ns"].sort().to_list() == [210_000, 350_000]
     assert any("2 all-reduces (6.0 MB) cut into 2 slices of at most 200 KB" in n for n in notes)
-    from transforms.opts.p3 import slice_counts
+    from daydream.transforms.opts.p3 import slice_counts
     # 10 MB at 200 KB: 50 slices wanted; latency 10 us, transfer 20 ms: 1 + 0.05 x 2000 = 101
     assert slice_counts([10e6], [10e3], [20e6], 200, 64, 0.05).tolist() == [50]
     assert slice_counts([10e6], [10e3], [20e6], 200, 16, 0.05).tolist() == [16]
@@ -373,7 +373,7 @@ def test_p3_bounds_slices_by_the_latency_they_add():
 def test_p3_without_message_sizes():
     """A trace whose all-reduces carry no sizes keeps them whole (rescheduled, a note says
     so); asking it for slices is an error naming what is missing."""
-    from ingest.errors import DaydreamError
+    from daydream.base.errors import DaydreamError
     t = toy()
     t["task"] = t["task"].set_column(t["task"].schema.get_field_index("bytes"), "bytes",
                                      pa.array([None] * t["task"].num_rows, pa.int64()))

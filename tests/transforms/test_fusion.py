@@ -2,12 +2,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from graphstore.schema import GPU_KINDS
-from ingest.errors import DaydreamError
-from simulate.replay import replay
-from transforms import Context, rewrite
-from transforms.opts import fusion as fu_mod
-from transforms.primitives import Graph
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.schema import GPU_KINDS
+from daydream.simulate.replay import replay
+from daydream.transforms import Context, rewrite
+from daydream.transforms.opts import fusion as fu_mod
+from daydream.transforms.primitives import Graph
 
 
 def T(tables):

@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from ingest.convert import read_trace
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.ingest.convert import read_trace
+from daydream.transforms import hardware
+from daydream.transforms.hardware import DEVICES, FIGURES, device, device_from_properties
 from tests.conftest import DATA, ROOT, SHARED
-from transforms import hardware
-from transforms.hardware import DEVICES, FIGURES, device, device_from_properties
 
 # Every trace with its GPU, as its deviceProperties name it (None: the trace records none).
 TRACES = [
@@ -243,4 +243,4 @@ def test_frozen():
 def test_committed_doc_is_generated():
     doc = ROOT / "docs" / "hardware.md"
     assert doc.read_text(encoding="utf-8") == hardware.markdown(), (
-        "docs/hardware.md is stale: run `python -m transforms.hardware`")
+        "docs/hardware.md is stale: run `python -m daydream.transforms.hardware`")

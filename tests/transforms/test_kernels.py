@@ -11,10 +11,10 @@ import sqlite3
 import orjson
 import pytest
 
+from daydream.transforms import hardware as hw
+from daydream.transforms.devices import ARCHITECTURE_FAMILY, FAMILIES, family
+from daydream.transforms.kernels import MATHS, OPS, Kernel, classify, on_device, op_kind
 from tests.conftest import DATA, SHARED
-from transforms import hardware as hw
-from transforms.devices import ARCHITECTURE_FAMILY, FAMILIES, family
-from transforms.kernels import MATHS, OPS, Kernel, classify, on_device, op_kind
 
 NAMES = DATA / "kernels" / "names.tsv"
 

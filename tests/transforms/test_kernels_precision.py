@@ -6,8 +6,8 @@ import gzip
 
 import pytest
 
+from daydream.transforms.kernels import autocast_policy, classify, kernel_precision, op_key
 from tests.conftest import DATA
-from transforms.kernels import autocast_policy, classify, kernel_precision, op_key
 
 TABLE = DATA / "kernels" / "precision.tsv.gz"
 

@@ -7,11 +7,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from graphstore.schema import LOCAL_GPU_KINDS
-from ingest.errors import DaydreamError
-from simulate.replay import replay
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.schema import LOCAL_GPU_KINDS
+from daydream.simulate.replay import replay
+from daydream.transforms import Context, rewrite
 from tests.transforms.conftest import V100
-from transforms import Context, rewrite
 
 
 def T(tables):
@@ -52,8 +52,8 @@ def test_checkpointing_graph(graphs):
     t0, e0 = T(g), E(g)
     chosen = layers_in_order(t0, "conv", 2)
     assert chosen[:3] == ["conv2d#0", "conv2d#2", "conv2d#4"] and len(chosen) == 27
-    from transforms import layers as L
-    from transforms.primitives import Graph
+    from daydream.transforms import layers as L
+    from daydream.transforms.primitives import Graph
     assert L.pick(Graph.from_tables(g), "conv", 2, "x") == chosen
     notes: list[str] = []
     g2 = rewrite(g, "checkpointing(layers=conv, every=2)", Context(notes=notes))
@@ -149,7 +149,7 @@ def conv_input_bytes(ranges, it_row) -> list[int]:
 
 
 def test_offload_graph(graphs, activity):
-    from transforms.opts.offload import OFFLOAD
+    from daydream.transforms.opts.offload import OFFLOAD
     g = graphs["v100"]
     t0 = T(g)
     chosen = layers_in_order(t0, "conv", 1)
@@ -236,8 +236,8 @@ def test_offload_prediction(graphs, baselines, activity):
 
 
 def test_offload_without_shapes(graphs, activity):
+    from daydream.transforms.opts.offload import OFFLOAD
     from tests.transforms.conftest import A100
-    from transforms.opts.offload import OFFLOAD
     g = graphs["a100"]
     notes: list[str] = []
     g2 = rewrite(g, "offload", Context(device=A100, notes=notes, activity=activity["a100"]))
@@ -253,7 +253,7 @@ def test_offload_without_shapes(graphs, activity):
 
 
 def test_offload_bytes_follow_the_recorded_dtype():
-    from transforms.opts.offload import _first_input_bytes
+    from daydream.transforms.opts.offload import _first_input_bytes
     n = 32 * 64 * 56 * 56
     dims = "[[32, 64, 56, 56], [64, 64, 3, 3]]"
     assert _first_input_bytes(dims, '["c10::Half", "c10::Half"]') == 2 * n

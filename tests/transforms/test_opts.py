@@ -2,14 +2,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from simulate.replay import replay
+from daydream.simulate.replay import replay
+from daydream.transforms import Context, rewrite
+from daydream.transforms.constants import CUDA_GRAPHS, DATALOADER, FUSED_OPTIMIZER
+from daydream.transforms.devices import FAMILIES, family
+from daydream.transforms.opts import dataloader as dl_mod
+from daydream.transforms.opts import fused_optimizer as fo_mod
+from daydream.transforms.primitives import Graph
 from tests.transforms.conftest import A100, V100
-from transforms import Context, rewrite
-from transforms.constants import CUDA_GRAPHS, DATALOADER, FUSED_OPTIMIZER
-from transforms.devices import FAMILIES, family
-from transforms.opts import dataloader as dl_mod
-from transforms.opts import fused_optimizer as fo_mod
-from transforms.primitives import Graph
 
 
 def speedup(base, g2):
@@ -42,8 +42,8 @@ def test_amp_family():
         "mi300x")
     assert family(None) == "default"
     # every table of per-family constants covers every family the lookup can return
-    from transforms.constants import GPU_MEMORY_GBPS
-    from transforms.opts.offload import OFFLOAD
+    from daydream.transforms.constants import GPU_MEMORY_GBPS
+    from daydream.transforms.opts.offload import OFFLOAD
     assert set(FAMILIES) == set(OFFLOAD["pcie_gbps"])
     assert set(FAMILIES) <= set(GPU_MEMORY_GBPS)
 
@@ -111,7 +111,7 @@ def test_dataloader_prediction(graphs, baselines):
 
 
 def test_cuda_graphs(graphs, baselines):
-    from transforms.opts.cuda_graphs import region_tasks
+    from daydream.transforms.opts.cuda_graphs import region_tasks
     g = graphs["v100"]
     gr = Graph.from_tables(g)
     sel = region_tasks(gr)
@@ -141,7 +141,7 @@ def test_chain(graphs, baselines):
 def test_fused_optimizer_reads_the_traces_optimizer(graphs):
     """The ResNet-50 traces run SGD (Optimizer.step#SGD.step): fused Adam is an error that
     names it; fused SGD applies."""
-    from ingest.errors import DaydreamError
+    from daydream.base.errors import DaydreamError
     with pytest.raises(DaydreamError, match=r"fused_adam: the trace runs SGD "
                        r"\(Optimizer.step#SGD.step\), not adam; ask for fused_sgd"):
         rewrite(graphs["v100"], "fused_adam")
@@ -154,7 +154,7 @@ def test_every_optimization_has_a_spec_that_runs_it():
     """`make accuracy` asks every registered optimization of every trace: one whose parameters
     all have defaults by its name, one with a required parameter by the example it was
     registered with (and registering one without an example is an error)."""
-    from transforms.registry import examples, opts, register
+    from daydream.transforms.registry import examples, opts, register
     ex = examples()
     assert set(ex) == set(opts())
     assert ex["amp"] == "amp" and ex["batch"] == "batch(size=64)"

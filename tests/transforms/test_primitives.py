@@ -2,9 +2,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from ingest.errors import DaydreamError
-from simulate.replay import replay
-from transforms.primitives import Graph
+from daydream.base.errors import DaydreamError
+from daydream.simulate.replay import replay
+from daydream.transforms.primitives import Graph
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +207,7 @@ def test_arrays_are_the_task_columns(graphs, key):
     la = g.launches()
     assert len(src) and src.tolist() == la["api"].to_list() and dst.tolist() == la["gpu"].to_list()
     assert lag.tolist() == g.edge.filter(pl.col("kind") == "launch")["lag_ns"].to_list()
-    from transforms.primitives import isin
+    from daydream.transforms.primitives import isin
     for vals in (("forward", "backward"), ("weight_update",), ()):
         assert isin(g.array("phase"), vals).tolist() == \
             t["phase"].is_in(list(vals)).fill_null(False).to_list()

@@ -1,9 +1,9 @@
 import pytest
 
-from ingest.errors import DaydreamError
-from transforms import list_opts, rewrite
-from transforms.registry import check
-from transforms.spec import parse
+from daydream.base.errors import DaydreamError
+from daydream.transforms import list_opts, rewrite
+from daydream.transforms.registry import check
+from daydream.transforms.spec import parse
 
 
 def test_parse_chain_and_values():

@@ -14,13 +14,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from simulate.replay import replay
+from daydream.simulate.replay import replay
+from daydream.transforms import rewrite
+from daydream.transforms.constants import DATALOADER, FUSED_OPTIMIZER
+from daydream.transforms.opts import dataloader as dl_mod
+from daydream.transforms.opts import fused_optimizer as fo_mod
+from daydream.transforms.primitives import Graph
 from tests.conftest import DATA
-from transforms import rewrite
-from transforms.constants import DATALOADER, FUSED_OPTIMIZER
-from transforms.opts import dataloader as dl_mod
-from transforms.opts import fused_optimizer as fo_mod
-from transforms.primitives import Graph
 
 WHATIF = DATA / "whatif"
 IPC = DATALOADER["ipc_ns"]["value"]
@@ -28,7 +28,7 @@ IPC = DATALOADER["ipc_ns"]["value"]
 
 @pytest.fixture(scope="module")
 def cpu_graphs(tmp_path_factory):
-    from graphstore.read import read_graph
+    from daydream.graphstore.read import read_graph
     from tests.conftest import stored_graphs
     store = tmp_path_factory.mktemp("whatif_store")
     names = ("adam_foreach_false", "adagrad_foreach_false", "sgd_foreach_false",
@@ -240,7 +240,7 @@ def test_cpu_step_segments_hand_drawn():
 def test_fused_adam_on_a_fused_trace_changes_nothing(cpu_graphs):
     """adam_fused runs torch's fused=True Adam (aten::_fused_adam_ in its Optimizer.step):
     fused_adam does not apply, says so, and the graph is unchanged."""
-    from transforms import Context
+    from daydream.transforms import Context
     notes = []
     g = cpu_graphs["adam_fused"]
     g2 = rewrite(g, "fused_adam", Context(notes=notes))

@@ -13,18 +13,18 @@ import orjson
 import polars as pl
 import pytest
 
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
+from daydream.transforms import Context, rewrite
+from daydream.transforms import hardware as hw
+from daydream.transforms import memory as mem
+from daydream.transforms import roofline as rf
+from daydream.transforms import work as wk
+from daydream.transforms.opts import batch as B
+from daydream.transforms.opts import gpu as G
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import list_opts
 from tests.conftest import DATA, stored_graphs
 from tests.transforms.conftest import V100
-from transforms import Context, rewrite
-from transforms import hardware as hw
-from transforms import memory as mem
-from transforms import roofline as rf
-from transforms import work as wk
-from transforms.opts import batch as B
-from transforms.opts import gpu as G
-from transforms.primitives import Graph
-from transforms.registry import list_opts
 
 PARTICLE = DATA / "kineto" / "particle_transformer_a100_fwd_bs16.json.gz"
 A100_PCIE = {"name": "NVIDIA A100-PCIE-40GB", "totalGlobalMem": 42346610688,
@@ -36,8 +36,8 @@ A100_PCIE = {"name": "NVIDIA A100-PCIE-40GB", "totalGlobalMem": 42346610688,
 @pytest.fixture(scope="session")
 def particle(tmp_path_factory):
     """(graph tables, context factory) of the batch-16 Particle Transformer trace."""
-    from graphstore.read import read_graph
-    from ingest.store import Store
+    from daydream.graphstore.read import read_graph
+    from daydream.ingest.store import Store
     root = tmp_path_factory.mktemp("particle_store")
     tid = stored_graphs([PARTICLE], root)[PARTICLE]
     st = Store(root)

@@ -44,14 +44,14 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphstore.latency import LATENCY
-from ingest.errors import DaydreamError
-from transforms import hardware, memory
-from transforms.constants import AMP, AMP_INTENSITY, FUSED_OPTIMIZER_PASSES
-from transforms.kernels import KernelPrecision, autocast_policy, kernel_precision, op_kind
-from transforms.primitives import Graph, isin
-from transforms.registry import Context, register
-from transforms.work import ranges_of
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.latency import LATENCY
+from daydream.transforms import hardware, memory
+from daydream.transforms.constants import AMP, AMP_INTENSITY, FUSED_OPTIMIZER_PASSES
+from daydream.transforms.kernels import KernelPrecision, autocast_policy, kernel_precision, op_kind
+from daydream.transforms.primitives import Graph, isin
+from daydream.transforms.registry import Context, register
+from daydream.transforms.work import ranges_of
 
 # the table's device that stands for an architecture a kernel name spells (cuBLAS/cuDNN
 # prefixes), used when the trace records no device
@@ -577,7 +577,7 @@ def param_bytes_estimate(g: Graph, ctx: Context, bw_eff: float) -> tuple[float, 
 def optimizer_kind(g: Graph) -> tuple[str | None, str | None]:
     """(adam, adamw, sgd, adagrad or None; the Optimizer.step class name as the trace shows
     it) from the host tasks' ``Optimizer.step#X.step`` labels."""
-    from transforms.opts.fused_optimizer import trace_optimizer
+    from daydream.transforms.opts.fused_optimizer import trace_optimizer
     return trace_optimizer(g)
 
 

@@ -8,14 +8,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.errors import DaydreamError
-from transforms import memory
-from transforms import roofline as rf
-from transforms import work as wk
-from transforms.hardware import Device, device_from_properties
-from transforms.kernels import classify
-from transforms.primitives import Graph
-from transforms.registry import Context, register
+from daydream.base.errors import DaydreamError
+from daydream.transforms import memory
+from daydream.transforms import roofline as rf
+from daydream.transforms import work as wk
+from daydream.transforms.hardware import Device, device_from_properties
+from daydream.transforms.kernels import classify
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
 
 # The number of ops with recorded shapes that the traced batch is read from when the trace
 # has no host-to-device copy of its inputs: the first ops of the first iteration.

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ingest.errors import DaydreamError
-from transforms import comm
-from transforms.opts.distributed import (
+from daydream.base.errors import DaydreamError
+from daydream.transforms import comm
+from daydream.transforms.opts.distributed import (
     assumed_link,
     current_link,
     gradient_allreduces,
     message_bytes,
     set_comm,
 )
-from transforms.primitives import Graph
-from transforms.registry import Context, register
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
 
 
 def hierarchical_ns(nbytes: np.ndarray, n: int, g: int, intra: comm.Link, inter: comm.Link,

@@ -9,8 +9,8 @@ import re
 
 import numpy as np
 
-from transforms.primitives import Graph
-from transforms.registry import Context, register
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
 
 _JUNG = ("Jung et al., MLSys 2019, sec. 3-4: BN fission into sub-layers and fusion with the "
          "neighbouring ReLU and CONV layers, to cut main-memory passes")

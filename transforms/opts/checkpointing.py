@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from transforms import layers as L
-from transforms import memory
-from transforms.primitives import Graph
-from transforms.registry import Context, register
-from transforms.work import ranges_of
+from daydream.transforms import layers as L
+from daydream.transforms import memory
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
+from daydream.transforms.work import ranges_of
 
 # Constants of the model, each with where it comes from ("estimate" = a modelling choice).
 CHECKPOINTING = {

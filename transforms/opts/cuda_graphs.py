@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from transforms.constants import CUDA_GRAPHS as C
-from transforms.primitives import Graph, isin
-from transforms.registry import Context, register
+from daydream.transforms.constants import CUDA_GRAPHS as C
+from daydream.transforms.primitives import Graph, isin
+from daydream.transforms.registry import Context, register
 
 REGION = ("forward", "backward")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ingest.errors import DaydreamError
-from transforms.constants import DATALOADER as C
-from transforms.primitives import Graph
-from transforms.registry import Context, register
+from daydream.base.errors import DaydreamError
+from daydream.transforms.constants import DATALOADER as C
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
 
 
 def shares(workers: int, cores: float) -> tuple[float, float]:

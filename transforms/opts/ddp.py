@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from graphstore.schema import LOCAL_GPU_KINDS
-from ingest.errors import DaydreamError
-from transforms import comm
-from transforms.constants import DISTRIBUTED as C
-from transforms.opts.distributed import assumed_link, launch_calls, rows_frame
-from transforms.primitives import Graph
-from transforms.registry import Context, register
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.schema import LOCAL_GPU_KINDS
+from daydream.transforms import comm
+from daydream.transforms.constants import DISTRIBUTED as C
+from daydream.transforms.opts.distributed import assumed_link, launch_calls, rows_frame
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
 
 MB = 1 << 20  # DDP's bucket_cap_mb counts MiB
 

@@ -5,21 +5,21 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from graphstore.schema import LOCAL_GPU_KINDS
-from ingest.errors import DaydreamError
-from transforms import comm
-from transforms.constants import DISTRIBUTED as C
-from transforms.constants import GPU_MEMORY_GBPS as MEM
-from transforms.devices import family
-from transforms.opts.distributed import (
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.schema import LOCAL_GPU_KINDS
+from daydream.transforms import comm
+from daydream.transforms.constants import DISTRIBUTED as C
+from daydream.transforms.constants import GPU_MEMORY_GBPS as MEM
+from daydream.transforms.devices import family
+from daydream.transforms.opts.distributed import (
     current_link,
     gradient_allreduces,
     launch_calls,
     rows_frame,
     set_comm,
 )
-from transforms.primitives import Graph
-from transforms.registry import Context, register
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
 
 
 @register("dgc")

@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from graphstore.latency import LATENCY
-from graphstore.schema import LOCAL_GPU_KINDS
-from ingest.errors import DaydreamError
-from transforms import comm
-from transforms.constants import DISTRIBUTED as C
-from transforms.devices import family
-from transforms.primitives import Graph
-from transforms.registry import Context, register
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.latency import LATENCY
+from daydream.graphstore.schema import LOCAL_GPU_KINDS
+from daydream.transforms import comm
+from daydream.transforms.constants import DISTRIBUTED as C
+from daydream.transforms.devices import family
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
 
 # A link assumed for the trace when its collectives carry no message size, by GPU family.
 _ASSUMED = {"v100": "nvlink2", "a100": "nvlink3", "h100": "nvlink4"}

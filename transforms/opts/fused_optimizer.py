@@ -7,12 +7,12 @@ import re
 import numpy as np
 import polars as pl
 
-from graphstore.schema import GPU_KINDS
-from ingest.errors import DaydreamError
-from transforms.constants import FUSED_OPTIMIZER as C
-from transforms.constants import FUSED_OPTIMIZER_CPU as C_CPU
-from transforms.primitives import Graph
-from transforms.registry import Context, register
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.schema import GPU_KINDS
+from daydream.transforms.constants import FUSED_OPTIMIZER as C
+from daydream.transforms.constants import FUSED_OPTIMIZER_CPU as C_CPU
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
 
 # zero_grad's kernels (fills) are not part of the step
 ZERO_GRAD = r"(?i)fillfunctor|zero_grad|aten::zero_|aten::fill_"

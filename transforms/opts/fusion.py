@@ -6,9 +6,9 @@ import re
 
 import numpy as np
 
-from ingest.errors import DaydreamError
-from transforms.primitives import Graph
-from transforms.registry import Context, register
+from daydream.base.errors import DaydreamError
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
 
 # Constants of the model, each with where it comes from ("estimate" = a modelling choice).
 FUSION = {

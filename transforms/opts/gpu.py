@@ -7,14 +7,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ingest.errors import DaydreamError
-from transforms import hardware as hw
-from transforms import kernels as K
-from transforms import memory
-from transforms import roofline as rf
-from transforms import work as wk
-from transforms.primitives import Graph
-from transforms.registry import Context, register
+from daydream.base.errors import DaydreamError
+from daydream.transforms import hardware as hw
+from daydream.transforms import kernels as K
+from daydream.transforms import memory
+from daydream.transforms import roofline as rf
+from daydream.transforms import work as wk
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
 
 # copies by direction: the link that bounds them (a copy's name: "Memcpy HtoD (Pageable ->
 # Device)"); the GPU table figure of each

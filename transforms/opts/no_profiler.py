@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ingest.errors import DaydreamError
-from transforms import profiler
-from transforms.constants import PROFILER
-from transforms.primitives import Graph
-from transforms.registry import Context, register
+from daydream.base.errors import DaydreamError
+from daydream.transforms import profiler
+from daydream.transforms.constants import PROFILER
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
 
 
 @register("no_profiler")

@@ -11,13 +11,13 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphstore.params import DTYPE_BYTES
-from ingest.errors import DaydreamError
-from transforms import layers as L
-from transforms import memory
-from transforms.devices import family
-from transforms.primitives import Graph
-from transforms.registry import Context, register
+from daydream.base.errors import DaydreamError
+from daydream.graphstore.params import DTYPE_BYTES
+from daydream.transforms import layers as L
+from daydream.transforms import memory
+from daydream.transforms.devices import family
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
 
 _PCIE = "PCI-SIG base specifications: {gen} x16 moves {peak} GB/s per direction"
 # Constants of the model, each with where it comes from ("estimate" = a modelling choice).

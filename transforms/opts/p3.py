@@ -31,12 +31,12 @@ import math
 import numpy as np
 import polars as pl
 
-from ingest.errors import DaydreamError
-from transforms import comm
-from transforms.constants import DISTRIBUTED as C
-from transforms.opts.distributed import current_link, gradient_allreduces
-from transforms.primitives import Graph
-from transforms.registry import Context, register
+from daydream.base.errors import DaydreamError
+from daydream.transforms import comm
+from daydream.transforms.constants import DISTRIBUTED as C
+from daydream.transforms.opts.distributed import current_link, gradient_allreduces
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
 
 
 def slice_counts(nbytes: np.ndarray, lat_ns: np.ndarray, xfer_ns: np.ndarray,

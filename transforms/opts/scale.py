@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ingest.errors import DaydreamError
-from transforms.primitives import Graph
-from transforms.registry import Context, register
+from daydream.base.errors import DaydreamError
+from daydream.transforms.primitives import Graph
+from daydream.transforms.registry import Context, register
 
 
 @register("scale", example="scale(select=\"kind = 'kernel'\", factor=0.5)")

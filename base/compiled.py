@@ -1,16 +1,17 @@
-"""The compiled kernels of ingest and graphstore: built ahead of time where a C compiler is, else
-compiled by numba on first use, from the one source either way.
+"""The loader of compiled kernels (ingest's and graphstore's): built ahead of time where a C
+compiler is, else compiled by numba on first use, from the one source either way.
 
 Why: numba's import and its first dispatch in a process (llvmlite, the target context, the
 cache index) cost 0.4-0.5 s of one core holding the GIL, a quarter of ``daydream ingest`` of a
-million-event trace and all of a small one's start. ``python -m ingest.kernels`` (``make``
-runs it) compiles every function marked ``@kernel`` with numba's ahead-of-time compiler
+million-event trace and all of a small one's start. ``python -m daydream.warmup --ahead-of-time``
+(``make`` runs it; that module names the modules that declare kernels, this one names no
+stage) compiles every function marked ``@kernel`` with numba's ahead-of-time compiler
 (``numba.pycc``) into two extension modules beside this file, one without numba's reference
 counting (for kernels declared ``_nrt=False``, which the scanner is: with it, it ran 1.8x
-slower), and then writes a stamp: the hash of the sources it compiled. When a module of
-MODULES is imported and the stamp matches the sources, its kernels are the compiled
-functions and numba is not imported at all; otherwise (no compiler, a source edited since,
-``DAYDREAM_JIT=1`` in the environment) they are ``numba.njit`` dispatchers, as before.
+slower), and then writes a stamp: the hash of the sources it compiled and their modules'
+names. When a kernel is declared and the stamp matches the sources it names, the kernels are
+the compiled functions and numba is not imported at all; otherwise (no compiler, a source
+edited since, ``DAYDREAM_JIT=1`` in the environment) they are ``numba.njit`` dispatchers, as before.
 Compiled for a generic x86-64, not this CPU: the scanner runs as fast as numba's JIT either
 way (0.42-0.61 s against 0.44-0.70 s for a million events), and a virtual environment
 carried to another machine still runs.
@@ -40,9 +41,6 @@ from pathlib import Path
 
 import numpy as np
 
-# the modules that declare kernels (each one's source is part of the stamp)
-MODULES = ("ingest.kineto_scan", "ingest.nesting", "graphstore.build", "graphstore.check",
-           "graphstore.load")
 # the extension module of kernels with numba's reference counting (True) and without (False)
 LIBRARIES = {True: "_kernels", False: "_kernels_nonrt"}
 HERE = Path(__file__).resolve().parent
@@ -54,14 +52,30 @@ _building = False  # set by build(): the modules imported to be compiled get num
 _declared: dict[str, list[_Function]] = {}  # module -> its kernels and helpers, in order
 
 
-def source_hash() -> str:
+def source_path(module: str) -> Path:
+    """The source file of a module of the ``daydream`` package, found without importing it:
+    the stages are this package's siblings, installed (daydream/base, daydream/ingest) as in a
+    checkout (base/, ingest/)."""
+    return HERE.parent.joinpath(*module.removeprefix("daydream.").split(".")).with_suffix(".py")
+
+
+def source_hash(modules: tuple[str, ...]) -> str:
     """What the compiled kernels were built from: the sources of MODULES and of this file, and
     the numpy they were built against."""
     h = hashlib.blake2b(digest_size=16)
-    for name in (*MODULES, "ingest.kernels"):
-        h.update((HERE.parent / (name.replace(".", "/") + ".py")).read_bytes())
+    for name in (*modules, __spec__.name if __spec__ else "daydream.base.compiled"):
+        h.update(source_path(name).read_bytes())
     h.update(np.__version__.encode())
     return h.hexdigest()
+
+
+def _stamp() -> tuple[str, tuple[str, ...]]:
+    """The stamp's first word (the hash, or ``unbuilt: ...``) and the modules it names."""
+    text = STAMP.read_text().strip()
+    if text.startswith("unbuilt"):
+        return text, ()
+    word, _, modules = text.partition(" ")
+    return word, tuple(modules.split())
 
 
 @functools.cache
@@ -70,9 +84,12 @@ def _libraries() -> dict[bool, types.ModuleType] | None:
     if _building or os.environ.get(JIT_ENV) == "1":
         return None
     try:
-        if STAMP.read_text().strip() != source_hash():
+        word, modules = _stamp()
+        if not modules or word != source_hash(modules):
             return None
-        return {nrt: importlib.import_module(f"ingest.{name}") for nrt, name in LIBRARIES.items()}
+        package = __spec__.parent if __spec__ else "daydream.base"
+        return {nrt: importlib.import_module(f"{package}.{name}")
+                for nrt, name in LIBRARIES.items()}
     except (OSError, ImportError):
         return None
 
@@ -84,14 +101,18 @@ def state() -> str:
     if os.environ.get(JIT_ENV) == "1":
         return f"numba's JIT ({JIT_ENV}=1)"
     try:
-        note = STAMP.read_text().strip()
+        word, modules = _stamp()
     except OSError:
-        return "numba's JIT (not built: python -m ingest.kernels)"
-    if note == source_hash():
-        return "numba's JIT (the compiled modules did not load)"
-    if note.startswith("unbuilt"):
-        return f"numba's JIT ({note})"
-    return "numba's JIT (sources changed since the build: python -m ingest.kernels)"
+        return "numba's JIT (not built: python -m daydream.warmup --ahead-of-time)"
+    if word.startswith("unbuilt"):
+        return f"numba's JIT ({word})"
+    try:
+        if modules and word == source_hash(modules):
+            return "numba's JIT (the compiled modules did not load)"
+    except OSError:
+        pass
+    return ("numba's JIT (sources changed since the build: python -m daydream.warmup "
+            "--ahead-of-time)")
 
 
 class _Function:
@@ -211,7 +232,7 @@ def helper(**options) -> Callable:
 # the build
 
 
-def build(out_dir: Path = HERE) -> dict[str, int]:
+def build(modules: tuple[str, ...], out_dir: Path = HERE) -> dict[str, int]:
     """Compile every kernel of MODULES ahead of time into LIBRARIES in ``out_dir``, then write
     the stamp there. The old stamp goes first and the new one last, so an interrupted build
     leaves numba's JIT in use, never modules the stamp does not vouch for. Returns the number
@@ -229,12 +250,12 @@ def build(out_dir: Path = HERE) -> dict[str, int]:
     import numba.pycc.compiler as pycc
     from numba.pycc import CC
 
-    loaded = [m for m in MODULES if m in sys.modules]
+    loaded = [m for m in modules if m in sys.modules]
     if loaded:
         raise RuntimeError(f"build() must run before {', '.join(loaded)} is imported")
     _building = True
     _libraries.cache_clear()
-    for m in MODULES:
+    for m in modules:
         importlib.import_module(m)
     space = dict(vars(numba.types))
     stamp = out_dir / STAMP.name
@@ -253,7 +274,7 @@ def build(out_dir: Path = HERE) -> dict[str, int]:
             for nrt, lib in LIBRARIES.items():
                 cc = CC(lib)
                 cc.output_dir, cc.use_nrt, cc.verbose = tmp, nrt, False
-                kernels = [fn for m in MODULES for fn in _declared[m]
+                kernels = [fn for m in modules for fn in _declared.get(m, ())
                            if fn.returns is not None and fn.nrt == nrt]
                 for fn in kernels:
                     sig = eval(fn.returns, {}, space)(*(_numba_type(*a, numba) for a in fn.args))
@@ -265,7 +286,7 @@ def build(out_dir: Path = HERE) -> dict[str, int]:
                     os.replace(f, out_dir / f.name)
     finally:
         pycc.Flags = flags
-    _write_stamp(stamp, source_hash())
+    _write_stamp(stamp, f"{source_hash(modules)} {' '.join(modules)}")
     return counts
 
 
@@ -280,14 +301,21 @@ def _numba_type(dtype: np.dtype, ndim: int, readonly: bool, numba):
     return numba.types.Array(scalar, ndim, "C", readonly=readonly) if ndim else scalar
 
 
-def main() -> int:
-    """Build, or where that fails (no C compiler, say), leave a stamp that says why: numba
-    compiles the kernels on first use instead, and ``make`` does not try again until the
-    sources change."""
+def main(modules: tuple[str, ...]) -> int:
+    """Build MODULES' kernels, or where that fails (no C compiler, say), leave a stamp that
+    says why: numba compiles the kernels on first use instead, and ``make`` does not try
+    again until the sources change."""
     import time
     t = time.perf_counter()
     try:
-        counts = build()
+        if _stamp() == (source_hash(modules), modules) and _libraries() is not None:
+            os.utime(STAMP)  # built from these very sources: nothing to compile (for make)
+            print("daydream: the compiled kernels are up to date")
+            return 0
+    except OSError:
+        pass
+    try:
+        counts = build(modules)
     except Exception as e:  # noqa: BLE001 - any failure leaves numba's JIT, which works
         reason = f"{type(e).__name__}: {e}".splitlines()[0][:200]
         _write_stamp(STAMP, f"unbuilt: {reason}")
@@ -297,8 +325,3 @@ def main() -> int:
     print(f"daydream: {sum(counts.values())} kernels compiled ahead of time "
           f"({time.perf_counter() - t:.0f} s)")
     return 0
-
-
-if __name__ == "__main__":
-    from ingest import kernels  # the module the kernels declare themselves to (not __main__)
-    sys.exit(kernels.main())

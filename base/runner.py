@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
-from ingest.errors import DaydreamError
+from daydream.base.errors import DaydreamError
 
 
 class Runner:

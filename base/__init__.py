@@ -1,0 +1,7 @@
+"""What every stage needs, below them all: the one error type (``errors``), the store's root
+and layout with the process's DuckDB instance and Parquet writing (``store``), the worker
+runner of batch work (``runner``) and the loader of compiled kernels (``compiled``).
+
+Imports go one way: base imports no stage; every stage may import base
+(tests/test_layering.py reads the imports and fails otherwise).
+"""
