@@ -1,22 +1,20 @@
-"""The store: layout, schema metadata, idempotent re-ingest, --force, and killed runs."""
+"""The activity store: layout, schema metadata, the writer lock, a store of another schema, and
+its trace rows, through ingest's own entry point (the whole tool's re-ingest and killed runs:
+tests/daydream/test_store.py)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from daydream import api
 from daydream.base.errors import DaydreamError
 from daydream.base.store import PART
-from daydream.graphstore import db
 from daydream.ingest import schema
+from daydream.ingest.batch import ingest
 from daydream.ingest.store import Store
 from tests.conftest import DATA
 
@@ -24,14 +22,9 @@ SMALL = [DATA / "kineto" / n for n in ("simple_add_a100.json.gz", "alexnet_fwd_a
                                         "event_sync_multi_stream.json.gz")]
 
 
-def files_and_mtimes(root: Path) -> dict[str, int]:
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")
-            if p.is_file() and p.name != ".lock"}
-
-
 def test_layout_and_schema_version(tmp_path):
     st = tmp_path / "s"
-    rep = api.ingest(SMALL[:1], st, jobs=1)
+    rep = ingest(SMALL[:1], Store(st), jobs=1)
     tid = rep.results[0].trace_id
     for table in schema.COMMIT_ORDER:
         f = st / "activity" / table / f"trace_id={tid}" / PART
@@ -44,64 +37,8 @@ def test_layout_and_schema_version(tmp_path):
     # trace id is a content hash: the same bytes under another name are the same trace
     copy = tmp_path / "renamed.json.gz"
     copy.write_bytes(SMALL[0].read_bytes())
-    rep2 = api.ingest([copy], st, jobs=1)
+    rep2 = ingest([copy], Store(st), jobs=1)
     assert rep2.results[0].trace_id == tid and rep2.results[0].status == "exists"
-
-
-def test_reingest_is_a_noop_and_force_replaces(tmp_path):
-    st = tmp_path / "s"
-    rep = api.ingest(SMALL, st, jobs=2)
-    assert rep.count("ingested") == 3
-    before = files_and_mtimes(st)
-    rep = api.ingest(SMALL, st, jobs=2)
-    assert rep.count("exists") == 3 and rep.count("ingested") == 0
-    assert files_and_mtimes(st) == before
-    rep = api.ingest(SMALL[:1], st, jobs=1, force=True)
-    assert rep.results[0].status == "ingested"
-    after = files_and_mtimes(st)
-    assert set(after) == set(before)
-    tid = rep.results[0].trace_id
-    changed = {k for k in after if after[k] != before[k] and k.startswith("activity")}
-    assert changed and all(f"trace_id={tid}" in k for k in changed)
-    # the graph of the replaced trace was rebuilt; the others are still there
-    assert sorted(db.trace_ids(st)) == sorted(Store(st).trace_ids())
-
-
-def _complete(st: Store, tid: str) -> bool:
-    return all((st.partition(t, tid) / PART).exists() for t in schema.COMMIT_ORDER)
-
-
-def test_killed_ingest_leaves_no_partial_trace(tmp_path):
-    """Kill real ingest processes at several moments; every visible trace is complete and a
-    rerun finishes the work."""
-    folder = tmp_path / "in"
-    folder.mkdir()
-    srcs = sorted((DATA / "kineto").glob("*.json.gz")) + sorted(
-        (DATA / "kineto" / "dlrm_8ranks").glob("*.json.gz"))
-    for s in srcs:
-        (folder / s.name).write_bytes(s.read_bytes())
-    st_path = tmp_path / "s"
-    st = Store(st_path)
-    env = dict(os.environ)
-    for delay in (0.3, 1.0, 2.0, 3.0):
-        p = subprocess.Popen([sys.executable, "-m", "daydream", "ingest", str(folder),
-                              "--store", str(st_path), "-j", "2"], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
-        time.sleep(delay)
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-        for tid in st.trace_ids():
-            assert _complete(st, tid)
-            assert st.read("kernel", tid).schema == schema.KERNEL.schema
-    rep = api.ingest([folder], st_path, jobs=2)
-    assert not rep.failed
-    assert len(st.trace_ids()) == len(srcs)
-    # nothing left behind: no staging, no orphan partitions
-    assert not any((st_path / ".staging").iterdir()) if (st_path / ".staging").exists() else True
-    for table in schema.COMMIT_ORDER:
-        parts = {p.name for p in (st_path / "activity" / table).iterdir()}
-        assert parts == {f"trace_id={t}" for t in st.trace_ids()}
 
 
 def test_busy_store_without_wait_is_a_clear_error(tmp_path):
@@ -124,7 +61,7 @@ def test_a_store_of_another_activity_schema_is_refused_with_how_to_rebuild(tmp_p
     is not read as if it were this one's: every read names the file, both versions and the
     rebuild; `ingest --force` rebuilds it."""
     st = tmp_path / "s"
-    rep = api.ingest(SMALL[:1], st, jobs=1)
+    rep = ingest(SMALL[:1], Store(st), jobs=1)
     tid = rep.results[0].trace_id
     f = st / "activity" / "kernel" / f"trace_id={tid}" / PART
     old = pq.read_table(f)
@@ -153,7 +90,7 @@ def test_a_store_of_another_activity_schema_is_refused_with_how_to_rebuild(tmp_p
                            r"activity schema version 0"):
             read(tid, None)
     pq.write_table(row, t)
-    rep = api.ingest(SMALL[:1], st, jobs=1, force=True)
+    rep = ingest(SMALL[:1], Store(st), jobs=1, force=True)
     assert rep.results[0].status == "ingested"
     assert store.read("kernel", tid).equals(old.cast(schema.TABLES["kernel"].schema))
 
@@ -163,7 +100,7 @@ def test_trace_row_is_the_same_read_by_arrow_or_duckdb(tmp_path):
     where it has not (`daydream info`): both must give the same Python values, the stats'
     list of structs and the zoned ingest time included, whole or a few columns."""
     st = tmp_path / "s"
-    rep = api.ingest(SMALL, st, jobs=1)
+    rep = ingest(SMALL, Store(st), jobs=1)
     store = Store(st)
     for r in rep.results:
         for columns in (None, ["file", "devices", "world_size"], ["stats", "ingested_at"]):

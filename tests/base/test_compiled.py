@@ -1,4 +1,4 @@
-"""The kernels compiled ahead of time (ingest/kernels.py): what `make` builds is what loads, a
+"""The kernels compiled ahead of time (base/compiled.py): what `make` builds is what loads, a
 command then runs without numba, the compiled kernels give the tables numba's JIT gives, and a
 call they would mishandle goes to the JIT instead."""
 
@@ -28,12 +28,15 @@ HAS_CC = shutil.which("cc") is not None or shutil.which("gcc") is not None
 needs_build = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the kernels stay on numba's "
                                                     "JIT (daydream.base.compiled.main)")
 
+# ingest's and graphstore's own entry points (tests/conftest.py stored_graphs), which run every
+# kernel: the scanner, range nesting, the graph build's sweeps, the cycle check, phase gaps
 _INGEST = """
 import json, sys
-from daydream import api
+from pathlib import Path
 from daydream.base import compiled as kernels
-rep = api.ingest(sys.argv[2:], sys.argv[1], jobs=1)
-print(json.dumps({"ingested": rep.count("ingested"), "state": kernels.state(),
+from tests.conftest import stored_graphs
+ids = stored_graphs([Path(a) for a in sys.argv[2:]], Path(sys.argv[1]))
+print(json.dumps({"ingested": len(set(ids.values())), "state": kernels.state(),
                   "fallbacks": kernels.FALLBACKS, "numba": "numba" in sys.modules}))
 """
 
