@@ -15,8 +15,8 @@ from typing import NoReturn
 def main() -> None:
     if sys.argv[1:2] == ["ingest"]:
         _ingest(sys.argv[1:])
-    from daydream.commandline import main as run
-    run()
+    from daydream import commandline
+    commandline.main()
 
 
 def _ingest(argv: list[str]) -> NoReturn:
@@ -45,16 +45,15 @@ def _ingest(argv: list[str]) -> NoReturn:
     # answered with some 300 collections, two of them full ones over every object imported
     # (0.1-0.15 s); the objects are freed by reference counting, not by these collections
     gc.set_threshold(50_000, 10, 10)
-    from daydream.commandline import main as run
-    from daydream.commandline import parse
-    got = parse(argv)
+    from daydream import commandline
+    got = commandline.parse(argv)
     if got is not None:
         from daydream.ingest.ids import hash_ahead
         hash_ahead(got[1]["paths"])
     os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
     code: int | str | None = 0
     try:
-        run(argv)
+        commandline.main(argv)
     except SystemExit as e:
         code = e.code
     if "ray" in sys.modules:

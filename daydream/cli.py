@@ -5,7 +5,7 @@ Each command is a function registered with ``@command``; its parameters, annotat
 ``Argument`` or ``Option`` with their help and defaults, are what the command takes
 (daydream/commandline.py reads them into both the parser of plain command lines and the
 typer app). This module imports only what every command needs; a command imports the rest
-when it runs. Library code raises ``DaydreamError``; ``commandline.main`` prints
+when it runs. Library code raises ``DaydreamError``; ``commandline.run`` prints
 ``error: ...`` and exits 1, never a traceback.
 """
 

@@ -14,8 +14,8 @@ parameters say what the command takes (``Annotated[TYPE, Argument(...)]`` or
   with its value attached...), and so every usage error, reported as typer reports it.
 
 Both call the same function with the same values (tests/daydream/test_output.py checks that
-for every parameter of every command); ``main`` prints a ``DaydreamError`` as
-``error: ...`` and exits 1, never with a traceback.
+for every parameter of every command), and run it through ``run``, which prints a
+``DaydreamError`` as ``error: ...`` and exits 1, never with a traceback.
 """
 
 from __future__ import annotations
@@ -49,13 +49,14 @@ class Option:
 class Param:
     """One parameter of a command as ``parse`` reads it."""
 
-    __slots__ = ("name", "marker", "type", "many", "default", "names")
+    __slots__ = ("name", "marker", "hint", "type", "many", "default", "names")
 
     def __init__(self, name: str, annotation, default) -> None:
         if get_origin(annotation) is not Annotated:
             raise TypeError(f"{name}: annotate it Annotated[TYPE, Argument(...) or Option(...)]")
         t, *markers = get_args(annotation)
         (self.marker,) = markers
+        self.hint = t  # the type as annotated
         if isinstance(t, types.UnionType):  # X | None
             t, *none = get_args(t)
             if none != [type(None)]:
@@ -190,7 +191,7 @@ def parse(argv: list[str]) -> tuple[Command, dict] | None:
 
 def typer_app(call=None):
     """The typer app of the declared commands (daydream/cli.py). Each command calls CALL
-    (``call(command, {parameter: value})``), by default the command's function."""
+    (``call(command, {parameter: value})``), by default ``run``."""
     import inspect
 
     import typer
@@ -205,13 +206,13 @@ def typer_app(call=None):
             m = p.marker
             info = (typer.Option(*m.decls, **m.kw) if isinstance(m, Option)
                     else typer.Argument(**m.kw))
-            ann = Annotated[cmd.fn.__annotations__[p.name].__origin__, info]
+            ann = Annotated[p.hint, info]
             sig.append(inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                          default=inspect.Parameter.empty if p.required
                                          else p.default, annotation=ann))
 
         def callback(_cmd=cmd, **kw):
-            return (call or _call)(_cmd, kw)
+            return (call or run)(_cmd, kw)
         callback.__name__ = name
         callback.__doc__ = cmd.fn.__doc__
         callback.__signature__ = inspect.Signature(sig)
@@ -220,8 +221,19 @@ def typer_app(call=None):
     return app
 
 
-def _call(cmd: Command, kw: dict):
-    return cmd.fn(**kw)
+def run(cmd: Command, kw: dict) -> None:
+    """Command CMD with the values KW, as the command line runs it, whichever way it was
+    read: a ``DaydreamError`` printed as ``error: ...`` with status 1 (no traceback), an
+    interrupt with status 130."""
+    from daydream.base.errors import DaydreamError
+    try:
+        cmd.fn(**kw)
+    except DaydreamError as e:
+        error(str(e))
+        sys.exit(1)
+    except KeyboardInterrupt:
+        error("interrupted; the store is unchanged for traces not yet committed")
+        sys.exit(130)
 
 
 def _reflow(doc: str | None) -> str | None:
@@ -239,24 +251,14 @@ def error(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None, fast: bool = True) -> None:
-    """``daydream ARGV`` (else sys.argv's): through ``parse`` where it reads ARGV (unless not
-    FAST), else through typer."""
-    from daydream.base.errors import DaydreamError
-
+    """``daydream ARGV`` (else sys.argv's): read by ``parse`` where it can (unless not FAST),
+    else by the typer app; either way the command runs through ``run``."""
     argv = sys.argv[1:] if argv is None else argv
     got = parse(argv) if fast else None
-    try:
-        if got is not None:
-            cmd, kw = got
-            cmd.fn(**kw)
-        else:
-            _typer_main(argv)
-    except DaydreamError as e:
-        error(str(e))
-        sys.exit(1)
-    except KeyboardInterrupt:
-        error("interrupted; the store is unchanged for traces not yet committed")
-        sys.exit(130)
+    if got is not None:
+        run(*got)
+    else:
+        _typer_main(argv)
 
 
 def _typer_main(argv: list[str]) -> None:

@@ -367,6 +367,24 @@ def test_plain_command_lines_are_read_as_typer_reads_them():
         assert parse(line) is None, line
 
 
+def test_an_error_or_an_interrupt_ends_a_command_alike_both_ways(monkeypatch, capsys):
+    """A command read by ``parse`` and one read by the typer app end alike: a DaydreamError
+    as `error: ...` with status 1, an interrupt with status 130, no traceback."""
+    from daydream import commandline
+
+    cmd = commandline.declared()["jobs"]
+    for exc, code, msg in ((DaydreamError("no jobs"), 1, "error: no jobs\n"),
+                           (KeyboardInterrupt(), 130, "error: interrupted; the store is "
+                            "unchanged for traces not yet committed\n")):
+        def fail(exc=exc, **kw):
+            raise exc
+        monkeypatch.setattr(cmd, "fn", fail)
+        for fast in (True, False):
+            with pytest.raises(SystemExit) as e:
+                commandline.main(["jobs"], fast=fast)
+            assert (e.value.code, capsys.readouterr().err) == (code, msg), fast
+
+
 def test_sql_answered_without_the_cli_framework_prints_what_the_cli_prints(store, tmp_path):
     """`python -m daydream sql` with plain arguments is read without typer
     (daydream/commandline.py); it must print what the typer app prints, and leave everything
