@@ -181,7 +181,7 @@ def bench_memory(target_mb: int) -> list[str]:
         t = time.perf_counter()
         p = subprocess.run([sys.executable, "-c",
                             "import resource, sys\n"
-                            "from daydream.cli import main\n"
+                            "from daydream.commandline import main\n"
                             "sys.argv = ['daydream', 'ingest', sys.argv[1], '--store', "
                             "sys.argv[2], '-j', '1']\n"
                             "try:\n    main()\nexcept SystemExit:\n    pass\n"

@@ -1,45 +1,40 @@
-"""The ``daydream`` command: only commands and their options; the work is in daydream.api.
+"""The ``daydream`` command: its commands, each declared once, and nothing else; the work is in
+daydream.api and the modules it names.
 
-Library code raises ``DaydreamError``; ``main`` prints ``error: ...`` and exits 1, never a
-traceback.
+Each command is a function registered with ``@command``; its parameters, annotated
+``Argument`` or ``Option`` with their help and defaults, are what the command takes
+(daydream/commandline.py reads them into both the parser of plain command lines and the
+typer app). This module imports only what every command needs; a command imports the rest
+when it runs. Library code raises ``DaydreamError``; ``commandline.run`` prints
+``error: ...`` and exits 1, never a traceback.
 """
-
-from __future__ import annotations
 
 import sys
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
-from daydream import quick
 from daydream.base.errors import DaydreamError
 from daydream.base.store import DEFAULT_STORE
-from daydream.report import plural
+from daydream.commandline import Argument, Option, command, error
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Predict how much faster a training iteration would be with an "
-                       "optimization, from one profile of the unmodified job.")
+HELP = ("Predict how much faster a training iteration would be with an optimization, from "
+        "one profile of the unmodified job.")
 
-StoreOpt = Annotated[Path, typer.Option("--store", help="The store folder.",
+StoreOpt = Annotated[Path, Option("--store", help="The store folder.",
                                          show_default=True)]
-RayOpt = Annotated[str | None, typer.Option("--ray", help="Run the work as Ray tasks: 'auto' "
-                                            "(the running cluster, else a local one) or the "
-                                            "cluster's address. See docs/fleets.md.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (the same as --format "
-                                       "json).")]
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help="Output format: table (for "
-                                        "people), json or csv (for programs).")]
-ParamBytesOpt = Annotated[int | None, typer.Option(help="The model's parameter bytes, for "
+RayOpt = Annotated[str | None, Option("--ray", help="Run the work as Ray tasks: 'auto' "
+                                      "(the running cluster, else a local one) or the "
+                                      "cluster's address. See docs/fleets.md.")]
+JsonOpt = Annotated[bool, Option("--json", help="Print JSON (the same as --format "
+                                 "json).")]
+FormatOpt = Annotated[str, Option("--format", "-f", help="Output format: table (for "
+                                  "people), json or csv (for programs).")]
+ParamBytesOpt = Annotated[int | None, Option(help="The model's parameter bytes, for "
                                                  "ddp(...) where the trace does not tell.")]
-TargetArg = Annotated[str, typer.Argument(help="A trace file, stored trace id, job name or "
-                                          "folder of rank traces.")]
-WorkersOpt = Annotated[int | None, typer.Option(
+TargetArg = Annotated[str, Argument(help="A trace file, stored trace id, job name or "
+                                    "folder of rank traces.")]
+WorkersOpt = Annotated[int | None, Option(
     "--workers", help="With --all: worker processes.", show_default="every core")]
-
-
-def _err(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
 
 
 def _fmt(json: bool, fmt: str, allowed: tuple[str, ...] = ("table", "json", "csv")) -> str:
@@ -49,7 +44,10 @@ def _fmt(json: bool, fmt: str, allowed: tuple[str, ...] = ("table", "json", "csv
     return fmt
 
 
-_json = quick.print_json
+def _json(d: object) -> None:
+    """D as indented JSON on stdout (what ``--json`` and ``--format json`` print)."""
+    import orjson
+    print(orjson.dumps(d, option=orjson.OPT_INDENT_2, default=str).decode(), flush=True)
 
 
 def _emit(fmt: str, d: object, csv_text, show) -> None:
@@ -58,23 +56,24 @@ def _emit(fmt: str, d: object, csv_text, show) -> None:
     if fmt == "json":
         _json(d)
     elif fmt == "csv":
-        typer.echo(csv_text(d), nl=False)
+        sys.stdout.write(csv_text(d))
+        sys.stdout.flush()
     else:
         show(d)
 
 
-@app.command()
+@command
 def ingest(
-    paths: Annotated[list[str], typer.Argument(help="Trace files, folders (searched "
-                                               "recursively) or globs.")],
+    paths: Annotated[list[str], Argument(help="Trace files, folders (searched "
+                                         "recursively) or globs.")],
     store: StoreOpt = DEFAULT_STORE,
-    jobs: Annotated[int | None, typer.Option("--workers", "--jobs", "-j",
-                                             help="Worker processes converting files.",
-                                             show_default="every core")] = None,
-    force: Annotated[bool, typer.Option(help="Replace traces already in the store.")] = False,
-    strict: Annotated[bool, typer.Option(help="Stop at the first file that fails.")] = False,
-    job: Annotated[str | None, typer.Option(help="The name of the job these traces belong "
-                                            "to (the ranks of one run).")] = None,
+    jobs: Annotated[int | None, Option("--workers", "--jobs", "-j",
+                                       help="Worker processes converting files.",
+                                       show_default="every core")] = None,
+    force: Annotated[bool, Option(help="Replace traces already in the store.")] = False,
+    strict: Annotated[bool, Option(help="Stop at the first file that fails.")] = False,
+    job: Annotated[str | None, Option(help="The name of the job these traces belong "
+                                      "to (the ranks of one run).")] = None,
     ray: RayOpt = None,
 ) -> None:
     """Convert traces into the store and build their dependency graphs.
@@ -82,21 +81,61 @@ def ingest(
     Reads Kineto (PyTorch profiler) JSON, Nsight Systems SQLite exports and the raw CUPTI
     records of `daydream collect`. A folder is searched for trace files; the files it skips
     are listed, and a folder without any trace is an error."""
-    if not quick.ingest(paths, store, jobs, force, strict, job, ray):
-        raise typer.Exit(1)
+    import os
+
+    from daydream import api
+    from daydream.report import plural
+    from daydream.traces import skipped
+    files = api.expand(paths)
+    left_out = skipped(paths)
+    for path, why in left_out:
+        print(f"skipped: {path}: {why}", file=sys.stderr)
+    if not files:
+        raise DaydreamError(f"no trace files in {', '.join(paths)} ({plural(len(left_out), 'file')}"
+                            " skipped, listed above)" if left_out else
+                            f"no trace files in {', '.join(paths)}")
+    progress = None
+    if sys.stderr.isatty() and len(files) > 1:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+        progress = Progress("[progress.description]{task.description}", BarColumn(),
+                            MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+        progress.start()
+        task = progress.add_task("ingesting", total=len(files))
+
+    def tick(r) -> None:
+        if progress is not None:
+            progress.advance(task)
+        if r.status == "failed":
+            print(f"error: {r.error or r.path}", file=sys.stderr, flush=True)
+
+    try:
+        rep = api.ingest(files, store, jobs=jobs or os.cpu_count(), force=force,
+                         strict=strict, job=job, on_progress=tick, ray=ray)
+    finally:
+        if progress is not None:
+            progress.stop()
+    for r in rep.results:
+        if r.status != "failed":
+            print(f"{r.trace_id}  {r.status:8s}  {r.path}")
+    sys.stdout.flush()
+    print(f"{plural(rep.count('ingested'), 'trace')} ingested, "
+          f"{rep.count('exists')} already stored, {rep.count('failed')} failed -> {store}",
+          file=sys.stderr, flush=True)
+    if rep.failed:
+        sys.exit(1)
 
 
-@app.command(context_settings={"allow_extra_args": False})
+@command(context_settings={"allow_extra_args": False})
 def collect(
-    command: Annotated[list[str], typer.Argument(help="The job's command line, after --.",
-                                                 show_default=False)],
-    out: Annotated[Path, typer.Option("--out", "-o", help="The folder for the raw record "
-                                      "files (one per process).")] = Path("daydream-traces"),
-    iterations: Annotated[int | None, typer.Option(help="Iterations (optimizer steps) to "
-                                                   "collect.",
-                                                   show_default="until the job ends")]
+    command: Annotated[list[str], Argument(help="The job's command line, after --.",
+                                           show_default=False)],
+    out: Annotated[Path, Option("--out", "-o", help="The folder for the raw record "
+                                "files (one per process).")] = Path("daydream-traces"),
+    iterations: Annotated[int | None, Option(help="Iterations (optimizer steps) to "
+                                             "collect.",
+                                             show_default="until the job ends")]
     = None,
-    warmup: Annotated[int, typer.Option(help="Iterations to run uncollected first.")] = 0,
+    warmup: Annotated[int, Option(help="Iterations to run uncollected first.")] = 0,
 ) -> None:
     """Run a training job under CUPTI collection (needs an NVIDIA GPU).
 
@@ -104,76 +143,91 @@ def collect(
     --iterations 20 -- python train.py`."""
     from daydream import api
     res = api.collect_command(command, out, iterations, warmup)
+    from daydream.report import plural
     for f in res.files:
-        typer.echo(str(f))
-    typer.echo(f"{plural(len(res.files), 'trace file')} -> {out}; then: daydream ingest {out}",
-               err=True)
+        print(f, flush=True)
+    print(f"{plural(len(res.files), 'trace file')} -> {out}; then: daydream ingest {out}",
+          file=sys.stderr, flush=True)
     if res.returncode:
-        raise typer.Exit(res.returncode)
+        sys.exit(res.returncode)
 
 
-@app.command()
+@command
 def info(
-    trace: Annotated[str, typer.Argument(help="A trace id (or unique prefix), trace file, job "
-                                         "name or folder of rank traces.")],
+    trace: Annotated[str, Argument(help="A trace id (or unique prefix), trace file, job "
+                                   "name or folder of rank traces.")],
     store: StoreOpt = DEFAULT_STORE,
     json: JsonOpt = False,
 ) -> None:
     """Print what a stored trace or job holds and what ingest had to repair or skip."""
-    quick.info(trace, store, json)
+    from daydream import api
+    d = api.info(trace, store)
+    if json:
+        _json(d)
+        return
+    from daydream.views import print_info
+    print_info(d)
 
 
-@app.command()
+@command
 def sql(
-    query: Annotated[str, typer.Argument(help="SQL (DuckDB dialect) over the graph tables, "
-                                         "views and activity tables; '-' reads it from stdin. "
-                                         "See docs/sql.md.")],
+    query: Annotated[str, Argument(help="SQL (DuckDB dialect) over the graph tables, "
+                                   "views and activity tables; '-' reads it from stdin. "
+                                   "See docs/sql.md.")],
     store: StoreOpt = DEFAULT_STORE,
-    fmt: Annotated[str, typer.Option("--format", "-f",
-                                     help="Output format: table, csv, json or parquet.")]
+    fmt: Annotated[str, Option("--format", "-f",
+                               help="Output format: table, csv, json or parquet.")]
     = "table",
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the result to this "
-                                             "file (needed for parquet).")] = None,
+    out: Annotated[Path | None, Option("--out", "-o", help="Write the result to this "
+                                       "file (needed for parquet).")] = None,
 ) -> None:
     """Query the store with SQL, read-only (kernel_timeline, layer_time, iteration_time...)."""
-    quick.sql(query, store, fmt, out)
+    if query == "-":
+        query = sys.stdin.read()
+    from daydream.graphstore import db
+    text = db.query(store, query, fmt, out)
+    if out is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        print(text, file=sys.stderr, flush=True)
 
 
-OptOpt = Annotated[list[str] | None, typer.Option(
+OptOpt = Annotated[list[str] | None, Option(
     "--opt", help="An optimization to predict, e.g. amp, fused_adam, dataloader(workers=4) or "
     "scale(select=\"...\", factor=0.5). Chain optimizations with + (amp+fused_adam) for one "
     "prediction of them together; repeat --opt for separate predictions. See `daydream "
     "opts`.")]
 
 
-@app.command()
+@command
 def predict(
-    trace: Annotated[str | None, typer.Argument(help="A trace file (ingested if new), stored "
-                                                "trace id, job name or folder of rank traces "
-                                                "(a job); or --all.")] = None,
+    trace: Annotated[str | None, Argument(help="A trace file (ingested if new), stored "
+                                          "trace id, job name or folder of rank traces "
+                                          "(a job); or --all.")] = None,
     store: StoreOpt = DEFAULT_STORE,
     opt: OptOpt = None,
     json: JsonOpt = False,
     fmt: FormatOpt = "table",
-    timeline: Annotated[Path | None, typer.Option(help="Write the measured, replayed and "
-                                                  "predicted schedules into one Chrome trace "
-                                                  "for Perfetto.")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Draw the phase breakdown and one "
-                                              "iteration's timeline, before and after, as a "
-                                              "PNG.")] = None,
+    timeline: Annotated[Path | None, Option(help="Write the measured, replayed and "
+                                            "predicted schedules into one Chrome trace "
+                                            "for Perfetto.")] = None,
+    plot: Annotated[Path | None, Option(help="Draw the phase breakdown and one "
+                                        "iteration's timeline, before and after, as a "
+                                        "PNG.")] = None,
     param_bytes: ParamBytesOpt = None,
-    all_: Annotated[bool, typer.Option("--all", help="Predict every stored trace (see "
-                                       "--where) with every --opt, into the store's "
-                                       "prediction table.")] = False,
-    where: Annotated[str | None, typer.Option(help="With --all: an SQL condition on the "
-                                              "trace table, e.g. \"job = 'nightly'\".")]
+    all_: Annotated[bool, Option("--all", help="Predict every stored trace (see "
+                                 "--where) with every --opt, into the store's "
+                                 "prediction table.")] = False,
+    where: Annotated[str | None, Option(help="With --all: an SQL condition on the "
+                                        "trace table, e.g. \"job = 'nightly'\".")]
     = None,
     workers: WorkersOpt = None,
     ray: RayOpt = None,
-    force: Annotated[bool, typer.Option(help="With --all: recompute the pairs already "
-                                        "predicted.")] = False,
-    top: Annotated[int, typer.Option(help="With --all: the rows to print, best gain first "
-                                     "(0 for all).")] = 30,
+    force: Annotated[bool, Option(help="With --all: recompute the pairs already "
+                                  "predicted.")] = False,
+    top: Annotated[int, Option(help="With --all: the rows to print, best gain first "
+                               "(0 for all).")] = 30,
 ) -> None:
     """Predict the iteration time with each --opt, or replay the trace without one.
 
@@ -205,14 +259,14 @@ def _predict_all(store: Path, opts: list[str], where: str | None, workers: int |
                  ray: str | None, force: bool, top: int, fmt: str,
                  param_bytes: int | None) -> None:
     from daydream import fleet
-    from daydream.report import fleet_progress, fleet_table, print_fleet
+    from daydream.report import fleet_progress, fleet_table, plural, print_fleet
     from daydream.table import to_csv
 
     with fleet_progress(enabled=sys.stderr.isatty() and fmt == "table") as (plan, tick):
         def on_pair(r) -> None:
             tick()
             if r.status == "failed":
-                _err(r.error or f"{r.trace_id} {r.spec}")
+                error(r.error or f"{r.trace_id} {r.spec}")
 
         rep = fleet.predict_all(store, opts, where=where, workers=workers, ray=ray,
                                 force=force, param_bytes=param_bytes, on_progress=on_pair,
@@ -220,21 +274,23 @@ def _predict_all(store: Path, opts: list[str], where: str | None, workers: int |
     if fmt == "json":
         _json(rep.table.to_pylist())
     elif fmt == "csv":
-        typer.echo(to_csv([fleet_table(rep.table, 0)[0]]), nl=False)
+        sys.stdout.write(to_csv([fleet_table(rep.table, 0)[0]]))
+        sys.stdout.flush()
     else:
         print_fleet(rep.table, top)
-    typer.echo(f"{plural(len(rep.traces), 'trace')} x {plural(len(rep.specs), 'spec')}: "
-               f"{rep.count('predicted')} predicted, {rep.count('stored')} already stored, "
-               f"{rep.count('failed')} failed -> table prediction in {store}", err=True)
+    print(f"{plural(len(rep.traces), 'trace')} x {plural(len(rep.specs), 'spec')}: "
+          f"{rep.count('predicted')} predicted, {rep.count('stored')} already stored, "
+          f"{rep.count('failed')} failed -> table prediction in {store}", file=sys.stderr,
+          flush=True)
     if rep.without_graph:
-        typer.echo(f"note: {plural(rep.without_graph, 'stored trace has', 'stored traces have')}"
-                   " no graph (an interrupted ingest?) and were left out; `daydream ingest` "
-                   "over any file builds them", err=True)
+        print(f"note: {plural(rep.without_graph, 'stored trace has', 'stored traces have')}"
+              " no graph (an interrupted ingest?) and were left out; `daydream ingest` "
+              "over any file builds them", file=sys.stderr, flush=True)
     if rep.failed:
-        raise typer.Exit(1)
+        sys.exit(1)
 
 
-@app.command()
+@command
 def advise(
     trace: TargetArg,
     store: StoreOpt = DEFAULT_STORE,
@@ -254,13 +310,13 @@ def advise(
     _emit(fmt, d, adv.to_csv_text, adv.print_advice)
 
 
-@app.command()
+@command
 def compare(
-    trace: Annotated[str, typer.Argument(help="The trace of the unmodified job.")],
-    after: Annotated[str, typer.Argument(help="A trace of the job recorded after making the "
-                                         "change.")],
-    opt: Annotated[str, typer.Option("--opt", help="The optimization that was made (chain "
-                                     "several with +).")],
+    trace: Annotated[str, Argument(help="The trace of the unmodified job.")],
+    after: Annotated[str, Argument(help="A trace of the job recorded after making the "
+                                   "change.")],
+    opt: Annotated[str, Option("--opt", help="The optimization that was made (chain "
+                               "several with +).")],
     store: StoreOpt = DEFAULT_STORE,
     json: JsonOpt = False,
     fmt: FormatOpt = "table",
@@ -277,10 +333,10 @@ def compare(
     _emit(fmt, d, cmp.to_csv_text, cmp.print_comparison)
 
 
-@app.command()
+@command
 def report(
     trace: TargetArg,
-    out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")]
+    out: Annotated[Path, Option("--out", "-o", help="The HTML file to write.")]
     = Path("report.html"),
     opt: OptOpt = None,
     store: StoreOpt = DEFAULT_STORE,
@@ -293,10 +349,10 @@ def report(
     the gates, with styles and pictures inside it."""
     from daydream import html
     path = html.write_report(trace, out, opt or [], store, param_bytes=param_bytes)
-    typer.echo(f"report written to {path}", err=True)
+    print(f"report written to {path}", file=sys.stderr, flush=True)
 
 
-@app.command()
+@command
 def jobs(store: StoreOpt = DEFAULT_STORE, json: JsonOpt = False,
          fmt: FormatOpt = "table") -> None:
     """List the jobs in the store: the traces of the ranks of one run.
@@ -312,52 +368,29 @@ def jobs(store: StoreOpt = DEFAULT_STORE, json: JsonOpt = False,
     from daydream.table import render, to_csv, width
     from daydream.views import jobs_table
     t = jobs_table(d)
-    typer.echo(to_csv([t]) if fmt == "csv" else render(t, width()), nl=False)
+    sys.stdout.write(to_csv([t]) if fmt == "csv" else render(t, width()))
+    sys.stdout.flush()
 
 
-@app.command()
+@command
 def opts(json: JsonOpt = False) -> None:
     """List the optimizations a prediction can apply (--opt NAME(params), chained with +)."""
-    quick.opts(json)
+    from daydream.transforms.catalog import listing
+    items = listing()
+    if json:
+        _json(items)
+        return
+    from daydream.table import paragraph, width
+    w = width()
+    for o in items:
+        print(o["signature"])
+        print("    " + paragraph(o["summary"], w and w - 4, "    "))
+    sys.stdout.flush()
 
 
-def _reflow(doc: str | None) -> str | None:
-    """A docstring as help text: each paragraph one line, which the help then wraps to the
-    terminal (typer keeps a docstring's own line breaks inside a paragraph)."""
-    if not doc:
-        return doc
-    import inspect
-    paras = inspect.cleandoc(doc).split("\n\n")
-    return "\n\n".join(" ".join(p.split()) for p in paras)
-
-
-for _c in app.registered_commands:
-    _c.help = _reflow(_c.help or _c.callback.__doc__)
-
-
-def main() -> None:
-    try:
-        rc = app(standalone_mode=False)
-        if isinstance(rc, int) and rc:
-            sys.exit(rc)
-    except DaydreamError as e:
-        _err(str(e))
-        sys.exit(1)
-    except KeyboardInterrupt:
-        _err("interrupted; the store is unchanged for traces not yet committed")
-        sys.exit(130)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except Exception as e:  # usage errors from typer's bundled click, and the like
-        from typer._click import exceptions as cx
-        if isinstance(e, cx.ClickException):
-            e.show()
-            sys.exit(e.exit_code if e.exit_code else 2)
-        abort = getattr(cx, "Abort", None)  # not in every typer's bundled click
-        if abort is not None and isinstance(e, abort):
-            sys.exit(1)
-        raise
-
-
-if __name__ == "__main__":
-    main()
+def __getattr__(name: str):
+    """``daydream.cli.app``: the typer app of these commands (for tests and typer's tools)."""
+    if name == "app":
+        from daydream.commandline import typer_app
+        return typer_app()
+    raise AttributeError(f"module 'daydream.cli' has no attribute {name!r}")

@@ -119,7 +119,7 @@ def test_the_distribution_installs_one_top_level_package(wheel):
 def _shadows(folder: Path) -> None:
     """A module named like each stage, and like the package's own modules users might have,
     that raises when imported."""
-    for name in (*STAGES, "quick", "pipeline"):
+    for name in (*STAGES, "cli", "pipeline"):
         (folder / f"{name}.py").write_text(f"raise RuntimeError('the user\\'s {name}.py')\n")
 
 

@@ -240,16 +240,21 @@ def test_the_cli_starts_without_the_simulator_or_the_collector():
     assert callable(daydream.predict) and callable(daydream.collect)
 
 
+# `daydream` with every command line read by the typer app (daydream/commandline.py's parse
+# not asked)
+TYPER_ONLY = ("import sys; from daydream.commandline import main; sys.argv[0] = 'daydream'; "
+              "main(fast=False)")
+
+
 def _both(args: list[str]) -> tuple:
     """(exit code, stdout, stderr) of ARGS through daydream/__main__.py (``python -m
-    daydream``), and through the typer command alone."""
+    daydream``), and through the typer app alone."""
     import subprocess
     import sys
     fast = subprocess.run([sys.executable, "-m", "daydream", *args], capture_output=True,
                           text=True, cwd=ROOT)
-    typed = subprocess.run([sys.executable, "-c", "import sys; from daydream.cli import "
-                            "main; sys.argv[0] = 'daydream'; main()", *args],
-                           capture_output=True, text=True, cwd=ROOT)
+    typed = subprocess.run([sys.executable, "-c", TYPER_ONLY, *args], capture_output=True,
+                           text=True, cwd=ROOT)
     return (fast.returncode, fast.stdout, fast.stderr), (typed.returncode, typed.stdout,
                                                          typed.stderr)
 
@@ -283,8 +288,7 @@ def test_ingest_through_main_prints_and_stores_what_the_typer_command_does(tmp_p
     for files in ([good], [bad], [good, bad]):
         got = []
         for how, cmd in (("main", ["-m", "daydream"]),
-                         ("typer", ["-c", "import sys; from daydream.cli import main; "
-                                          "sys.argv[0] = 'daydream'; main()"])):
+                         ("typer", ["-c", TYPER_ONLY])):
             root = tmp_path / f"{how}-{len(files)}-{files[-1].stem}"
             p = subprocess.run([sys.executable, *cmd, "ingest", *map(str, files), "--store",
                                 str(root), "-j", "1"], capture_output=True, text=True,
@@ -304,37 +308,91 @@ def test_ingest_through_main_prints_and_stores_what_the_typer_command_does(tmp_p
         assert ("bad.json" in err) == (bad in files)
 
 
-def test_the_fast_commands_take_what_the_typer_commands_take():
-    """daydream/__main__.py answers plain `sql`, `opts` and `info` itself (``FAST``); what it
-    takes must be what the typer commands declare, or a valid command line would be misread
-    there instead of handed to typer."""
-    import typer
+def _sample(p) -> str:
+    """A value of parameter P's type, as a command line gives it."""
+    return {int: "3", Path: "some/path", str: "x y"}[p.type]
 
-    from daydream.__main__ import FAST, FAST_INT
-    group = typer.main.get_command(app)
-    for name, (n, valued, flags) in FAST.items():
-        params = group.commands[name].params
-        args = [p for p in params if p.param_type_name == "argument"]
-        if n < 0:  # one or more
-            assert len(args) == 1 and args[0].nargs == -1 and args[0].required, name
-        else:
-            assert len(args) == n and all(p.nargs == 1 for p in args), name
-        opts = [p for p in params if p.param_type_name == "option"]
-        assert valued == {o: p.name for p in opts if not p.is_flag for o in p.opts}, name
-        # a flag's secondary (--no-) form is not in FAST: such a command line goes to typer
-        assert flags == {o: p.name for p in opts if p.is_flag for o in p.opts}, name
-        assert {p.name for p in opts if not p.is_flag and p.type_descriptor.annotation is int} == \
-            FAST_INT & {p.name for p in opts}, name
+
+def test_plain_command_lines_are_read_as_typer_reads_them():
+    """daydream/commandline.py reads plain command lines itself (``parse``) and leaves the
+    rest to the typer app made from the same declarations (daydream/cli.py). For every
+    parameter of every declared command, by each of its names, as --name VALUE and
+    --name=VALUE, repeated where it may be, a negative whole number, an argument after --:
+    ``parse`` takes the command line and gives the command the values typer gives it."""
+    from daydream.commandline import declared, parse, typer_app
+
+    seen = []
+    typed = typer_app(call=lambda cmd, kw: seen.append(kw))
+    lines = []
+    for name, cmd in declared().items():
+        def required(but=None, cmd=cmd):
+            out = []
+            for p in cmd.params:
+                if p.required and p is not but:
+                    out += [p.names[0], _sample(p)] if p.names else [_sample(p)]
+            return out
+        lines.append([name, *required()])
+        for p in cmd.params:
+            req = required(p)
+            if not p.names:
+                if p.many:
+                    lines.append([name, *req, "--", "-a", "b"])
+                elif not p.required:
+                    lines.append([name, *req, _sample(p)])
+                continue
+            for o in p.names:
+                if p.type is bool:
+                    lines.append([name, *req, o])
+                    continue
+                lines.append([name, *req, o, _sample(p)])
+                if o.startswith("--"):
+                    lines.append([name, f"{o}={_sample(p)}", *req])
+                if p.type is int:
+                    lines.append([name, *req, o, "-7"])
+                if p.many:
+                    lines.append([name, *req, o, "a", o, "b"])
+    assert len(lines) > 100
+    for line in lines:
+        got = parse(line)
+        assert got is not None, line
+        seen.clear()
+        r = CliRunner().invoke(typed, line, catch_exceptions=False)
+        assert r.exit_code == 0 and seen == [got[1]], (line, r.output, seen, got[1])
+    # what parse leaves to typer: help, a --no- form, an option given twice, a short option
+    # with its value attached, a whole number typer may read otherwise, an unknown command
+    for line in (["sql", "--help"], ["ingest", "a", "--no-force"],
+                 ["info", "x", "--json", "--json"], ["ingest", "a", "-j4"],
+                 ["ingest", "a", "-j", "1_000"], ["sql", "q", "-f=csv"], ["--help"], [],
+                 ["nope"]):
+        assert parse(line) is None, line
+
+
+def test_an_error_or_an_interrupt_ends_a_command_alike_both_ways(monkeypatch, capsys):
+    """A command read by ``parse`` and one read by the typer app end alike: a DaydreamError
+    as `error: ...` with status 1, an interrupt with status 130, no traceback."""
+    from daydream import commandline
+
+    cmd = commandline.declared()["jobs"]
+    for exc, code, msg in ((DaydreamError("no jobs"), 1, "error: no jobs\n"),
+                           (KeyboardInterrupt(), 130, "error: interrupted; the store is "
+                            "unchanged for traces not yet committed\n")):
+        def fail(exc=exc, **kw):
+            raise exc
+        monkeypatch.setattr(cmd, "fn", fail)
+        for fast in (True, False):
+            with pytest.raises(SystemExit) as e:
+                commandline.main(["jobs"], fast=fast)
+            assert (e.value.code, capsys.readouterr().err) == (code, msg), fast
 
 
 def test_sql_answered_without_the_cli_framework_prints_what_the_cli_prints(store, tmp_path):
-    """`python -m daydream sql` with plain arguments is answered by daydream/__main__.py
-    without typer; it must print what the typer command prints, and leave everything else
-    (help, repeated or unknown options) to the typer command."""
+    """`python -m daydream sql` with plain arguments is read without typer
+    (daydream/commandline.py); it must print what the typer app prints, and leave everything
+    else (help, repeated or unknown options) to the typer app."""
     import subprocess
     import sys
 
-    from daydream.__main__ import fast_args
+    from daydream.commandline import parse
 
     q = "SELECT trace_id, count(*) AS n FROM task GROUP BY 1 ORDER BY 1"
     for args in (["sql", q, "--store", str(store)], ["sql", "--store=" + str(store), "-f",
@@ -342,7 +400,7 @@ def test_sql_answered_without_the_cli_framework_prints_what_the_cli_prints(store
                  ["sql", "--format", "json", "--store", str(store), "--", q],
                  ["sql", "SELEC 1", "--store", str(store)],
                  ["sql", q, "--store", str(tmp_path / "none")]):
-        assert fast_args(args) is not None
+        assert parse(args) is not None
         fast, typed = _both(args)
         assert fast == typed, args
     out = tmp_path / "r.parquet"
@@ -360,20 +418,20 @@ def test_sql_answered_without_the_cli_framework_prints_what_the_cli_prints(store
                  ["sql", q, "--nope"], ["sql"], ["sql", "a", "b"], ["sql", q, "-f=csv"],
                  ["sql", q, "--out"], ["info", "x", "--json", "--json"], ["info"],
                  ["opts", "x"], ["opts", "--json=1"], ["--help"], []):
-        assert fast_args(args) is None, args
+        assert parse(args) is None, args
 
 
 def test_opts_and_info_answered_without_the_cli_framework_print_what_the_cli_prints(store):
-    """`daydream opts` and `daydream info` are answered by daydream/__main__.py too: the same
-    output as the typer commands, the errors included, and `opts` without importing any
+    """`daydream opts` and `daydream info` are read without typer too: the same output as
+    the typer app, the errors included, and `opts` without importing any
     optimization (their listing comes from transforms/opts/catalog.json)."""
-    from daydream.__main__ import fast_args
+    from daydream.commandline import parse
 
     tid = api.open_store(store).trace_ids()[0]
     for args in (["opts"], ["opts", "--json"], ["info", tid, "--store", str(store)],
                  ["info", "--json", tid[:6], "--store", str(store)],
                  ["info", "nope", "--store", str(store)]):
-        assert fast_args(args) is not None, args
+        assert parse(args) is not None, args
         fast, typed = _both(args)
         assert fast == typed, args
         assert fast[0] == (1 if "nope" in args else 0) and fast[1 if fast[0] == 0 else 2]
@@ -437,10 +495,11 @@ def test_gpu_idle_nothing_ended_gets_its_own_line():
     assert "GPU idle" not in {r[0] for r in report.basis_table(d).rows}
 
 
-def test_the_top_level_help_is_typers_without_its_help_module():
-    """`daydream --help` and `daydream` alone are printed by daydream/help.py, not by
-    typer.rich_utils (which imports markdown-it and pygments): the same bytes, exit status and
-    streams as typer's, in a pipe and in colour, at any width."""
+def test_the_top_level_help_is_typers_without_markdown_it():
+    """`daydream --help` and `daydream` alone are printed by typer, with typer.rich_utils
+    imported without rich.markdown (markdown-it) and rich.traceback, which it uses for
+    neither (daydream/commandline.py): the same bytes, exit status and streams as with
+    typer.rich_utils imported whole, in a pipe and in colour, at any width."""
     import os
     import subprocess
     import sys
@@ -449,36 +508,41 @@ def test_the_top_level_help_is_typers_without_its_help_module():
         env = {k: v for k, v in os.environ.items()
                if k not in ("COLUMNS", "FORCE_COLOR", "NO_COLOR", "TERMINAL_WIDTH")} | extra
         for args in (["--help"], []):
-            outs = [subprocess.run([sys.executable, "-c", f"import sys; sys.argv[0] = "
-                                    f"'daydream'; from {m} import main; main()", *args],
+            outs = [subprocess.run([sys.executable, "-c", "import sys; sys.argv[0] = "
+                                    f"'daydream'; {run}", *args],
                                    capture_output=True, text=True, cwd=ROOT, env=env)
-                    for m in ("daydream.__main__", "daydream.cli")]
+                    for run in ("from daydream.__main__ import main; main()",
+                                # typer's help module imported whole first
+                                "import typer.rich_utils; from daydream.commandline import "
+                                "main; main()")]
             fast, typed = [(p.returncode, p.stdout, p.stderr) for p in outs]
             assert fast == typed, (extra, args)
             plain = re.sub(r"\x1b\[[0-9;]*m", "", fast[1])
             assert "╭─ Commands" in plain and fast[0] == (0 if args else 2)
             assert ("\x1b[" in fast[1]) == ("FORCE_COLOR" in extra)
-    assert _loaded_after(["--help"], ("typer.rich_utils", "markdown_it", "pygments",
-                                      "pydantic", "polars", "pyarrow", "duckdb")) == []
+    assert _loaded_after(["--help"], ("rich.markdown", "markdown_it", "rich.traceback",
+                                      "pygments", "pydantic", "polars", "pyarrow",
+                                      "duckdb")) == []
 
 
 def test_plain_ingest_command_lines_are_answered_without_typer(tmp_path):
-    """`daydream ingest` with plain arguments is answered by daydream/__main__.py without
-    typer and pydantic (0.2 s of the command); anything else goes to typer, which then
-    reports usage errors as it always did."""
+    """`daydream ingest` with plain arguments is read without typer and pydantic (0.2 s of
+    the command); anything else goes to typer, which then reports usage errors as it always
+    did."""
     import subprocess
     import sys
 
-    from daydream.__main__ import fast_args
-    assert fast_args(["ingest", "a.json", "b", "--store", "s", "-j", "2", "--force",
-                      "--strict", "--job", "x", "--ray=auto", "--", "-c.json"]) == (
-        "ingest", ["a.json", "b", "-c.json"],
-        {"store": "s", "jobs": 2, "force": True, "strict": True, "job": "x", "ray": "auto"})
+    from daydream.commandline import parse
+    cmd, kw = parse(["ingest", "a.json", "b", "--store", "s", "-j", "2", "--force",
+                     "--strict", "--job", "x", "--ray=auto", "--", "-c.json"])
+    assert cmd.fn.__name__ == "ingest" and kw == {
+        "paths": ["a.json", "b", "-c.json"], "store": Path("s"), "jobs": 2, "force": True,
+        "strict": True, "job": "x", "ray": "auto"}
     for args in (["ingest"], ["ingest", "a", "-j", "x"], ["ingest", "a", "--no-force"],
                  ["ingest", "a", "-j4"], ["ingest", "a", "--force", "--force"],
                  ["ingest", "--help"], ["ingest", "a", "--workers", "2", "-j", "3"],
                  ["ingest", "a", "--store"]):
-        assert fast_args(args) is None, args
+        assert parse(args) is None, args
     good = DATA / "kineto" / "event_sync_single_stream.json.gz"
     p = subprocess.run([sys.executable, "-X", "importtime", "-m", "daydream", "ingest",
                         str(good), "--store", str(tmp_path / "s"), "-j", "1"],

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from daydream import cli
+from daydream import commandline
 from tests.conftest import DATA
 
 GOOD = DATA / "kineto" / "event_sync_single_stream.json.gz"
@@ -26,7 +26,7 @@ def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
     old = sys.argv
     sys.argv = ["daydream", *args]
     try:
-        cli.main()
+        commandline.main()
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
