@@ -41,19 +41,20 @@ def _ms(x) -> str:
 def dlrm(store: Path) -> list[str]:
     p = _path("param/dlrm_8ranks", "kineto/dlrm_8ranks")
     d = api.predict(str(p), store)
-    c, s = d["collectives"], d["straggler"]
+    j = d.job
+    c, s = j.collectives, j.straggler
     out = ["## The DLRM job (8 ranks, one run)", "",
            f"`daydream predict {p.relative_to(p.parents[2])}`: the eight Kineto traces "
-           f"ingested as job `{d['job']}` (rank and world size from `distributedInfo`). "
+           f"ingested as job `{j.name}` (rank and world size from `distributedInfo`). "
            f"{c['matched']} collectives matched ({c['kernels_joined']} NCCL kernels, "
            f"{c['kernels_unmatched']} unmatched; types {c['by_type']}); clock offsets removed "
-           f"(ns): {d['clock_offsets_ns']}.", "",
+           f"(ns): {j.clock_offsets_ns}.", "",
            "| rank | measured ms | replayed ms | error |", "|---|---|---|---|"]
-    for r in d["ranks"]:
-        out.append(f"| {r['rank']} | {r['measured_ms']:.3f} | {r['baseline_ms']:.3f} | "
-                   f"{r['error_pct']:+.3f}% |")
-    out += [f"| job (slowest rank) | {d['measured_ms']:.3f} | {d['baseline_ms']:.3f} | "
-            f"{d['baseline_error_pct']:+.3f}% |", "",
+    for r in j.ranks:
+        out.append(f"| {r.rank} | {r.measured_ms:.3f} | {r.baseline_ms:.3f} | "
+                   f"{r.error_pct:+.3f}% |")
+    out += [f"| job (slowest rank) | {d.measured_ms:.3f} | {d.baseline_ms:.3f} | "
+            f"{d.baseline_error_pct:+.3f}% |", "",
             f"Straggler: rank {s['rank']}, last to arrive at {s['last_at']} of "
             f"{s['collectives']} collectives; the others waited {s['wait_caused_ms']:.2f} ms "
             f"for it in all. Its trace (profiler step) started {s['started_late_ms']:.2f} ms "
@@ -62,9 +63,9 @@ def dlrm(store: Path) -> list[str]:
             + ".", ""]
     rows = ["| what-if | job ms | per rank ms |", "|---|---|---|"]
     for o in ("no_straggler", "bandwidth(2x)", "world(64)"):
-        q = api.predict(d["job"], store, opts=[o])
-        rows.append(f"| `{o}` | {q['baseline_ms']:.3f} -> {q['predicted_ms']:.3f} | " +
-                    ", ".join(f"{r['predicted_ms']:.2f}" for r in q["ranks"]) + " |")
+        q = api.predict(j.name, store, opts=[o])
+        rows.append(f"| `{o}` | {q.baseline_ms:.3f} -> {q.predicted_ms:.3f} | " +
+                    ", ".join(f"{r.predicted_ms:.2f}" for r in q.job.ranks) + " |")
     return out + rows + [""]
 
 
@@ -88,8 +89,8 @@ def fitted(store: Path) -> list[str]:
         fit_note = ""
         for o in ("bandwidth(2x)", "world(8)", "world(64)"):
             q = api.predict(str(p), store, opts=[o])
-            fit_note = next((n for n in q["notes"] if n.startswith("comm:")), "")
-            cells.append(f"{q['baseline_ms']:.1f} -> {q['predicted_ms']:.1f} ms")
+            fit_note = next((n for n in q.notes if n.startswith("comm:")), "")
+            cells.append(f"{q.baseline_ms:.1f} -> {q.predicted_ms:.1f} ms")
         import re
         m = re.search(r"fitted bandwidth ([\d.]+) GB/s from (\d+) message sizes", fit_note)
         fb_txt = (f"{m.group(1)} GB/s ({m.group(2)} message sizes)" if m else
@@ -116,14 +117,14 @@ def worked(store: Path) -> list[str]:
            "DGC (0.1% of the gradients) win back.", "",
            "| GPUs | bandwidth | `ddp` ms | `+p3` | `+blueconnect` | `+dgc(ratio=0.001)` |",
            "|---|---|---|---|---|---|"]
-    base = api.predict(str(p), store)["baseline_ms"]
+    base = api.predict(str(p), store).baseline_ms
     for n in (8, 64):
         for bw in ("10Gbps", "100Gbps"):
             spec = f"ddp(world={n},bandwidth={bw},param_bytes={pb})"
             cells = []
             for extra in ("", "+p3", "+blueconnect(gpus_per_node=8)", "+dgc(ratio=0.001)"):
                 q = api.predict(str(p), store, opts=[spec + extra])
-                cells.append(_ms(q["predicted_ms"]))
+                cells.append(_ms(q.predicted_ms))
             out.append(f"| {n} | {bw} | " + " | ".join(cells) + " |")
     return out + ["", f"One GPU, replayed: {base:.2f} ms per iteration. P3's 200 KB slices "
                   "(its paper's 50,000 parameters) pay the ring's latency steps once per slice: "

@@ -39,7 +39,8 @@ def record(out_path: str, stores: list[str]) -> int:
             for spec in SPECS:
                 try:
                     d = api.predictions(tid, store, [spec])[0]
-                    s = orjson.dumps(d, option=orjson.OPT_INDENT_2, default=str).decode()
+                    s = orjson.dumps(d.as_dict(), option=orjson.OPT_INDENT_2,
+                                     default=str).decode()
                 except DaydreamError as e:
                     s = f"error: {e}"
                 out[f"single {tid} {spec}"] = s

@@ -280,7 +280,7 @@ def bench_replay(repeats: int) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         st = Path(tmp) / "s"
         d = api.predict(str(TRANSFORMER), st)
-        g = read_graph(st, d["trace_id"])
+        g = read_graph(st, d.trace_id)
         n_ours = max(10, repeats)
         times = []
         for _ in range(n_ours):
@@ -290,7 +290,7 @@ def bench_replay(repeats: int) -> list[str]:
         ours = min(times)
     n = g["task"].num_rows
     rows = ["## Replay of a whole trace (issue 4)", "",
-            f"Daydream simulates the whole transformer trace ({len(d['iterations'])} "
+            f"Daydream simulates the whole transformer trace ({len(d.iterations)} "
             f"iterations, {n:,} tasks) and computes iteration times, critical path and unit "
             "load; HTA analyses the critical path of one iteration, same run. HTA: best of "
             f"{repeats} fresh processes. Daydream: best of {n_ours} replays of the graph in one "

@@ -20,6 +20,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from daydream import api  # noqa: E402
+from daydream.graphstore.prediction import PredictionResult  # noqa: E402
 
 WHATIF = ROOT / "tests" / "data" / "whatif"
 MEASURED = WHATIF / "measured.json"
@@ -114,13 +115,10 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".splitlines()[0][:200].replace("|", "\\|")
 
 
-def _phase_ms(d: dict, which: str, phase: str | None) -> float | None:
+def _phase_ms(d: PredictionResult, which: str, phase: str | None) -> float | None:
     """CPU + GPU ms per iteration of one phase in api.predict's phase breakdown."""
-    try:
-        p = d["phases"][which][phase]
-        return float(p["cpu_ms"]) + float(p["gpu_ms"])
-    except (KeyError, TypeError):
-        return None
+    p = getattr(d.phases, which).get(phase) if d.phases is not None else None
+    return None if p is None else float(p.cpu_ms) + float(p.gpu_ms)
 
 
 def _trace_phase_ms(store: Path, trace_id: str, phase: str | None) -> float | None:
@@ -143,9 +141,9 @@ def evaluate(pair: dict, store: Path) -> dict:
     for key, trace in (("base", pair["base_trace"]), ("real", pair["real_trace"])):
         try:
             d = api.predict(str(trace), store)
-            out[f"{key}_ms"] = d["measured_ms"]
-            out[f"{key}_baseline_ms"] = d["baseline_ms"]
-            out[f"{key}_phase_ms"] = _trace_phase_ms(store, d["trace_id"], pair.get("phase"))
+            out[f"{key}_ms"] = d.measured_ms
+            out[f"{key}_baseline_ms"] = d.baseline_ms
+            out[f"{key}_phase_ms"] = _trace_phase_ms(store, d.trace_id, pair.get("phase"))
         except Exception as e:  # a broken trace must not take the whole report down
             out[f"{key}_ms"] = out[f"{key}_phase_ms"] = None
             out["notes"].append(f"{trace.name}: replay failed: {_reason(e)}")
@@ -158,11 +156,11 @@ def evaluate(pair: dict, store: Path) -> dict:
     else:
         try:
             d = api.predict(str(pair["base_trace"]), store, opts=[pair["spec"]])
-            if d.get("predicted_ms") is None:
+            if d.predicted_ms is None:
                 out["notes"].append("prediction not available: api.predict returned no "
                                     "predicted_ms (the transform is not built yet)")
             else:
-                out["predicted_ms"] = float(d["predicted_ms"])
+                out["predicted_ms"] = float(d.predicted_ms)
                 out["predicted_phase_ms"] = _phase_ms(d, "predicted", pair.get("phase"))
         except Exception as e:
             out["notes"].append(f"prediction not available: {_reason(e)}")

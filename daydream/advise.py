@@ -12,6 +12,7 @@ trace are listed with the error each raised.
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
 from daydream import gates, pipeline
 from daydream.base.errors import DaydreamError
@@ -26,6 +27,9 @@ from daydream.report import (
 )
 from daydream.table import Column, Table, to_csv
 from daydream.traces import open_store
+
+if TYPE_CHECKING:
+    from daydream.graphstore.prediction import PredictionResult
 
 # What each critical-path part counts as (graphstore.schema: task kinds, and "delay: EDGE
 # KIND" for the wait an edge imposed).
@@ -45,13 +49,15 @@ VERDICT = {"GPU work": "GPU-bound", "CPU work": "CPU-bound", "data loading":
            OTHER_DELAY: "bound by waits", "not on the path": "undecided"}
 
 
-def where_time_goes(d: dict) -> tuple[list[dict], str]:
+def where_time_goes(d: PredictionResult, phases: dict | None = None
+                    ) -> tuple[list[dict], str]:
     """The iteration's time by category (ms and share of the span), and what it rests on.
 
     From the replay's critical path where it has one: its parts by kind, and the
     data-loading phase's part taken out of the CPU work (then the GPU work) it ran as. A job
-    has none: its ranks' busy time per phase, and the time ranks waited in collectives."""
-    cp = d.get("critical_path") or {}
+    has none: its ranks' busy time per phase (D's baseline phases, else PHASES:
+    ``pipeline.phase_ms``), and the time ranks waited in collectives."""
+    cp = (d.trace.critical_path if d.trace is not None else None) or {}
     out: dict[str, float] = {}
     if cp and cp.get("span_ns"):
         span = cp["span_ns"] / 1e6
@@ -73,29 +79,25 @@ def where_time_goes(d: dict) -> tuple[list[dict], str]:
         basis = (f"the critical path of iteration {cp['iteration']} of the replay "
                  f"({ms(span)} ms)")
     else:
-        span = d["baseline_ms"]
-        base = ((d.get("phases") or {}).get("baseline")
-                or pipeline_phases(d))
+        span = d.baseline_ms
+        base = (d.phases.as_dict()["baseline"] if d.phases is not None else None) \
+            or phases or {}
         for ph, v in base.items():
             if ph == "data_loading":
                 out["data loading"] = out.get("data loading", 0.0) + v["gpu_ms"] + v["cpu_ms"]
             else:
                 out["GPU work"] = out.get("GPU work", 0.0) + v["gpu_ms"]
                 out["CPU work"] = out.get("CPU work", 0.0) + v["cpu_ms"]
-        c = d.get("collectives") or {}
-        used = max(sum(bool(i["used"]) for i in d["iterations"]), 1)
+        c = (d.job.collectives if d.job is not None else None) or {}
+        used = max(d.used_iterations, 1)
         if c.get("waiting_ms"):
             out["waiting on communication"] = c["waiting_ms"] / used / max(
-                d.get("world_size") or 1, 1)
+                (d.job.world_size if d.job is not None else None) or 1, 1)
         basis = ("the ranks' busy time per phase and the time they waited in collectives, "
                  "per rank and iteration (a job's replay has no single critical path)")
     rows = [{"category": k, "ms": out[k], "share": out[k] / span if span else None}
             for k in ORDER if out.get(k, 0.0) > 5e-4]
     return rows, basis
-
-
-def pipeline_phases(d: dict) -> dict:
-    return d.get("_phases") or {}
 
 
 def candidates() -> tuple[list[str], list[dict]]:
@@ -129,10 +131,10 @@ def advise(target: str, store=None, *, param_bytes: int | None = None,
     s = pipeline.resolve(target, st)
     base = pipeline.predict(s, None)
     d = base.result
-    if s.job is not None:  # a job: the phase breakdown of its ranks
-        d["_phases"] = pipeline.phase_ms(s.tables, base.base, len(s.job.members))
-    where, basis = where_time_goes(d)
-    d.pop("_phases", None)
+    # a job: the phase breakdown of its ranks
+    phases = (pipeline.phase_ms(s.tables, base.base, len(s.job.members))
+              if s.job is not None else None)
+    where, basis = where_time_goes(d, phases)
     tried, skipped = candidates() if specs is None else (specs, [])
     ranked, not_applicable = [], list(skipped)
     for spec in tried:
@@ -141,18 +143,24 @@ def advise(target: str, store=None, *, param_bytes: int | None = None,
         except DaydreamError as e:
             not_applicable.append({"spec": spec, "reason": str(e)})
             continue
-        ranked.append({"spec": spec, "predicted_ms": r["predicted_ms"],
-                       "predicted_interval_ms": r.get("predicted_interval_ms"),
-                       "speedup": r.get("speedup"), "speedup_interval": r.get("speedup_interval"),
-                       "gates": r.get("gates"), "notes": r.get("notes") or []})
+        ranked.append({"spec": spec, "predicted_ms": r.predicted_ms,
+                       "predicted_interval_ms": _pair(r.predicted_interval_ms),
+                       "speedup": r.speedup, "speedup_interval": _pair(r.speedup_interval),
+                       "gates": [g.as_dict() for g in r.gates], "notes": list(r.notes)})
     ranked.sort(key=lambda r: -(r["speedup"] or 0.0))
     top = max(where, key=lambda r: r["ms"])["category"] if where else None
-    return {"trace_id": d["trace_id"], "file": d.get("file"), "job": d.get("job"),
-            "measured_ms": d["measured_ms"], "baseline_ms": d["baseline_ms"],
+    return {"trace_id": d.trace_id, "file": d.file,
+            "job": d.job.name if d.job is not None else None,
+            "measured_ms": d.measured_ms, "baseline_ms": d.baseline_ms,
             "bound": VERDICT.get(top, "undecided") if top else "undecided",
-            "where": where, "where_basis": basis, "slack": d.get("slack") or {},
-            "explained_ms": d.get("explained_ms"), "predictions": ranked,
+            "where": where, "where_basis": basis,
+            "slack": (d.trace.slack_ms if d.trace is not None else None) or {},
+            "explained_ms": d.explained_ms, "predictions": ranked,
             "not_applicable": not_applicable}
+
+
+def _pair(iv: tuple[float, float] | None) -> list[float] | None:
+    return None if iv is None else list(iv)
 
 
 def _gates(g: list[dict] | None) -> str:

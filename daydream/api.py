@@ -6,6 +6,7 @@ adds what only a caller on this machine wants: timelines, plots, the job's colle
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -22,6 +23,7 @@ __all__ = ["DaydreamError", "collect", "collect_command", "collect_steps", "expa
 
 if TYPE_CHECKING:
     from daydream import pipeline
+    from daydream.graphstore.prediction import PredictionResult
 
 # The prediction pipeline (the simulator's compiled core, the transforms), the job code and
 # the collector are imported by the functions that use them, so that ``daydream sql`` and
@@ -139,8 +141,11 @@ def sql(query: str, store: str | Path | None = None, *, fmt: str = "table",
 
 def predict(trace: str, store: str | Path | None = None, *,
             opts: str | list[str] | None = None, timeline: str | Path | None = None,
-            plot: str | Path | None = None, param_bytes: int | None = None) -> dict:
-    """The replay of one trace or job, and with ``opts`` one what-if prediction of it.
+            plot: str | Path | None = None, param_bytes: int | None = None
+            ) -> PredictionResult:
+    """The replay of one trace or job, and with ``opts`` one what-if prediction of it
+    (``daydream.graphstore.prediction.PredictionResult``; ``as_dict()`` is what
+    ``daydream predict --json`` prints).
 
     TRACE is a trace file (ingested on the fly if the store lacks it), a stored trace id, a
     job name or a folder of rank traces (``daydream.pipeline.resolve``). ``opts``: one spec,
@@ -160,7 +165,8 @@ def predict(trace: str, store: str | Path | None = None, *,
 
 def predictions(trace: str, store: str | Path | None = None,
                 specs: str | list[str] | None = None, *, timeline: str | Path | None = None,
-                plot: str | Path | None = None, param_bytes: int | None = None) -> list[dict]:
+                plot: str | Path | None = None, param_bytes: int | None = None
+                ) -> list[PredictionResult]:
     """One prediction per spec of SPECS (each a chain of ``+``), all of one trace or job, its
     baseline replayed once; the replay alone when SPECS is empty. ``timeline`` and ``plot``
     hold every one of them (see ``predict``)."""
@@ -214,11 +220,11 @@ def _timeline(path: str | Path, ps: list[pipeline.Prediction]) -> None:
     obs_e = obs_s + g["task"]["obs_dur_ns"].to_numpy()
     scheds = [("measured", obs_s, obs_e, g),
               ("replayed (baseline)", p0.base.schedule.start_ns, p0.base.schedule.end_ns, g)]
-    scheds += [(f"predicted: {p.result['opts']}", p.pred.schedule.start_ns,
+    scheds += [(f"predicted: {p.result.spec}", p.pred.schedule.start_ns,
                 p.pred.schedule.end_ns, p.rewritten) for p in ps if p.pred is not None]
     write_timeline(path, g, scheds)
     for p in ps:
-        p.result["timeline"] = str(path)
+        p.result = replace(p.result, timeline_path=str(path))
 
 
 def draw_plot(path: str | Path | IO[bytes], ps: list[pipeline.Prediction]) -> int | None:
@@ -234,26 +240,25 @@ def draw_plot(path: str | Path | IO[bytes], ps: list[pipeline.Prediction]) -> in
         if p.pred is not None:
             used_p = [i for i in used_p if i in {x.index for x in p.pred.iterations if x.used}]
     it = _pl.plot_iteration(used_b, used_p)
-    name = Path(out["file"]).name if out.get("file") else out["trace_id"]
-    title = f"{name}: baseline {out['baseline_ms']:.2f} ms"
+    name = Path(out.file).name if out.file else out.trace_id
+    title = f"{name}: baseline {out.baseline_ms:.2f} ms"
     after, bars = [], []
     for p in ps:
         if p.pred is None:
             continue
         after.append((p.rewritten, p.pred.schedule.start_ns, p.pred.schedule.end_ns,
-                      f"predicted: {p.result['opts']}"))
-        bars.append((p.result["opts"], p.result["phases"]["predicted"]))
-        title += f"; {p.result['opts']} {p.result['predicted_ms']:.2f} ms"
-    baseline_phases = (p0.result.get("phases") or {}).get("baseline") or \
-        pipeline.phase_ms(g, base, len(p0.subject.job.members) if p0.subject.job else 1)
+                      f"predicted: {p.result.spec}"))
+        bars.append((p.result.spec, p.result.phases.as_dict()["predicted"]))
+        title += f"; {p.result.spec} {p.result.predicted_ms:.2f} ms"
+    baseline_phases = (p0.result.phases.as_dict()["baseline"] if p0.result.phases else None) \
+        or pipeline.phase_ms(g, base, len(p0.subject.job.members) if p0.subject.job else 1)
     _pl.write_plot(path, {"baseline": baseline_phases, "predicted": bars},
                    (g, base.schedule.start_ns, base.schedule.end_ns, "baseline (replay)"),
                    after, it, title=title)
     if not isinstance(path, str | Path):
         return it
     for p in ps:
-        p.result["plot"] = str(path)
-        p.result["plot_iteration"] = it
+        p.result = replace(p.result, plot_path=str(path), plot_iteration=it)
     return it
 
 

@@ -250,7 +250,7 @@ def predict(
                               param_bytes=param_bytes)
     from daydream import report
     if fmt == "json":
-        _json(results[0] if len(results) == 1 else results)
+        _json(results[0].as_dict() if len(results) == 1 else [r.as_dict() for r in results])
     else:
         _emit(fmt, results, report.prediction_csv, report.print_prediction)
 

@@ -40,31 +40,29 @@ def compare(before: str, spec: str, after: str, store=None, *,
     ps, sub = p.pred, p.subject
     out: dict = {
         "spec": spec,
-        "before": {"trace_id": r["trace_id"], "file": r.get("file"),
-                   "measured_ms": r["measured_ms"]},
-        "after": {"trace_id": m["trace_id"], "file": m.get("file"),
-                  "measured_ms": m["measured_ms"]},
+        "before": {"trace_id": r.trace_id, "file": r.file, "measured_ms": r.measured_ms},
+        "after": {"trace_id": m.trace_id, "file": m.file, "measured_ms": m.measured_ms},
     }
-    lo_hi = r.get("predicted_interval_ms")
+    lo_hi = list(r.predicted_interval_ms) if r.predicted_interval_ms is not None else None
     out["headline"] = {
-        "predicted_ms": r["predicted_ms"], "measured_ms": m["measured_ms"],
-        "error_pct": _err(r["predicted_ms"], m["measured_ms"]),
+        "predicted_ms": r.predicted_ms, "measured_ms": m.measured_ms,
+        "error_pct": _err(r.predicted_ms, m.measured_ms),
         "predicted_interval_ms": lo_hi,
-        "within_interval": (lo_hi is not None and lo_hi[0] <= m["measured_ms"] <= lo_hi[1]),
-        "no_change_error_pct": _err(r["measured_ms"], m["measured_ms"]),
-        "predicted_speedup": r.get("speedup"),
-        "measured_speedup": (r["measured_ms"] / m["measured_ms"]) if m["measured_ms"] else None,
+        "within_interval": (lo_hi is not None and lo_hi[0] <= m.measured_ms <= lo_hi[1]),
+        "no_change_error_pct": _err(r.measured_ms, m.measured_ms),
+        "predicted_speedup": r.speedup,
+        "measured_speedup": (r.measured_ms / m.measured_ms) if m.measured_ms else None,
     }
-    pu = [i for i in r["iterations"] if i["used"]]
-    mu = [i for i in m["iterations"] if i["used"]]
+    pu = [i for i in r.iterations if i.used]
+    mu = [i for i in m.iterations if i.used]
     out["iterations"] = [
-        {"k": k, "before_index": x["index"], "before_label": x.get("label"),
-         "after_index": y["index"], "after_label": y.get("label"),
-         "predicted_ms": x.get("predicted_ms"), "measured_ms": y["measured_ms"],
-         "error_pct": _err(x.get("predicted_ms"), y["measured_ms"])}
+        {"k": k, "before_index": x.index, "before_label": x.label,
+         "after_index": y.index, "after_label": y.label,
+         "predicted_ms": x.predicted_ms, "measured_ms": y.measured_ms,
+         "error_pct": _err(x.predicted_ms, y.measured_ms)}
         for k, (x, y) in enumerate(zip(pu, mu, strict=False))]
     out["iterations_unpaired"] = abs(len(pu) - len(mu))
-    pp = r["phases"]["predicted"]
+    pp = r.phases.as_dict()["predicted"]
     mp = pipeline.phase_ms(sa.tables, a.base, _ranks(sa))
     out["phases"] = [
         {"phase": ph, **{f"{w}_{side}_ms": src.get(ph, {}).get(f"{side}_ms", 0.0)
@@ -86,7 +84,7 @@ def compare(before: str, spec: str, after: str, store=None, *,
         {"class": c, "predicted_ms": pc.get(c, 0.0), "measured_ms": mc.get(c, 0.0),
          "error_pct": _err(pc.get(c, 0.0), mc.get(c, 0.0))}
         for c in sorted(set(pc) | set(mc), key=lambda c: -mc.get(c, 0.0))]
-    out["notes"] = r.get("notes") or []
+    out["notes"] = list(r.notes)
     out["misses"] = misses(out)
     return out
 

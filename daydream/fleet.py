@@ -25,10 +25,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from daydream import gates, pipeline
+from daydream import pipeline
 from daydream.base.errors import DaydreamError
 from daydream.base.runner import InlineRunner, make_runner
 from daydream.graphstore import db
+from daydream.graphstore.prediction import PredictionResult
 from daydream.graphstore.schema import PREDICTION
 from daydream.ingest.store import Store
 
@@ -155,25 +156,11 @@ def unpack_graph(packed: dict[str, bytes] | dict[str, pa.Table]) -> dict[str, pa
             for name, b in packed.items()}
 
 
-def row(trace_id: str, spec: str, d: dict) -> dict:
-    """The prediction table's row of one prediction (a ``daydream.pipeline.result`` dict):
-    what ``daydream predict`` reports of it, the interval and the failed gates included."""
-    lo, hi = d["predicted_interval_ms"] or (None, None)
-    slo, shi = d["speedup_interval"] or (None, None)
-    return {
-        "trace_id": trace_id, "spec": spec,
-        "measured_ms": _num(d["measured_ms"]), "baseline_ms": _num(d["baseline_ms"]),
-        "predicted_ms": d["predicted_ms"], "speedup": d["speedup"],
-        "reference_ms": _num(d["reference_ms"]),
-        "predicted_low_ms": lo, "predicted_high_ms": hi, "speedup_low": slo, "speedup_high": shi,
-        "gates_failed": gates.failed(d["gates"]),
-        "iterations": sum(bool(i["used"]) for i in d["iterations"]),
-        "notes": "\n".join(d["notes"]) or None,
-    }
-
-
-def _num(x: float) -> float | None:
-    return None if x != x else x  # NaN (no used iteration) is stored as NULL
+def row(trace_id: str, spec: str, r: PredictionResult) -> dict:
+    """The prediction table's row of one prediction (``PredictionResult.row``, declared beside
+    ``schema.PREDICTION``): what ``daydream predict`` reports of it, the interval and the
+    failed gates included."""
+    return r.row(trace_id, spec)
 
 
 def predict_all(store_root: str | Path, specs: list[str], *, where: str | None = None,

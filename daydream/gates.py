@@ -1,8 +1,9 @@
 """Plausibility gates on every prediction (../shared/ACCURACY.md, section 5).
 
 ``pipeline.result`` calls ``check`` for every prediction, so ``daydream predict``, the Python
-API and every ``predict --all`` worker report the same gates: a list of ``{"name", "ok",
-"note"}`` under the result's ``gates`` key, and a note for each failed gate in its ``notes``.
+API and every ``predict --all`` worker report the same gates: ``check`` gives a list of
+``{"name", "ok", "note"}`` dicts, which the result holds as ``gates``
+(``graphstore.prediction.Gate``), and a note for each failed gate in its ``notes``.
 
 - ``no_slowdown``: a chain whose optimizations only remove or shrink work (``SHRINKING``) does
   not predict a slower step (by more than ``SLOWDOWN_TOL``); where it does, the gate fails and

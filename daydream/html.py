@@ -13,6 +13,7 @@ import base64
 import datetime as dt
 import html
 import io
+from dataclasses import replace
 from pathlib import Path
 
 from daydream import api, breakdown, report
@@ -80,10 +81,10 @@ def build(ps: list, png: bytes) -> str:
     """The report's HTML for the predictions PS (``api.run``) and the plot PNG."""
     results = [p.result for p in ps]
     d = results[0]
-    preds = [r for r in results if "opts" in r]
-    name = d.get("job") or d["trace_id"]
+    preds = [r for r in results if r.predicted]
+    name = (d.job.name if d.job is not None else None) or d.trace_id
     title = f"Daydream report: {name}"
-    sub = (f"{html.escape(d.get('file') or '')} &middot; trace {html.escape(d['trace_id'])}"
+    sub = (f"{html.escape(d.file or '')} &middot; trace {html.escape(d.trace_id)}"
            f" &middot; written {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}")
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -102,34 +103,35 @@ def build(ps: list, png: bytes) -> str:
     body = "".join(table_html(report.phases_table(r), f"phases-{k}")
                    for k, r in enumerate(preds, 1))
     if not body:
-        base = (ps[0].result.get("phases") or {}).get("baseline")
+        base = d.phases.baseline if d.phases is not None else None
         body = "<p>Give --opt to see phases before and after a change.</p>" if not base else ""
     section("Phases", "s-phases", body)
     img = base64.b64encode(png).decode()
-    it = ps[0].result.get("plot_iteration")
+    it = d.plot_iteration
     section("Timeline", "s-timeline",
             f"<p>The phase breakdown (stacked bars, busy ms per iteration) and iteration "
             f"{it}'s schedule, threads and streams as rows, before and after each "
             "prediction.</p>"
             f'<img class="plot" alt="phase breakdown and timeline of iteration {it}" '
             f'src="data:image/png;base64,{img}">')
-    cp = d.get("critical_path") or {}
+    cp = d.trace.critical_path if d.trace is not None else None
     if cp:
         section("Critical path", "s-critical-path",
                 table_html(report.critical_path_table(cp), "critical-path"))
-    if d.get("ranks"):
+    if d.job is not None and d.job.ranks:
         lines = "".join(f"<li>{html.escape(x)}</li>" for x in report.job_lines(d))
         section("Ranks", "s-ranks", table_html(report.ranks_table(results), "ranks") +
                 (f'<ul class="notes">{lines}</ul>' if lines else ""))
     section("Top kernels and layers", "s-top",
             table_html(top_kernels(ps[0]), "top-kernels") +
             table_html(top_layers(ps[0]), "top-layers"))
-    if d.get("units"):
-        section("Unit load", "s-units", table_html(report.units_table(d["units"]), "units"))
+    if d.trace is not None and d.trace.unit_load:
+        section("Unit load", "s-units", table_html(report.units_table(d.trace.unit_load),
+                                                   "units"))
     notes = []
     for r in preds or results:
-        for n in r.get("notes") or []:
-            notes.append(f"<li><b>{html.escape(r.get('opts') or 'replay')}</b>: "
+        for n in r.notes:
+            notes.append(f"<li><b>{html.escape(r.spec or 'replay')}</b>: "
                          f"{html.escape(n)}</li>")
     section("Notes", "s-notes", f'<ul class="notes">{"".join(notes)}</ul>' if notes else
             "<p>No notes: the predictions made no modelling choice worth a note.</p>")
@@ -148,7 +150,7 @@ def write_report(target: str, out: str | Path, specs: list[str], store=None, *,
     buf = io.BytesIO()
     it = api.draw_plot(buf, ps)
     for p in ps:
-        p.result["plot_iteration"] = it
+        p.result = replace(p.result, plot_iteration=it)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")

@@ -1,5 +1,5 @@
 """The one prediction path: a trace or a job -> its graph -> the rewrite Context -> the rewritten
-graph -> its simulation -> the result dict.
+graph -> its simulation -> the result (``daydream.graphstore.prediction.PredictionResult``).
 
 Every entry point runs it: ``daydream predict TRACE|JOB`` and ``daydream.predict`` through
 ``daydream.api.predict``, and every worker of ``daydream predict --all`` (``daydream.fleet``), so
@@ -10,9 +10,9 @@ that they cannot disagree. Outline:
      (device, world size, a reader of its activity tables);
   2. ``context``: the ``transforms.Context`` every rewrite of that subject gets;
   3. ``predict``: the unmodified graph replayed (once per subject), the rewritten one
-     simulated, and ``result`` builds the dict that the CLI prints, the API returns and the
-     fleet keeps a row of. A trace whose GPU work ran on several devices is a job by itself:
-     its prediction adds the job's ranks and collectives.
+     simulated, and ``result`` builds the ``PredictionResult`` that the CLI prints, the API
+     returns and the fleet keeps a row of. A trace whose GPU work ran on several devices is a
+     job by itself: its prediction adds the job's ranks and collectives.
 
 It writes nothing: storing a job's collectives is the caller's (``daydream.api``).
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,16 @@ import pyarrow.compute as pc
 from daydream import gates, jobs
 from daydream.base.errors import DaydreamError
 from daydream.graphstore.job import JobGraph, Member, build_job, device_ranks, job_activity
+from daydream.graphstore.prediction import (
+    Gate,
+    IterationTimes,
+    JobFacts,
+    Phases,
+    PhaseTimes,
+    PredictionResult,
+    RankTimes,
+    TraceFacts,
+)
 from daydream.graphstore.schema import GPU_KINDS
 from daydream.ingest.store import Store
 from daydream.report import rank_ranges
@@ -42,12 +52,6 @@ from daydream.traces import ensure_graphs, resolve_trace
 from daydream.transforms import Context
 from daydream.transforms.primitives import Graph
 from daydream.transforms.registry import apply, check, removes_cpu
-
-# What the prediction of a trace that is a job by itself (several devices) takes from the
-# trace's own replay: what describes the unmodified trace, not the job's timing.
-TRACE_KEYS = ("critical_path", "units", "slack", "inferred_edges", "profiler",
-              "iterations_from")
-
 
 # ---- 1. subjects ----------------------------------------------------------------------------
 
@@ -223,12 +227,12 @@ def context(s: Subject, param_bytes: int | None = None) -> Context:
 
 @dataclass
 class Prediction:
-    """``result``: the dict every entry point reports; the rest is what a caller may draw
-    (``daydream.api`` writes timelines and plots from it) or keep (the job graphs, whose
-    collectives the API stores for SQL)."""
+    """``result``: what every entry point reports (``PredictionResult``); the rest is what a
+    caller may draw (``daydream.api`` writes timelines and plots from it) or keep (the job
+    graphs, whose collectives the API stores for SQL)."""
 
     subject: Subject
-    result: dict
+    result: PredictionResult
     base: Replay | JobReplay
     pred: Replay | JobReplay | None = None
     rewritten: dict[str, pa.Table] | None = None
@@ -301,152 +305,132 @@ def _predict_device_job(s: Subject, dj: Subject, spec: str | None,
     """A trace whose GPU work ran on several devices, predicted as the job its devices form
     (so that every job optimization applies to it, and the baseline and the prediction are
     timed alike); what describes the unmodified trace alone (its critical path, unit load,
-    slack and inferred edges) comes from the trace's own replay."""
+    slack, inferred edges and profiler, and how its iterations were found) comes from the
+    trace's own replay."""
     p = predict(dj, spec, param_bytes=param_bytes)
-    own = result(s, s.baseline())
-    out = dict(p.result)
-    for k in TRACE_KEYS:
-        if k in own:
-            out[k] = own[k]
+    base = s.baseline()
+    out = replace(p.result, trace=trace_facts(s, base, base.headline("measured_ns") / 1e6),
+                  iterations_from=iterations_from(s.tables))
     return Prediction(dj, out, p.base, p.pred, p.rewritten, p.job_graphs)
 
 
 # ---- the result -----------------------------------------------------------------------------
 
 def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None = None, *,
+           explained: dict[str, Replay | JobReplay],
            spec: str | None = None, notes: list[str] | None = None,
            rewritten: dict[str, pa.Table] | None = None,
-           explained: dict[str, Replay | JobReplay] | None = None,
            pred_explained: Replay | JobReplay | None = None,
-           reference: tuple[Replay | JobReplay, Replay | JobReplay] | None = None) -> dict:
-    """The result dict of one prediction (the CLI's report and ``--json``, the API's return
-    value; a fleet's rows are read from it, see ``daydream.fleet.row``).
-
-    Keys, in this order (their meaning is fixed: callers and tests read them):
-    ``trace_id`` (a job: its name), [job: ``job``], ``file``, [job: ``world_size``],
-    ``measured_ms``, ``baseline_ms`` (the steady-state step of the used iterations, measured
-    and replayed: ``simulate.replay.steady_step``), ``iterations`` (index, label, measured_ms,
-    baseline_ms, error_pct, used, note, explained_ms, explained_no_inferred_ms, and with a
-    prediction predicted_ms, predicted_explained_ms), [job: ``ranks``, ``collectives``,
-    ``clock_offsets_ns``, ``notes``, ``straggler``, ``traced_world_size`` (the world size
-    its traces record), ``missing_ranks`` (ranks of it no trace holds)], [trace:
-    ``critical_path``, ``units``],
-    ``baseline_error_pct``, ``measured_median_ms``, ``measured_mean_ms`` (of the used
-    iterations' steps), ``measured_spread_ms`` ([fastest, slowest] used step),
-    ``explained_ms``, ``explained_error_pct``, ``explained_no_inferred_ms``,
-    ``explained_peer_wait_ms`` (the explained replays, ``EXPLAINED``), [trace: ``slack`` (ms
-    per used iteration by kind), ``inferred_edges`` (count by kind)], ``iterations_from`` (how
-    the iterations were found: ``ProfilerStep``, ``Optimizer.step`` or ``whole_trace``); with a
-    prediction:
-    ``opts`` (the spec), ``notes`` (modelling choices), ``predicted_ms`` (slack kept),
-    ``speedup``, ``predicted_explained_ms`` (slack at zero), ``predicted_interval_ms``,
-    ``speedup_interval``, [job: ``predicted_straggler``], ``phases`` (busy ms per phase,
-    baseline and predicted), [trace: ``predicted_critical_path``], ``gates`` (the plausibility
-    gates, ``daydream.gates``: name, ok, note; a failed gate also adds a note),
-    ``reference_ms`` (the step the speedup is against: ``baseline_ms``, or the replay of the
-    job without the profiler for a chain that removes CPU work). Beside the replay, [trace:
-    ``profiler`` (the profiler's estimated cost per iteration, ``transforms.profiler``)]. A
-    new key is
-    added at the end of its section below, so every entry point reports it."""
+           reference: tuple[Replay | JobReplay, Replay | JobReplay] | None = None
+           ) -> PredictionResult:
+    """The result of one prediction (``daydream.graphstore.prediction.PredictionResult``: the
+    CLI's report and ``--json``, the API's return value, a fleet's row): the replay of the
+    unmodified graph BASE with the EXPLAINED replays (``EXPLAINED``), and with SPEC the
+    prediction PRED of the REWRITTEN graph (slack kept; PRED_EXPLAINED: at zero), its speedup
+    against BASE or, for a chain that removes CPU work, against the replay of the job without
+    the profiler (REFERENCE: slack kept and at zero)."""
     jg = s.job
-    out: dict = {"trace_id": s.name}
-    # -- what the trace (or job) is
-    if jg is not None:
-        out["job"] = jg.name
-    out["file"] = s.file
-    if jg is not None:
-        out["world_size"] = len(jg.members)
-    # -- the replay of the unmodified graph
-    out["measured_ms"] = base.headline("measured_ns") / 1e6
-    out["baseline_ms"] = base.headline("simulated_ns") / 1e6
-    explained = explained or {}
+    measured_ms = base.headline("measured_ns") / 1e6
+    baseline_ms = base.headline("simulated_ns") / 1e6
     ex_its = {k: {i.index: i.simulated_ns for i in r.iterations} for k, r in explained.items()}
-    out["iterations"] = [{"index": i.index, "label": i.label,
-                          "measured_ms": i.measured_ns / 1e6,
-                          "baseline_ms": i.simulated_ns / 1e6,
-                          "error_pct": error_pct(i.simulated_ns, i.measured_ns),
-                          "used": i.used, **({"note": i.note} if i.note else {}),
-                          **{f"{k}_ms": _ms(v.get(i.index)) for k, v in ex_its.items()
-                             if k != "explained_peer_wait"}}
-                         for i in base.iterations]
-    if jg is not None:
-        out["ranks"] = [{"rank": m.rank, "trace_id": m.trace_id,
-                         "measured_ms": base.rank_mean(m.rank, "measured_ns") / 1e6,
-                         "baseline_ms": base.rank_mean(m.rank, "simulated_ns") / 1e6,
-                         "error_pct": error_pct(base.rank_mean(m.rank, "simulated_ns"),
-                                                base.rank_mean(m.rank, "measured_ns"))}
-                        for m in jg.members]
-        out["collectives"] = collectives(jg)
-        out["clock_offsets_ns"] = {str(k): v for k, v in sorted(jg.clock_offset_ns.items())}
-        out["notes"] = ([missing_note(s)] if s.missing_ranks else []) + list(jg.notes)
-        out["straggler"] = base.straggler
-        out["traced_world_size"] = s.traced_world_size
-        out["missing_ranks"] = list(s.missing_ranks)
-    else:
-        out["critical_path"] = base.critical_path
-        out["units"] = base.unit_busy
-    out["baseline_error_pct"] = error_pct(out["baseline_ms"], out["measured_ms"])
+    by_idx = {i.index: i for i in pred.iterations} if pred is not None else {}
+    by_idx0 = {i.index: i for i in pred_explained.iterations} if pred_explained else {}
+
+    def it_pred(by: dict, index: int) -> float | None:
+        p = by.get(index)
+        return p.simulated_ns / 1e6 if p else None
+    iterations = tuple(IterationTimes(
+        index=i.index, label=i.label, measured_ms=i.measured_ns / 1e6,
+        baseline_ms=i.simulated_ns / 1e6, error_pct=error_pct(i.simulated_ns, i.measured_ns),
+        used=i.used, note=i.note or None,
+        explained_ms=_ms(ex_its["explained"].get(i.index)),
+        explained_no_inferred_ms=_ms(ex_its["explained_no_inferred"].get(i.index)),
+        predicted_ms=it_pred(by_idx, i.index), predicted_explained_ms=it_pred(by_idx0, i.index))
+        for i in base.iterations)
     steps = [i.measured_ns / 1e6 for i in base.iterations if i.used]
-    out["measured_median_ms"] = float(np.median(steps)) if steps else None
-    out["measured_mean_ms"] = float(np.mean(steps)) if steps else None
-    out["measured_spread_ms"] = [min(steps), max(steps)] if steps else None
-    for k, r in explained.items():
-        out[f"{k}_ms"] = _ms(r.headline("simulated_ns"))
-    if "explained" in explained:
-        out["explained_error_pct"] = error_pct(out["explained_ms"], out["measured_ms"])
-    if jg is None:
-        used = [i.index for i in base.iterations if i.used]
-        out["slack"] = dict(s.memo(("slack", tuple(used)), lambda: slack_ms(s.tables, used)))
-        out["inferred_edges"] = dict(s.memo("inferred_edges", lambda: inferred_edges(s.tables)))
-        out["profiler"] = s.profiler([i.index for i in base.iterations if i.used],
-                                     out["measured_ms"])
-    out["iterations_from"] = iterations_from(s.tables)
+    ex_ms = {k: _ms(r.headline("simulated_ns")) for k, r in explained.items()}
+    job = trace = None
+    all_notes = []
+    if jg is not None:
+        job = JobFacts(
+            name=jg.name, world_size=len(jg.members),
+            ranks=tuple(RankTimes(
+                rank=m.rank, trace_id=m.trace_id,
+                measured_ms=base.rank_mean(m.rank, "measured_ns") / 1e6,
+                baseline_ms=base.rank_mean(m.rank, "simulated_ns") / 1e6,
+                error_pct=error_pct(base.rank_mean(m.rank, "simulated_ns"),
+                                    base.rank_mean(m.rank, "measured_ns")),
+                predicted_ms=(pred.rank_mean(m.rank, "simulated_ns") / 1e6
+                              if pred is not None and m.rank in pred.ranks else None))
+                for m in jg.members),
+            collectives=collectives(jg),
+            clock_offsets_ns={str(k): v for k, v in sorted(jg.clock_offset_ns.items())},
+            straggler=base.straggler, traced_world_size=s.traced_world_size,
+            missing_ranks=tuple(s.missing_ranks),
+            predicted_straggler=pred.straggler if pred is not None else None)
+        all_notes = ([missing_note(s)] if s.missing_ranks else []) + list(jg.notes)
+    else:
+        trace = trace_facts(s, base, measured_ms)
+    out = PredictionResult(
+        trace_id=s.name, file=s.file, measured_ms=measured_ms, baseline_ms=baseline_ms,
+        iterations=iterations, baseline_error_pct=error_pct(baseline_ms, measured_ms),
+        measured_median_ms=float(np.median(steps)) if steps else None,
+        measured_mean_ms=float(np.mean(steps)) if steps else None,
+        measured_spread_ms=(min(steps), max(steps)) if steps else None,
+        explained_ms=ex_ms["explained"],
+        explained_no_inferred_ms=ex_ms["explained_no_inferred"],
+        explained_peer_wait_ms=ex_ms["explained_peer_wait"],
+        explained_error_pct=error_pct(ex_ms["explained"], measured_ms),
+        iterations_from=iterations_from(s.tables), job=job, trace=trace,
+        notes=tuple(all_notes))
     if pred is None:
         return out
     # -- the prediction
-    out["opts"] = spec
-    out["notes"] = out.get("notes", []) + list(notes or [])
-    by_idx = {i.index: i for i in pred.iterations}
-    by_idx0 = {i.index: i for i in pred_explained.iterations} if pred_explained else {}
-    out["predicted_ms"] = _ms(pred.headline("simulated_ns"))
+    all_notes += list(notes or [])
+    predicted_ms = _ms(pred.headline("simulated_ns"))
     # the step the speedup is against: the baseline, or for an optimization that removes CPU
     # work the job without the profiler (``reference``)
-    ref_ms = out["baseline_ms"] if reference is None else _ms(
-        reference[0].headline("simulated_ns"))
-    ref0_ms = out.get("explained_ms") if reference is None else _ms(
+    ref_ms = baseline_ms if reference is None else _ms(reference[0].headline("simulated_ns"))
+    ref0_ms = ex_ms["explained"] if reference is None else _ms(
         reference[1].headline("simulated_ns"))
-    out["speedup"] = ratio(ref_ms, out["predicted_ms"])
-    out["predicted_explained_ms"] = (_ms(pred_explained.headline("simulated_ns"))
-                                     if pred_explained is not None else None)
-    lo_hi = [v for v in (out["predicted_explained_ms"], out["predicted_ms"]) if v is not None]
-    out["predicted_interval_ms"] = [min(lo_hi), max(lo_hi)] if lo_hi else None
-    sp = [v for v in (out["speedup"], ratio(ref0_ms, out["predicted_explained_ms"]))
-          if v is not None]
-    out["speedup_interval"] = [min(sp), max(sp)] if sp else None
-    for it in out["iterations"]:
-        p = by_idx.get(it["index"])
-        it["predicted_ms"] = p.simulated_ns / 1e6 if p else None
-        p0 = by_idx0.get(it["index"])
-        it["predicted_explained_ms"] = p0.simulated_ns / 1e6 if p0 else None
+    speedup = ratio(ref_ms, predicted_ms)
+    predicted0_ms = (_ms(pred_explained.headline("simulated_ns"))
+                     if pred_explained is not None else None)
+    lo_hi = [v for v in (predicted0_ms, predicted_ms) if v is not None]
+    sp = [v for v in (speedup, ratio(ref0_ms, predicted0_ms)) if v is not None]
     ranks = len(jg.members) if jg is not None else 1
-    if jg is not None:
-        for r in out["ranks"]:
-            r["predicted_ms"] = (pred.rank_mean(r["rank"], "simulated_ns") / 1e6
-                                 if r["rank"] in pred.ranks else None)
-        out["predicted_straggler"] = pred.straggler
     # the baseline's phases, once per subject (every spec's result reports them)
     base_phases = (s.memo(("phases", ranks), lambda: phase_ms(s.tables, base, ranks))
                    if base is s._cache.get(("baseline", True, True)) else
                    phase_ms(s.tables, base, ranks))
-    out["phases"] = {"baseline": {k: dict(v) for k, v in base_phases.items()},
-                     "predicted": phase_ms(rewritten, pred, ranks)}
-    if jg is None:
-        out["predicted_critical_path"] = pred.critical_path
-    out["reference_ms"] = ref_ms
-    out["gates"] = gates.check(spec, out["notes"], ref_ms, out["predicted_ms"],
-                               s.tables, base, rewritten, pred)
-    out["notes"] += gates.failed_notes(out["gates"])
-    return out
+    checked = gates.check(spec, all_notes, ref_ms, predicted_ms, s.tables, base, rewritten,
+                          pred)
+    all_notes += gates.failed_notes(checked)
+    return replace(
+        out, notes=tuple(all_notes), spec=spec, predicted_ms=predicted_ms, speedup=speedup,
+        predicted_explained_ms=predicted0_ms,
+        predicted_interval_ms=(min(lo_hi), max(lo_hi)) if lo_hi else None,
+        speedup_interval=(min(sp), max(sp)) if sp else None,
+        phases=Phases(baseline=_phase_times(base_phases),
+                      predicted=_phase_times(phase_ms(rewritten, pred, ranks))),
+        predicted_critical_path=pred.critical_path if jg is None else None,
+        reference_ms=ref_ms,
+        gates=tuple(Gate(name=g["name"], ok=g["ok"], note=g["note"], floor=g.get("floor"))
+                    for g in checked))
+
+
+def trace_facts(s: Subject, base: Replay, measured_ms: float) -> TraceFacts:
+    """What the result of a single trace reports of its replay BASE beyond its times."""
+    used = [i.index for i in base.iterations if i.used]
+    return TraceFacts(
+        critical_path=base.critical_path, unit_load=base.unit_busy,
+        slack_ms=dict(s.memo(("slack", tuple(used)), lambda: slack_ms(s.tables, used))),
+        inferred_edges=dict(s.memo("inferred_edges", lambda: inferred_edges(s.tables))),
+        profiler=s.profiler(used, measured_ms))
+
+
+def _phase_times(phases: dict[str, dict[str, float]]) -> dict[str, PhaseTimes]:
+    return {k: PhaseTimes(gpu_ms=v["gpu_ms"], cpu_ms=v["cpu_ms"]) for k, v in phases.items()}
 
 
 def missing_note(s: Subject) -> str:

@@ -1,14 +1,19 @@
-"""What the CLI prints and the HTML report shows, built from result dicts
-(``daydream.pipeline.result``) as ``daydream.table.Table`` objects, so that the terminal, CSV
-and HTML show the same rows. Presentation only: every figure comes from the result."""
+"""What the CLI prints and the HTML report shows, built from prediction results
+(``daydream.graphstore.prediction.PredictionResult``) as ``daydream.table.Table`` objects, so
+that the terminal, CSV and HTML show the same rows. Presentation only: every figure comes from
+the result."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from daydream.table import Column, Table, paragraph, render, to_csv, width
+
+if TYPE_CHECKING:
+    from daydream.graphstore.prediction import PredictionResult
 
 
 def ms(x: float | None, nd: int = 3) -> str:
@@ -57,11 +62,11 @@ ITERATIONS_FROM = {
 }
 
 
-def iterations_note(d: dict) -> str:
+def iterations_note(d: PredictionResult) -> str:
     """How the iterations were found, and which of them are used."""
-    its = d.get("iterations") or []
-    used = sum(bool(i["used"]) for i in its)
-    how = ITERATIONS_FROM.get(d.get("iterations_from") or "", "")
+    its = d.iterations
+    used = d.used_iterations
+    how = ITERATIONS_FROM.get(d.iterations_from or "", "")
     head = f"{plural(len(its), 'iteration')} found {how}" if how.startswith("from") else (
         f"{plural(len(its), 'iteration')}: {how}" if how else plural(len(its), "iteration"))
     return f"{head}; {used} used for the steady state"
@@ -69,45 +74,45 @@ def iterations_note(d: dict) -> str:
 
 # ---- tables ---------------------------------------------------------------------------------
 
-def iterations_table(results: list[dict]) -> Table:
+def iterations_table(results: list[PredictionResult]) -> Table:
     """Per iteration: measured, replayed and explained, and each prediction's time (several
     predictions: a numbered column each, the numbers those of the predictions table)."""
     d = results[0]
-    preds = [r for r in results if "opts" in r]
+    preds = [r for r in results if r.predicted]
     cols = [Column("iteration", "right"), Column("label"), Column("measured ms", "right"),
             Column("replayed ms", "right"), Column("replay error", "right"),
             Column("explained ms", "right")]
     one = len(preds) == 1
     for k, r in enumerate(preds, 1):
         cols.append(Column("predicted ms" if one else f"predicted ms ({k})", "right",
-                           key="predicted_ms" if one else f"predicted_ms:{r['opts']}"))
+                           key="predicted_ms" if one else f"predicted_ms:{r.spec}"))
     if one:
         cols.append(Column("speedup", "right"))
-    notes = any(it.get("note") and not it["used"] for it in d["iterations"])
+    notes = any(it.note and not it.used for it in d.iterations)
     if notes:
         cols.append(Column("note"))
     title = "Iterations: measured, replayed" + (
-        f" and predicted with {preds[0]['opts']}" if one else
-        " and predicted with " + "; ".join(f"({k}) {r['opts']}" for k, r in
+        f" and predicted with {preds[0].spec}" if one else
+        " and predicted with " + "; ".join(f"({k}) {r.spec}" for k, r in
                                            enumerate(preds, 1)) if preds else "")
     t = Table(title, cols, bold_last=True)
-    by_spec = [{i["index"]: i for i in r["iterations"]} for r in preds]
-    for it in d["iterations"]:
-        row = [it["index"], it.get("label") or "(whole trace)", ms(it["measured_ms"]),
-               ms(it["baseline_ms"]), pct(it["error_pct"]), ms(it.get("explained_ms"))]
+    by_spec = [{i.index: i.predicted_ms for i in r.iterations} for r in preds]
+    for it in d.iterations:
+        row = [it.index, it.label or "(whole trace)", ms(it.measured_ms),
+               ms(it.baseline_ms), pct(it.error_pct), ms(it.explained_ms)]
         for b in by_spec:
-            row.append(ms(b.get(it["index"], {}).get("predicted_ms")))
+            row.append(ms(b.get(it.index)))
         if one:
-            p = by_spec[0].get(it["index"], {}).get("predicted_ms")
-            row.append(times(it["baseline_ms"] / p) if p else "")
+            p = by_spec[0].get(it.index)
+            row.append(times(it.baseline_ms / p) if p else "")
         if notes:
-            row.append(it.get("note", "") if not it["used"] else "")
+            row.append((it.note or "") if not it.used else "")
         t.add(*row)
-    row = ["", "steady state", ms(d["measured_ms"]), ms(d["baseline_ms"]),
-           pct(d["baseline_error_pct"]), ms(d.get("explained_ms"))]
-    row += [ms(r.get("predicted_ms")) for r in preds]
+    row = ["", "steady state", ms(d.measured_ms), ms(d.baseline_ms),
+           pct(d.baseline_error_pct), ms(d.explained_ms)]
+    row += [ms(r.predicted_ms) for r in preds]
     if one:
-        row.append(times(preds[0].get("speedup")))
+        row.append(times(preds[0].speedup))
     t.add(*row, *([""] if notes else []))
     return t
 
@@ -116,37 +121,37 @@ def iterations_table(results: list[dict]) -> Table:
 GPU_IDLE_NOTE_SHARE = 0.1
 
 
-def basis_table(d: dict) -> Table:
+def basis_table(d: PredictionResult) -> Table:
     """What the headline rests on: the trace's own spread, how much of it the graph explains,
     the slack it does not, and how the iterations were found (docs/graph.md)."""
     t = Table("What the replay rests on", [Column("figure"), Column("value")])
-    spread = d.get("measured_spread_ms")
-    t.add("steady-state step", f"{ms(d['measured_ms'])} ms measured, {ms(d['baseline_ms'])} "
-          f"ms replayed ({pct(d.get('baseline_error_pct'))})")
+    spread = d.measured_spread_ms
+    t.add("steady-state step", f"{ms(d.measured_ms)} ms measured, {ms(d.baseline_ms)} "
+          f"ms replayed ({pct(d.baseline_error_pct)})")
     if spread:
-        t.add("used steps", f"median {ms(d['measured_median_ms'])} ms, mean "
-              f"{ms(d['measured_mean_ms'])} ms, fastest {ms(spread[0])} ms, slowest "
+        t.add("used steps", f"median {ms(d.measured_median_ms)} ms, mean "
+              f"{ms(d.measured_mean_ms)} ms, fastest {ms(spread[0])} ms, slowest "
               f"{ms(spread[1])} ms")
-    if d.get("explained_ms") is not None:
-        parts = [f"{ms(d['explained_ms'])} ms ({pct(d.get('explained_error_pct'))}) with "
+    if d.explained_ms is not None:
+        parts = [f"{ms(d.explained_ms)} ms ({pct(d.explained_error_pct)}) with "
                  "every slack at zero"]
-        if d.get("explained_no_inferred_ms") is not None:
-            parts.append(f"{ms(d['explained_no_inferred_ms'])} ms without the inferred edges")
-        if d.get("job") and d.get("explained_peer_wait_ms") is not None:
-            parts.append(f"{ms(d['explained_peer_wait_ms'])} ms with the peer waits kept")
+        if d.explained_no_inferred_ms is not None:
+            parts.append(f"{ms(d.explained_no_inferred_ms)} ms without the inferred edges")
+        if d.job is not None and d.job.name and d.explained_peer_wait_ms is not None:
+            parts.append(f"{ms(d.explained_peer_wait_ms)} ms with the peer waits kept")
         t.add("explained replay", "; ".join(parts))
-    slack = d.get("slack") or {}
+    slack = (d.trace.slack_ms if d.trace is not None else None) or {}
     if slack:
         t.add("slack per iteration", ", ".join(
             f"{k} {ms(v, 2)} ms" for k, v in sorted(slack.items(), key=lambda kv: -kv[1])) +
             " (what the graph does not explain, summed over edges)")
     idle = slack.get("gpu_idle", 0.0)
-    if d.get("baseline_ms") and idle >= GPU_IDLE_NOTE_SHARE * d["baseline_ms"]:
+    if d.baseline_ms and idle >= GPU_IDLE_NOTE_SHARE * d.baseline_ms:
         t.add("GPU idle", f"{ms(idle, 2)} ms per iteration the GPU waited with nothing in the "
               "trace ending the wait (an untraced dependency, a peer, another process): "
               "predictions keep it, after the task before it on its stream, and their "
               "interval's lower end drops it")
-    inf = d.get("inferred_edges") or {}
+    inf = (d.trace.inferred_edges if d.trace is not None else None) or {}
     if inf:
         t.add("inferred edges", ", ".join(f"{k} {v}" for k, v in inf.items()) +
               " (from coincidences of times)")
@@ -154,10 +159,10 @@ def basis_table(d: dict) -> Table:
     return t
 
 
-def predictions_table(results: list[dict]) -> Table:
+def predictions_table(results: list[PredictionResult]) -> Table:
     """One row per prediction: its time and speedup with the interval (slack at zero to
     slack kept); numbered as the iterations table's columns when there are several."""
-    preds = [r for r in results if "opts" in r]
+    preds = [r for r in results if r.predicted]
     cols = [Column("optimization", key="spec"), Column("predicted ms", "right"),
             Column("interval ms", "right"), Column("speedup", "right"),
             Column("speedup interval", "right")]
@@ -166,35 +171,36 @@ def predictions_table(results: list[dict]) -> Table:
         cols.insert(0, Column("", "right", key="number"))
     t = Table("Predictions (steady-state step; interval: slack at zero to slack kept)", cols)
     for k, r in enumerate(preds, 1):
-        t.add(*([f"({k})"] if many else []), r["opts"], ms(r["predicted_ms"]),
-              interval(r.get("predicted_interval_ms")), times(r.get("speedup")),
-              interval(r.get("speedup_interval"), times))
+        t.add(*([f"({k})"] if many else []), r.spec, ms(r.predicted_ms),
+              interval(r.predicted_interval_ms), times(r.speedup),
+              interval(r.speedup_interval, times))
     t.records = [prediction_record(r) for r in preds]
     return t
 
 
-def prediction_record(r: dict) -> dict:
+def prediction_record(r: PredictionResult) -> dict:
     """The machine-readable row of one prediction (``--format csv``)."""
-    iv = r.get("predicted_interval_ms") or [None, None]
-    sp = r.get("speedup_interval") or [None, None]
-    return {"trace_id": r["trace_id"], "file": r.get("file"), "spec": r.get("opts") or "",
-            "measured_ms": r["measured_ms"], "baseline_ms": r["baseline_ms"],
-            "explained_ms": r.get("explained_ms"), "predicted_ms": r.get("predicted_ms"),
+    iv = r.predicted_interval_ms or (None, None)
+    sp = r.speedup_interval or (None, None)
+    return {"trace_id": r.trace_id, "file": r.file, "spec": r.spec or "",
+            "measured_ms": r.measured_ms, "baseline_ms": r.baseline_ms,
+            "explained_ms": r.explained_ms, "predicted_ms": r.predicted_ms,
             "predicted_low_ms": iv[0], "predicted_high_ms": iv[1],
-            "speedup": r.get("speedup"), "speedup_low": sp[0], "speedup_high": sp[1],
-            "iterations_used": sum(bool(i["used"]) for i in r["iterations"])}
+            "speedup": r.speedup, "speedup_low": sp[0], "speedup_high": sp[1],
+            "iterations_used": r.used_iterations}
 
 
-def phases_table(r: dict) -> Table:
-    title = f"Phases with {r['opts']} (busy ms per iteration{' and rank' if r.get('job') else ''})"
+def phases_table(r: PredictionResult) -> Table:
+    per = " and rank" if r.job is not None and r.job.name else ""
+    title = f"Phases with {r.spec} (busy ms per iteration{per})"
     t = Table(title, [Column("phase"), Column("GPU before", "right"),
                       Column("GPU after", "right"), Column("CPU before", "right"),
                       Column("CPU after", "right")])
-    b, p = r["phases"]["baseline"], r["phases"]["predicted"]
+    b, p = r.phases.baseline, r.phases.predicted
     for name in sorted(set(b) | set(p)):
-        bb, pp = b.get(name, {}), p.get(name, {})
-        t.add(name, ms(bb.get("gpu_ms")), ms(pp.get("gpu_ms")), ms(bb.get("cpu_ms")),
-              ms(pp.get("cpu_ms")))
+        bb, pp = b.get(name), p.get(name)
+        t.add(name, ms(bb and bb.gpu_ms), ms(pp and pp.gpu_ms), ms(bb and bb.cpu_ms),
+              ms(pp and pp.cpu_ms))
     return t
 
 
@@ -221,37 +227,40 @@ def units_table(units: list[dict], top: int = 12) -> Table:
     return t
 
 
-def ranks_table(results: list[dict]) -> Table:
-    d = results[0]
-    preds = [r for r in results if "opts" in r]
-    n = d.get("world_size")
-    title = f"Job {d.get('job')}: {plural(n, 'rank')}"
-    if d.get("missing_ranks"):
-        title += f" of {d['traced_world_size']} ({len(d['missing_ranks'])} missing)"
+def ranks_table(results: list[PredictionResult]) -> Table:
+    """Per rank of a job: measured, replayed and each prediction's step."""
+    j = results[0].job
+    preds = [r for r in results if r.predicted]
+    title = f"Job {j.name}: {plural(j.world_size, 'rank')}"
+    if j.missing_ranks:
+        title += f" of {j.traced_world_size} ({len(j.missing_ranks)} missing)"
     cols = [Column("rank", "right"), Column("measured ms", "right"),
             Column("replayed ms", "right"), Column("replay error", "right")]
     cols += [Column("predicted ms" if len(preds) == 1 else f"predicted ms ({k})", "right")
              for k, r in enumerate(preds, 1)]
     t = Table(title, cols)
-    by = [{x["rank"]: x for x in r["ranks"]} for r in preds]
-    for r in d["ranks"]:
-        t.add(r["rank"], ms(r["measured_ms"]), ms(r["baseline_ms"]), pct(r.get("error_pct")),
-              *[ms(b.get(r["rank"], {}).get("predicted_ms")) for b in by])
+    by = [{x.rank: x.predicted_ms for x in r.job.ranks} for r in preds]
+    for r in j.ranks:
+        t.add(r.rank, ms(r.measured_ms), ms(r.baseline_ms), pct(r.error_pct),
+              *[ms(b.get(r.rank)) for b in by])
     return t
 
 
-def job_lines(d: dict) -> list[str]:
-    out = []
-    c = d.get("collectives") or {}
+def job_lines(d: PredictionResult) -> list[str]:
+    out: list[str] = []
+    j = d.job
+    if j is None:
+        return out
+    c = j.collectives or {}
     if c.get("matched"):
         out.append(f"collectives: {c['matched']} matched across ranks "
                    f"({plural(c['kernels_joined'], 'kernel')}, {c['kernels_unmatched']} "
                    f"unmatched), {ms(c['waiting_ms'])} ms spent waiting for the last rank")
-    s = d.get("straggler") or {}
+    s = j.straggler or {}
     if s:
         cause = ", ".join(f"{x['name']} {ms(x['ms'], 2)} ms" for x in s["cause"][:3])
-        miss = (f" (only {d['world_size']} of the job's {d['traced_world_size']} ranks are "
-                "traced)" if d.get("missing_ranks") else "")
+        miss = (f" (only {j.world_size} of the job's {j.traced_world_size} ranks are "
+                "traced)" if j.missing_ranks else "")
         out.append(f"straggler: rank {s['rank']} arrived last at {s['last_at']} of "
                    f"{plural(s['collectives'], 'collective')}; the others waited "
                    f"{ms(s['wait_caused_ms'])} ms for it{miss}; at {s['worst_collective']} "
@@ -261,15 +270,13 @@ def job_lines(d: dict) -> list[str]:
     return out
 
 
-def gates_table(r: dict) -> Table | None:
-    """The gates of a prediction (``gates``: {name, ok, note}), where the pipeline reports
-    them."""
-    gates = r.get("gates")
-    if not gates:
+def gates_table(r: PredictionResult) -> Table | None:
+    """The gates of a prediction, where the pipeline reports them."""
+    if not r.gates:
         return None
-    t = Table(f"Gates of {r.get('opts')}", [Column("gate"), Column("ok"), Column("note")])
-    for g in gates:
-        t.add(g.get("name", ""), "yes" if g.get("ok") else "no", g.get("note") or "")
+    t = Table(f"Gates of {r.spec}", [Column("gate"), Column("ok"), Column("note")])
+    for g in r.gates:
+        t.add(g.name, "yes" if g.ok else "no", g.note or "")
     return t
 
 
@@ -291,47 +298,47 @@ def print_tables(tables: list[Table | None]) -> None:
             emit()
 
 
-def print_prediction(results: dict | list[dict]) -> None:
+def print_prediction(results: PredictionResult | list[PredictionResult]) -> None:
     """The report of one replay, or of one or more predictions of one trace or job."""
-    results = [results] if isinstance(results, dict) else results
+    results = results if isinstance(results, list) else [results]
     d = results[0]
-    preds = [r for r in results if "opts" in r]
-    head = f"job {d['job']}" if d.get("job") and d["job"] != d["trace_id"] else \
-        f"trace {d['trace_id']}"
-    say(f"{head}: {d['file']}" if d.get("file") else head)
+    preds = [r for r in results if r.predicted]
+    job = d.job.name if d.job is not None else None
+    head = f"job {job}" if job and job != d.trace_id else f"trace {d.trace_id}"
+    say(f"{head}: {d.file}" if d.file else head)
     emit()
     print_tables([iterations_table(results), basis_table(d)])
     if preds:
         print_tables([predictions_table(results)])
     for r in preds:
         print_tables([phases_table(r), gates_table(r)])
-        if r.get("notes"):
-            say(f"Notes on {r['opts']}:")
-            for note in r["notes"]:
+        if r.notes:
+            say(f"Notes on {r.spec}:")
+            for note in r.notes:
                 say(f"- {note}", "    ")
             emit()
-    if d.get("ranks"):
+    if d.job is not None and d.job.ranks:
         print_tables([ranks_table(results)])
         for line in job_lines(d):
             say(line)
         if not preds:
-            for note in d.get("notes") or []:
+            for note in d.notes:
                 say(f"note: {note}")
         emit()
-    cp = d.get("critical_path") or {}
-    if cp:
-        print_tables([critical_path_table(cp)])
-    if d.get("units"):
-        print_tables([units_table(d["units"])])
-    if d.get("timeline"):
-        say(f"timeline written to {d['timeline']} (open it in https://ui.perfetto.dev): "
+    t = d.trace
+    if t is not None and t.critical_path:
+        print_tables([critical_path_table(t.critical_path)])
+    if t is not None and t.unit_load:
+        print_tables([units_table(t.unit_load)])
+    if d.timeline_path:
+        say(f"timeline written to {d.timeline_path} (open it in https://ui.perfetto.dev): "
             "measured, replayed" + (" and predicted" if preds else "") + " schedules, one "
             "process each")
-    if d.get("plot"):
-        say(f"plot of iteration {d['plot_iteration']} written to {d['plot']}")
+    if d.plot_path:
+        say(f"plot of iteration {d.plot_iteration} written to {d.plot_path}")
 
 
-def prediction_csv(results: list[dict]) -> str:
+def prediction_csv(results: list[PredictionResult]) -> str:
     """``predict --format csv``: one row per prediction (the replay alone: one row)."""
     t = predictions_table(results)
     if not t.records:

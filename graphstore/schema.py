@@ -170,7 +170,9 @@ GRAPH_TABLES = {t.name: t for t in (TASK, EDGE, UNIT, ITERATION, LAYER, SLACK)}
 
 # Results the later stages keep beside the graph (in the same database, so one SQL query joins
 # them with the traces). A trace's rows are dropped whenever its graph is replaced: a
-# prediction is only valid for the graph it was simulated on.
+# prediction is only valid for the graph it was simulated on. What one prediction reports
+# whole (the row below is a part of it) is declared in graphstore/prediction.py
+# (PredictionResult; PredictionResult.row gives this table's row).
 PREDICTION = GTable("prediction", "One what-if prediction: a stored trace simulated with one "
                     "optimization spec (`daydream predict --all`).", (
     Col("trace_id", "VARCHAR NOT NULL", "Trace."),

@@ -57,6 +57,12 @@ def take_noise(trace: Path) -> float | None:
     return 100.0 * statistics.fmean(abs(x - med) for x in v) / med
 
 
+def _phase_ms(d: dict, which: str, phase: str | None) -> float | None:
+    """CPU + GPU ms per iteration of one phase in a prediction's JSON phase breakdown."""
+    p = ((d.get("phases") or {}).get(which) or {}).get(phase)
+    return None if p is None else float(p["cpu_ms"]) + float(p["gpu_ms"])
+
+
 def _err(p: float | None, m: float | None) -> float | None:
     return None if p is None or not m else 100.0 * (p - m) / m
 
@@ -85,7 +91,7 @@ def evaluate(ctx: Context, pair: dict) -> dict:
             out["pred_median_ms"], out["pred_mean_ms"] = steady(d, "predicted_ms")
             if out["pred_median_ms"] is None and d.get("predicted_ms") is not None:
                 out["pred_median_ms"] = out["pred_mean_ms"] = float(d["predicted_ms"])
-            out["pred_phase_ms"] = whatif._phase_ms(d, "predicted", pair.get("phase"))
+            out["pred_phase_ms"] = _phase_ms(d, "predicted", pair.get("phase"))
             z = d.get("predicted_explained_ms")
             out["pred_slack_zero_ms"] = None if z is None else float(z)
         except Exception as e:

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from daydream import api
 from daydream.advise import advise, candidates, tables, where_time_goes
 from daydream.cli import app
+from daydream.graphstore.prediction import PredictionResult, TraceFacts
 from daydream.transforms import list_opts
 from tests.conftest import DATA
 
@@ -40,8 +41,8 @@ def test_every_registered_optimization_is_ranked_or_said_not_to_apply(advice, st
     # each ranked one is what `predict --opt NAME` gives, with its interval
     for r in advice["predictions"][:3]:
         d = api.predict(str(TOY), store, opts=[r["spec"]])
-        assert r["predicted_ms"] == d["predicted_ms"]
-        assert r["predicted_interval_ms"] == d["predicted_interval_ms"]
+        assert r["predicted_ms"] == d.predicted_ms
+        assert r["predicted_interval_ms"] == list(d.predicted_interval_ms)
     # what does not apply says why: the error the optimization raised
     assert skipped["no_straggler"].startswith("no_straggler: needs a job")
     assert skipped["scale"] == "needs parameters: select, factor"
@@ -50,10 +51,10 @@ def test_every_registered_optimization_is_ranked_or_said_not_to_apply(advice, st
 
 def test_where_the_time_goes_adds_up_to_the_critical_path(advice, store):
     d = api.predict(str(TOY), store)
-    span = d["critical_path"]["span_ns"] / 1e6
+    span = d.trace.critical_path["span_ns"] / 1e6
     assert sum(r["ms"] for r in advice["where"]) == pytest.approx(span, rel=1e-6)
     cats = {r["category"]: r["ms"] for r in advice["where"]}
-    kinds = {r["kind"]: r["ns"] / 1e6 for r in d["critical_path"]["by_kind"]}
+    kinds = {r["kind"]: r["ns"] / 1e6 for r in d.trace.critical_path["by_kind"]}
     assert cats["launch overhead"] == pytest.approx(kinds.get("api", 0) +
                                                     kinds.get("delay: launch", 0) +
                                                     kinds.get("delay: queue", 0))
@@ -68,7 +69,14 @@ def test_data_loading_is_taken_out_of_the_cpu_work():
                       {"kind": "delay: launch", "ns": 5_000_000}],
           "by_phase": [{"phase": "data_loading", "ns": 40_000_000},
                        {"phase": "forward", "ns": 60_000_000}]}
-    rows, basis = where_time_goes({"critical_path": cp, "baseline_ms": 100.0})
+    replay = PredictionResult(
+        trace_id="t", file="", measured_ms=100.0, baseline_ms=100.0, iterations=(),
+        baseline_error_pct=0.0, measured_median_ms=None, measured_mean_ms=None,
+        measured_spread_ms=None, explained_ms=None, explained_no_inferred_ms=None,
+        explained_peer_wait_ms=None, explained_error_pct=None, iterations_from=None,
+        trace=TraceFacts(critical_path=cp, unit_load=[], slack_ms={}, inferred_edges={},
+                         profiler=None))
+    rows, basis = where_time_goes(replay)
     got = {r["category"]: round(r["ms"], 6) for r in rows}
     assert got == {"GPU work": 25.0, "CPU work": 30.0, "data loading": 40.0,
                    "launch overhead": 5.0}

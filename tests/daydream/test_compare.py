@@ -36,8 +36,8 @@ def test_headline_is_each_traces_steady_state_step(c, store):
     before = api.predict(str(NW0), store, opts=[SPEC])
     after = api.predict(str(NW4), store)
     h = c["headline"]
-    assert h["predicted_ms"] == before["predicted_ms"]
-    assert h["measured_ms"] == after["measured_ms"]
+    assert h["predicted_ms"] == before.predicted_ms
+    assert h["measured_ms"] == after.measured_ms
     assert h["error_pct"] == pytest.approx(100 * (h["predicted_ms"] - h["measured_ms"]) /
                                            h["measured_ms"])
     # the prediction is worth having: nearer the real run than "no change" is (README of
@@ -48,10 +48,10 @@ def test_headline_is_each_traces_steady_state_step(c, store):
 
 def test_iterations_phases_layers_and_kernel_classes_side_by_side(c, store):
     after = api.predict(str(NW4), store)
-    used = [i for i in after["iterations"] if i["used"]]
-    assert len(c["iterations"]) == min(len(used), sum(
-        i["used"] for i in api.predict(str(NW0), store)["iterations"]))
-    assert [i["measured_ms"] for i in c["iterations"]] == [i["measured_ms"] for i in
+    used = [i for i in after.iterations if i.used]
+    assert len(c["iterations"]) == min(len(used),
+                                       api.predict(str(NW0), store).used_iterations)
+    assert [i["measured_ms"] for i in c["iterations"]] == [i.measured_ms for i in
                                                           used[:len(c["iterations"])]]
     ph = {r["phase"]: r for r in c["phases"]}
     # what the change was about: the training thread's data loading nearly vanishes, in the

@@ -55,7 +55,7 @@ def _one(store, target: str, spec: str) -> tuple:
         d = api.predict(target, store, opts=[spec])
     except DaydreamError as e:
         return ("error", str(e))
-    return (d["predicted_ms"], "\n".join(d["notes"]) or None)
+    return (d.predicted_ms, "\n".join(d.notes) or None)
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +123,8 @@ def test_offload_sizes_its_copies_by_the_recorded_shapes(store, single):
     each, at PCIe speed) and the iteration gets slower; without shapes (and layer_mb 0) it
     would have left the trace unchanged."""
     tid = api.predict(str(RESNET), store)
-    pred, notes = single[tid["trace_id"], "offload"]
-    assert pred > 1.2 * tid["baseline_ms"]
+    pred, notes = single[tid.trace_id, "offload"]
+    assert pred > 1.2 * tid.baseline_ms
     assert "layer-iterations" in notes and "unchanged" not in notes
 
 
@@ -148,8 +148,8 @@ def test_dlrm_job_through_the_cli_matches_the_api(store, spec):
     assert p.returncode == 0, p.stderr
     c = orjson.loads(p.stdout)
     assert c["job"] == "dlrm_8ranks" and c["world_size"] == 8
-    assert (c["predicted_ms"], c["notes"]) == (d["predicted_ms"], d["notes"])
-    assert [r["predicted_ms"] for r in c["ranks"]] == [r["predicted_ms"] for r in d["ranks"]]
+    assert (c["predicted_ms"], c["notes"]) == (d.predicted_ms, list(d.notes))
+    assert [r["predicted_ms"] for r in c["ranks"]] == [r.predicted_ms for r in d.job.ranks]
 
 
 def test_param_bytes_reach_the_fleet_workers_as_they_reach_predict(store, tmp_path):
@@ -157,18 +157,18 @@ def test_param_bytes_reach_the_fleet_workers_as_they_reach_predict(store, tmp_pa
     every worker (here ResNet-50's 25.6M FP32 parameters, given rather than read)."""
     nb = 25_557_032 * 4
     d = api.predict(str(RESNET), store, opts=["ddp(world=8)"], param_bytes=nb)
-    assert any("--param-bytes" in n for n in d["notes"])
+    assert any("--param-bytes" in n for n in d.notes)
     root = _copy(store, tmp_path)
     rep = fleet.predict_all(root, ["ddp(world=8)"], workers=2, param_bytes=nb,
-                            where=f"trace_id = '{d['trace_id']}'")
+                            where=f"trace_id = '{d.trace_id}'")
     (r,) = rep.results
-    assert (r.row["predicted_ms"], r.row["notes"]) == (d["predicted_ms"], "\n".join(d["notes"]))
+    assert (r.row["predicted_ms"], r.row["notes"]) == (d.predicted_ms, "\n".join(d.notes))
     p = subprocess.run([sys.executable, "-m", "daydream", "predict", "--all", "--store",
                         str(root), "--opt", "ddp(world=8)", "--param-bytes", str(nb),
-                        "--where", f"trace_id = '{d['trace_id']}'", "--force", "--workers",
+                        "--where", f"trace_id = '{d.trace_id}'", "--force", "--workers",
                         "1", "--json"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    assert [x["predicted_ms"] for x in orjson.loads(p.stdout)] == [d["predicted_ms"]]
+    assert [x["predicted_ms"] for x in orjson.loads(p.stdout)] == [d.predicted_ms]
 
 
 def test_a_job_reads_its_ranks_recorded_shapes(store):
@@ -176,7 +176,7 @@ def test_a_job_reads_its_ranks_recorded_shapes(store):
     by them (the job once got no activity tables and fell back to layer_mb)."""
     import re
     d = api.predict("dlrm_8ranks", store, opts=["offload(layers=linear, layer_mb=4)"])
-    (note,) = [n for n in d["notes"] if n.startswith("offload:")]
+    (note,) = [n for n in d.notes if n.startswith("offload:")]
     n, m = map(int, re.search(r"\((\d+) of (\d+) sized from input shapes\)", note).groups())
     assert n == m > 0
-    assert d["predicted_ms"] > d["baseline_ms"]
+    assert d.predicted_ms > d.baseline_ms

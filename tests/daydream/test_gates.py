@@ -15,14 +15,14 @@ def test_a_slower_prediction_names_the_tasks_that_made_it_so(tmp_path):
     kernels again in backward: the step is slower, and the recomputed kernels ("(recompute)")
     are among the tasks the gate and the note name."""
     d = api.predict(str(V100), tmp_path / "store", opts=["checkpointing"])
-    assert d["predicted_ms"] > 1.05 * d["baseline_ms"]
-    g = {x["name"]: x for x in d["gates"]}
+    assert d.predicted_ms > 1.05 * d.baseline_ms
+    g = {x.name: x for x in d.gates}
     assert "no_slowdown" not in g  # checkpointing is not an optimization that only shrinks
-    assert g["slowdown_named"]["ok"]
-    assert "tasks whose time grew per iteration: " in g["slowdown_named"]["note"]
-    note = next(n for n in d["notes"] if n.startswith("slower: checkpointing predicts"))
+    assert g["slowdown_named"].ok
+    assert "tasks whose time grew per iteration: " in g["slowdown_named"].note
+    note = next(n for n in d.notes if n.startswith("slower: checkpointing predicts"))
     assert "every recomputed task (recompute) +" in note
     # a prediction that is not slower has no such gate
     d2 = api.predict(str(V100), tmp_path / "store", opts=["fusion"])
-    assert d2["predicted_ms"] <= d2["baseline_ms"]
-    assert "slowdown_named" not in {x["name"] for x in d2["gates"]}
+    assert d2.predicted_ms <= d2.baseline_ms
+    assert "slowdown_named" not in {x.name for x in d2.gates}

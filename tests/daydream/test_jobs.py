@@ -33,15 +33,15 @@ def test_dlrm_ranks_form_one_job(store):
 
 def test_job_replays_within_2pct_per_rank(store):
     d = api.predict(str(DLRM), store)
-    assert d["job"] == "dlrm_8ranks" and d["world_size"] == 8
-    assert [r["rank"] for r in d["ranks"]] == list(range(8))
+    assert d.job.name == "dlrm_8ranks" and d.job.world_size == 8
+    assert [r.rank for r in d.job.ranks] == list(range(8))
     # per-rank step times of the shared README: 12.5-19.9 ms
-    meas = [r["measured_ms"] for r in d["ranks"]]
+    meas = [r.measured_ms for r in d.job.ranks]
     assert min(meas) == pytest.approx(12.509) and max(meas) == pytest.approx(19.901)
-    for r in d["ranks"]:
-        assert abs(r["baseline_ms"] - r["measured_ms"]) <= 0.02 * r["measured_ms"]
-    assert d["measured_ms"] == pytest.approx(max(meas))  # a job step ends with its last rank
-    assert d["collectives"]["matched"] == 8 and d["collectives"]["kernels_unmatched"] == 0
+    for r in d.job.ranks:
+        assert abs(r.baseline_ms - r.measured_ms) <= 0.02 * r.measured_ms
+    assert d.measured_ms == pytest.approx(max(meas))  # a job step ends with its last rank
+    assert d.job.collectives["matched"] == 8 and d.job.collectives["kernels_unmatched"] == 0
 
 
 def test_straggler_is_the_rank_that_arrives_last(store):
@@ -49,7 +49,7 @@ def test_straggler_is_the_rank_that_arrives_last(store):
     raw = {r: dlrm_nccl(r) for r in range(8)}
     lasts = [max(range(8), key=lambda r: raw[r][k]["ts"]) for k in range(8)]
     most = max(set(lasts), key=lasts.count)
-    s = d["straggler"]
+    s = d.job.straggler
     assert s["rank"] == most == 7
     assert s["last_at"] == lasts.count(7)
     assert s["cause"] and s["wait_caused_ms"] > 0
@@ -60,18 +60,20 @@ def test_straggler_is_the_rank_that_arrives_last(store):
 def test_predict_json_on_a_job_has_ranks_with_predictions(store):
     d = api.predict("dlrm_8ranks", store, opts=["scale(select=\"kind = 'kernel'\", "
                                                  "factor=1.0)"])
-    assert d["predicted_ms"] == pytest.approx(d["baseline_ms"])
-    assert {"rank", "measured_ms", "baseline_ms", "predicted_ms"} <= set(d["ranks"][0])
-    for r in d["ranks"]:
-        assert r["predicted_ms"] == pytest.approx(r["baseline_ms"])
+    assert d.predicted_ms == pytest.approx(d.baseline_ms)
+    assert {"rank", "measured_ms", "baseline_ms", "predicted_ms"} <= \
+        set(d.as_dict()["ranks"][0])  # what --json prints of each rank
+    for r in d.job.ranks:
+        assert r.predicted_ms == pytest.approx(r.baseline_ms)
     # the phase breakdown, per rank and iteration: unchanged by an identity rewrite
-    ph = d["phases"]
-    assert {"forward", "backward", "weight_update"} <= set(ph["baseline"])
-    assert ph["predicted"].keys() == ph["baseline"].keys()
-    for k, v in ph["baseline"].items():
-        assert ph["predicted"][k] == pytest.approx(v)
-    busy = sum(v["gpu_ms"] + v["cpu_ms"] for v in ph["baseline"].values())
-    assert 0 < ph["baseline"]["forward"]["gpu_ms"] and busy < 3 * d["baseline_ms"]
+    ph = d.phases
+    assert {"forward", "backward", "weight_update"} <= set(ph.baseline)
+    assert ph.predicted.keys() == ph.baseline.keys()
+    for k, v in ph.baseline.items():
+        assert ph.predicted[k].gpu_ms == pytest.approx(v.gpu_ms)
+        assert ph.predicted[k].cpu_ms == pytest.approx(v.cpu_ms)
+    busy = sum(v.gpu_ms + v.cpu_ms for v in ph.baseline.values())
+    assert 0 < ph.baseline["forward"].gpu_ms and busy < 3 * d.baseline_ms
 
 
 def test_replayed_job_keeps_its_collectives_in_sql(store):
@@ -98,11 +100,11 @@ def test_replayed_job_keeps_its_collectives_in_sql(store):
 
 def test_multi_device_nsys_export_is_a_job(tmp_path):
     d = api.predict(str(FSDP), tmp_path / "s")
-    assert d["world_size"] == 2 and [r["rank"] for r in d["ranks"]] == [0, 1]
-    for r in d["ranks"]:
-        assert r["measured_ms"] > 900  # the 1 s slice is one whole-trace iteration per rank
-        assert abs(r["baseline_ms"] - r["measured_ms"]) <= 0.02 * r["measured_ms"]
-    assert d["collectives"]["matched"] == 0  # this slice holds no NCCL kernel
+    assert d.job.world_size == 2 and [r.rank for r in d.job.ranks] == [0, 1]
+    for r in d.job.ranks:
+        assert r.measured_ms > 900  # the 1 s slice is one whole-trace iteration per rank
+        assert abs(r.baseline_ms - r.measured_ms) <= 0.02 * r.measured_ms
+    assert d.job.collectives["matched"] == 0  # this slice holds no NCCL kernel
 
 
 # ---- jobs behave like traces everywhere (info, --plot, --timeline, every job optimization),
@@ -141,7 +143,7 @@ def test_one_rank_alone_is_a_trace_not_a_job(tmp_path):
     api.ingest([ADS[0]], tmp_path / "s", jobs=1, strict=True)
     assert api.jobs(tmp_path / "s") == {}
     d = api.predict(str(ADS[0]), tmp_path / "s")
-    assert "job" not in d and d["measured_ms"] > 0
+    assert d.job is None and "job" not in d.as_dict() and d.measured_ms > 0
 
 
 def test_readable_names_stay_unique():
@@ -160,15 +162,15 @@ def test_readable_names_stay_unique():
 
 def test_a_job_missing_ranks_says_which_and_how_many(mixed):
     d = api.predict("ads_sampled", mixed)
-    assert d["world_size"] == 2 and [r["rank"] for r in d["ranks"]] == [0, 1]
-    assert d["traced_world_size"] == 128 and d["missing_ranks"] == list(range(2, 128))
-    assert d["notes"][0].startswith("126 of the job's 128 ranks have no trace (ranks 2-127)")
+    assert d.job.world_size == 2 and [r.rank for r in d.job.ranks] == [0, 1]
+    assert d.job.traced_world_size == 128 and d.job.missing_ranks == tuple(range(2, 128))
+    assert d.notes[0].startswith("126 of the job's 128 ranks have no trace (ranks 2-127)")
     out = " ".join(_cli("predict", "ads_sampled", "--store", mixed).stdout.split())
     assert "Job ads_sampled: 2 ranks of 128 (126 missing)" in out
     assert "126 of the job's 128 ranks have no trace" in out
     assert "(only 2 of the job's 128 ranks are traced)" in out  # beside the straggler
     full = api.predict(str(DLRM), mixed)
-    assert full["missing_ranks"] == [] and full["traced_world_size"] == 8
+    assert full.job.missing_ranks == () and full.job.traced_world_size == 8
 
 
 def test_info_on_a_job_and_its_ranks(mixed):
@@ -220,6 +222,6 @@ def test_job_optimizations_apply_to_a_multi_device_nsys_export(mixed, spec):
         assert "needs a job" not in str(e) and "not distributed" not in str(e)
         assert "no collective" in str(e)
         return
-    assert d["world_size"] == 2 and d["predicted_ms"] > 0
-    assert [r["rank"] for r in d["ranks"]] == [0, 1]
-    assert d["critical_path"]  # the trace's own critical path is kept beside the job's ranks
+    assert d.job.world_size == 2 and d.predicted_ms > 0
+    assert [r.rank for r in d.job.ranks] == [0, 1]
+    assert d.trace.critical_path  # the trace's own critical path is kept beside the job's ranks

@@ -58,20 +58,20 @@ def test_predict_fits_80_columns_and_shows_what_it_rests_on(store):
     assert "…" not in out and "ProfilerStep#10" in out
     for word in ("measured", "replayed", "explained", "predicted", "speedup", "interval"):
         assert word in out
-    # the pipeline's result keys a prediction rests on, each on the screen
+    # the pipeline's result fields a prediction rests on, each on the screen
     flat = " ".join(out.split())
-    assert f"{d['measured_ms']:.3f} ms measured" in flat
-    assert f"median {d['measured_median_ms']:.3f} ms" in flat
-    assert f"mean {d['measured_mean_ms']:.3f} ms" in flat
-    lo, hi = d["measured_spread_ms"]
+    assert f"{d.measured_ms:.3f} ms measured" in flat
+    assert f"median {d.measured_median_ms:.3f} ms" in flat
+    assert f"mean {d.measured_mean_ms:.3f} ms" in flat
+    lo, hi = d.measured_spread_ms
     assert f"fastest {lo:.3f} ms, slowest {hi:.3f} ms" in flat
-    assert f"{d['explained_ms']:.3f} ms" in flat
-    assert f"{d['explained_no_inferred_ms']:.3f} ms without the inferred edges" in flat
-    a, b = d["predicted_interval_ms"]
+    assert f"{d.explained_ms:.3f} ms" in flat
+    assert f"{d.explained_no_inferred_ms:.3f} ms without the inferred edges" in flat
+    a, b = d.predicted_interval_ms
     assert f"{a:.3f}-{b:.3f}" in flat
-    for kind in d["slack"]:
+    for kind in d.trace.slack_ms:
         assert kind in flat
-    for kind, n in d["inferred_edges"].items():
+    for kind, n in d.trace.inferred_edges.items():
         assert f"{kind} {n}" in flat
 
 
@@ -92,7 +92,7 @@ def test_repeated_opt_is_separate_predictions_and_plus_chains(store):
     assert [x["opts"] for x in both] == ["amp", "cuda_graphs"]
     for x in both:
         one = api.predict(str(TOY), store, opts=[x["opts"]])
-        assert x["predicted_ms"] == one["predicted_ms"]
+        assert x["predicted_ms"] == one.predicted_ms
     chained = json.loads(cli("predict", TOY, "--store", store, "--opt", "amp+cuda_graphs",
                              "--json").stdout)
     assert chained["opts"] == "amp+cuda_graphs"
@@ -101,13 +101,13 @@ def test_repeated_opt_is_separate_predictions_and_plus_chains(store):
     assert "(1)  amp" in table and "(2)  cuda_graphs" in table
     with pytest.raises(DaydreamError, match="chain optimizations with"):
         api.predict(str(TOY), store, opts=["amp", "cuda_graphs"])
-    assert [x["opts"] for x in api.predictions(str(TOY), store, ["amp", "cuda_graphs"])] == \
+    assert [x.spec for x in api.predictions(str(TOY), store, ["amp", "cuda_graphs"])] == \
         ["amp", "cuda_graphs"]
 
 
 def test_no_none_and_no_zero_length_parts_in_the_critical_path(store):
     d = api.predict(str(RESNET), store)
-    zero = [r["kind"] for r in d["critical_path"]["by_kind"] if r["ns"] == 0]
+    zero = [r["kind"] for r in d.trace.critical_path["by_kind"] if r["ns"] == 0]
     assert zero  # the trace has parts of no length (delay: thread)
     out = cli("predict", RESNET, "--store", store).stdout
     cp = out[out.index("Critical path"):out.index("Unit load")]
@@ -124,7 +124,7 @@ def test_notes_are_in_ms(store):
     notes = []
     for spec in candidates()[0]:
         try:
-            notes += api.predict(str(RESNET), store, opts=[spec])["notes"]
+            notes += api.predict(str(RESNET), store, opts=[spec]).notes
         except DaydreamError:
             pass  # does not apply to a single-GPU trace
     assert [n for n in notes if raw.search(n)] == []
@@ -133,12 +133,12 @@ def test_notes_are_in_ms(store):
 
 def test_a_trace_without_markers_says_how_its_iterations_were_found(store):
     d = api.predict(str(WHOLE), store)
-    assert d["iterations_from"] == "whole_trace"
+    assert d.iterations_from == "whole_trace"
     out = cli("predict", WHOLE, "--store", store).stdout
     assert "(whole trace)" in out
     assert "the whole trace is one iteration: it has no iteration markers" in " ".join(
         out.split())
-    assert api.predict(str(RESNET), store)["iterations_from"] == "ProfilerStep"
+    assert api.predict(str(RESNET), store).iterations_from == "ProfilerStep"
 
 
 def test_one_timeline_file_holds_measured_replayed_and_predicted(store, tmp_path):
@@ -485,13 +485,25 @@ def test_info_of_a_trace_without_a_graph_beside_one_with(tmp_path):
 
 
 def test_gpu_idle_nothing_ended_gets_its_own_line():
-    # hand-made result dicts: 30 ms of unexplained GPU idle in a 100 ms step is named, 5 is not
+    # hand-made results: 30 ms of unexplained GPU idle in a 100 ms step is named, 5 is not
+    from dataclasses import replace
+
     from daydream import report
-    d = {"measured_ms": 100.0, "baseline_ms": 100.0, "baseline_error_pct": 0.0,
-         "iterations": [{"used": True}], "slack": {"gpu_idle": 30.0, "launch": 1.0}}
+    from daydream.graphstore.prediction import IterationTimes, PredictionResult, TraceFacts
+    it = IterationTimes(index=0, label=None, measured_ms=100.0, baseline_ms=100.0,
+                        error_pct=0.0, used=True, note=None, explained_ms=None,
+                        explained_no_inferred_ms=None)
+    facts = TraceFacts(critical_path={}, unit_load=[], inferred_edges={}, profiler=None,
+                       slack_ms={"gpu_idle": 30.0, "launch": 1.0})
+    d = PredictionResult(
+        trace_id="t", file="", measured_ms=100.0, baseline_ms=100.0, iterations=(it,),
+        baseline_error_pct=0.0, measured_median_ms=None, measured_mean_ms=None,
+        measured_spread_ms=None, explained_ms=None, explained_no_inferred_ms=None,
+        explained_peer_wait_ms=None, explained_error_pct=None, iterations_from=None,
+        trace=facts)
     rows = {r[0]: r[1] for r in report.basis_table(d).rows}
     assert rows["GPU idle"].startswith("30.00 ms per iteration")
-    d["slack"]["gpu_idle"] = 5.0
+    d = replace(d, trace=replace(facts, slack_ms={"gpu_idle": 5.0, "launch": 1.0}))
     assert "GPU idle" not in {r[0] for r in report.basis_table(d).rows}
 
 

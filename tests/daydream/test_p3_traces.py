@@ -35,7 +35,7 @@ def store(tmp_path_factory):
 
 def _predict(store, target, spec):
     d = api.predict(str(target), store, opts=[spec])
-    return d["baseline_ms"], d["predicted_ms"], d["notes"]
+    return d.baseline_ms, d.predicted_ms, list(d.notes)
 
 
 @pytest.mark.parametrize("target", [A100_DDP, DLRM, RECSYS, TRANSFORMER],

@@ -19,7 +19,7 @@ def predicted(tmp_path_factory):
     png = tmp / "out" / "v100.png"
     d = api.predict(DATA / "kineto" / "resnet50_v100_nw0_run1.json.gz", tmp / "store",
                     opts=[SPEC], plot=png)
-    g = read_graph(tmp / "store", d["trace_id"])
+    g = read_graph(tmp / "store", d.trace_id)
     return d, png, g, rewrite(g, SPEC)
 
 
@@ -34,7 +34,7 @@ def gpu_ms_by_phase(task: pl.DataFrame, iterations: list[int]) -> dict[str, floa
 def test_png_written(predicted):
     import matplotlib.image as mpimg
     d, png, _, _ = predicted
-    assert d["plot"] == str(png)
+    assert d.plot_path == str(png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     img = mpimg.imread(png)
     assert img.ndim == 3 and img.shape[0] > 400 and img.shape[1] > 800
@@ -45,9 +45,9 @@ def test_png_written(predicted):
 def test_phase_bars_are_the_prediction(predicted):
     from daydream.plot import phase_stack
     d, _, g, g2 = predicted
-    names, bars = phase_stack(d["phases"])
+    names, bars = phase_stack(d.phases.as_dict())
     assert set(bars) == {"GPU baseline", "GPU predicted", "CPU baseline", "CPU predicted"}
-    used = [i["index"] for i in d["iterations"] if i["used"]]
+    used = [i.index for i in d.iterations if i.used]
     want_b = gpu_ms_by_phase(pl.from_arrow(g["task"]), used)
     want_p = gpu_ms_by_phase(pl.from_arrow(g2["task"]), used)
     for i, ph in enumerate(names):
@@ -62,8 +62,8 @@ def test_timeline_bars_are_the_schedule(predicted):
     from daydream.plot import timeline_bars
     from daydream.simulate.replay import replay
     d, _, g, g2 = predicted
-    it = d["plot_iteration"]
-    assert it == next(i["index"] for i in d["iterations"] if i["used"])
+    it = d.plot_iteration
+    assert it == next(i.index for i in d.iterations if i.used)
     for tables in (g, g2):
         rep = replay(tables)
         b = timeline_bars(tables, rep.schedule.start_ns, rep.schedule.end_ns, it)

@@ -47,21 +47,21 @@ def test_every_trace_against_every_spec_agrees_with_single_predict(fresh):
     # the batch path gives the numbers the one-trace path gives
     for r in t:
         d = api.predict(r["trace_id"], fresh, opts=[r["spec"]])
-        assert r["measured_ms"] == pytest.approx(d["measured_ms"], rel=1e-12)
-        assert r["baseline_ms"] == pytest.approx(d["baseline_ms"], rel=1e-12)
-        assert r["predicted_ms"] == pytest.approx(d["predicted_ms"], rel=1e-12)
+        assert r["measured_ms"] == pytest.approx(d.measured_ms, rel=1e-12)
+        assert r["baseline_ms"] == pytest.approx(d.baseline_ms, rel=1e-12)
+        assert r["predicted_ms"] == pytest.approx(d.predicted_ms, rel=1e-12)
         # the speedup is against the baseline, or for an optimization that removes CPU work
         # (cuda_graphs) against the job without the profiler's own CPU cost
-        ref = d["baseline_ms"] if r["spec"] != "cuda_graphs" else d["reference_ms"]
+        ref = d.baseline_ms if r["spec"] != "cuda_graphs" else d.reference_ms
         assert r["speedup"] == pytest.approx(ref / r["predicted_ms"], rel=1e-12)
         assert r["reference_ms"] == pytest.approx(ref, rel=1e-12)
         # and what it rests on: the interval (slack at zero to slack kept) and the gates
         assert [r["predicted_low_ms"], r["predicted_high_ms"]] == pytest.approx(
-            d["predicted_interval_ms"], rel=1e-12)
-        assert [r["speedup_low"], r["speedup_high"]] == pytest.approx(d["speedup_interval"],
+            list(d.predicted_interval_ms), rel=1e-12)
+        assert [r["speedup_low"], r["speedup_high"]] == pytest.approx(list(d.speedup_interval),
                                                                       rel=1e-12)
         assert r["predicted_low_ms"] <= r["predicted_ms"] <= r["predicted_high_ms"]
-        assert r["gates_failed"] == [g["name"] for g in d["gates"] if not g["ok"]]
+        assert r["gates_failed"] == [g.name for g in d.gates if not g.ok]
         assert r["created"] is not None
     # the report's table is sorted by gain, best first
     sp = rep.table.column("speedup").to_pylist()
