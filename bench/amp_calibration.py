@@ -42,7 +42,7 @@ def intensities(path: Path, store: Path) -> dict[str, list[tuple[float, float]]]
 
     from daydream import pipeline
     from daydream.ingest.store import Store
-    from daydream.transforms.kernels import kernel_precision
+    from daydream.transforms.kernel_class import kernel_precision
     from daydream.transforms.opts import amp
     from daydream.transforms.primitives import Graph
 

@@ -25,7 +25,7 @@ from daydream.report import (
     say,
     times,
 )
-from daydream.table import Column, Table, to_csv
+from daydream.text_table import Column, Table, to_csv
 from daydream.traces import open_store
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ def __getattr__(name: str):
     """The collector's entry points (``collect``, ``collect_steps``, ``collect_command``) and
     ``expand`` (ingest.batch: the converters), imported on first use (PEP 562)."""
     if name == "expand":
-        from daydream.ingest.batch import expand
+        from daydream.ingest.batch_ingest import expand
         return expand
     if name in ("collect", "collect_steps"):
         from daydream.collect import api as _collect

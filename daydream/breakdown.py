@@ -32,7 +32,7 @@ def kernel_class(kind: str, name: str | None) -> str:
         return kind
     if kind == "comm":
         return "communication"
-    from daydream.transforms.kernels import classify
+    from daydream.transforms.kernel_class import classify
     k = classify(name)
     if k.op == "comm":
         return "communication"

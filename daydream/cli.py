@@ -165,7 +165,7 @@ def info(
     if json:
         _json(d)
         return
-    from daydream.views import print_info
+    from daydream.store_views import print_info
     print_info(d)
 
 
@@ -260,7 +260,7 @@ def _predict_all(store: Path, opts: list[str], where: str | None, workers: int |
                  param_bytes: int | None) -> None:
     from daydream import fleet
     from daydream.report import fleet_progress, fleet_table, plural, print_fleet
-    from daydream.table import to_csv
+    from daydream.text_table import to_csv
 
     with fleet_progress(enabled=sys.stderr.isatty() and fmt == "table") as (plan, tick):
         def on_pair(r) -> None:
@@ -365,8 +365,8 @@ def jobs(store: StoreOpt = DEFAULT_STORE, json: JsonOpt = False,
     if fmt == "json":
         _json(d)
         return
-    from daydream.table import render, to_csv, width
-    from daydream.views import jobs_table
+    from daydream.store_views import jobs_table
+    from daydream.text_table import render, to_csv, width
     t = jobs_table(d)
     sys.stdout.write(to_csv([t]) if fmt == "csv" else render(t, width()))
     sys.stdout.flush()
@@ -380,7 +380,7 @@ def opts(json: JsonOpt = False) -> None:
     if json:
         _json(items)
         return
-    from daydream.table import paragraph, width
+    from daydream.text_table import paragraph, width
     w = width()
     for o in items:
         print(o["signature"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from daydream import breakdown, pipeline
 from daydream.report import emit, ms, pct, print_tables, say, times
-from daydream.table import Column, Table, to_csv
+from daydream.text_table import Column, Table, to_csv
 from daydream.traces import open_store
 
 TOP_LAYERS = 15

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from daydream import api, breakdown, report
-from daydream.table import Column, Table
+from daydream.text_table import Column, Table
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;

@@ -1,5 +1,5 @@
 """What the CLI prints and the HTML report shows, built from prediction results
-(``daydream.graphstore.prediction.PredictionResult``) as ``daydream.table.Table`` objects, so
+(``daydream.graphstore.prediction.PredictionResult``) as ``daydream.text_table.Table`` objects, so
 that the terminal, CSV and HTML show the same rows. Presentation only: every figure comes from
 the result."""
 
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from daydream.table import Column, Table, paragraph, render, to_csv, width
+from daydream.text_table import Column, Table, paragraph, render, to_csv, width
 
 if TYPE_CHECKING:
     from daydream.graphstore.prediction import PredictionResult

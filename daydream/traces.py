@@ -19,7 +19,7 @@ from daydream.base.store import DEFAULT_STORE
 from daydream.ingest.store import Store
 
 if TYPE_CHECKING:
-    from daydream.ingest.batch import FileResult, IngestReport
+    from daydream.ingest.batch_ingest import FileResult, IngestReport
 
 # ingest.batch (the converters, numpy) is imported by the functions that ingest, so that
 # `daydream info` of a stored trace starts without it.
@@ -39,8 +39,8 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     tasks with ``ray``) converts a file and builds its graph; this process commits the traces
     and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph."""
     from daydream.base.runner import runs_inline
-    from daydream.ingest.batch import expand
-    from daydream.ingest.batch import ingest as ingest_files
+    from daydream.ingest.batch_ingest import expand
+    from daydream.ingest.batch_ingest import ingest as ingest_files
     from daydream.ingest.ids import content_ids_in_background
 
     files = expand(paths)
@@ -189,7 +189,7 @@ def resolve_trace(trace: str, store: Store, *, ingest_missing: bool = False) -> 
             if not ingest_missing:
                 raise DaydreamError(f"not in store {store.root}; run `daydream ingest` first",
                                     file=trace)
-            from daydream.ingest.batch import ingest as ingest_files
+            from daydream.ingest.batch_ingest import ingest as ingest_files
             rep = ingest_files([p], store, jobs=1, strict=True)
             if rep.failed:
                 raise DaydreamError(rep.failed[0].error or "ingest failed")
@@ -206,8 +206,8 @@ def resolve_trace(trace: str, store: Store, *, ingest_missing: bool = False) -> 
 
 def ingest_folder(path: Path, st: Store) -> list[str]:
     """Ingest a folder of rank traces (execution traces beside them skipped); their ids."""
-    from daydream.ingest.batch import expand
-    from daydream.ingest.batch import ingest as ingest_files
+    from daydream.ingest.batch_ingest import expand
+    from daydream.ingest.batch_ingest import ingest as ingest_files
     files = [f for f in expand([path]) if ".et." not in Path(f).name]
     rep = ingest_files(files, st, jobs=None, strict=True)
     build_graphs(st, rep, strict=True)
@@ -217,7 +217,7 @@ def ingest_folder(path: Path, st: Store) -> list[str]:
 def skipped(paths: Iterable[str | Path]) -> list[tuple[str, str]]:
     """The files in the folders of PATHS that ingest leaves out, each with why: PyTorch
     execution traces (``.et.json``), and files whose names no trace format uses."""
-    from daydream.ingest.batch import EXCLUDED_SUFFIXES, TRACE_PATTERNS
+    from daydream.ingest.batch_ingest import EXCLUDED_SUFFIXES, TRACE_PATTERNS
     out = []
     for raw in paths:
         p = Path(raw)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from daydream.base.errors import DaydreamError, TraceFormatError
 from daydream.ingest import source
-from daydream.ingest.model import Converted
+from daydream.ingest.converted import Converted
 
 FORMATS = ("kineto_json", "nsys_sqlite", "cupti_raw")
 

@@ -66,7 +66,7 @@ from daydream.base.errors import TraceFormatError
 from daydream.ingest import source
 
 if TYPE_CHECKING:
-    from daydream.ingest.model import Converted
+    from daydream.ingest.converted import Converted
 
 # The collector imports this module inside the training process for the format alone, so the
 # reader's heavy dependencies (pyarrow, and numba through ingest.nesting) load on first read.
@@ -494,7 +494,7 @@ class _Reader:
             "flow": empty("flow"),  # CUPTI has no flows; launches link by correlation id
         }
         start_ns, end_ns = _span(tables)
-        from daydream.ingest.model import Converted
+        from daydream.ingest.converted import Converted
         meta = {k: v for k, v in self.header.items()
                 if k not in ("format", "version", "rank", "world_size", "devices")}
         meta.update({k: v for k, v in self.meta.items()

@@ -28,7 +28,7 @@ import pyarrow as pa
 from daydream.base.errors import TraceFormatError
 from daydream.ingest import kineto_scan as ks
 from daydream.ingest import source
-from daydream.ingest.model import Converted
+from daydream.ingest.converted import Converted
 from daydream.ingest.nesting import nest_ranges
 from daydream.ingest.schema import conform
 from daydream.ingest.stats import Stats

@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daydream.base.errors import DaydreamError, TraceFormatError
-from daydream.ingest.model import Converted
+from daydream.ingest.converted import Converted
 from daydream.ingest.nesting import nest_ranges
 from daydream.ingest.schema import conform, empty
 from daydream.ingest.stats import Stats

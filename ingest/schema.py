@@ -40,7 +40,7 @@ class Table:
     @functools.cached_property
     def schema(self) -> pa.Schema:
         meta = {VERSION_KEY.encode(): str(SCHEMA_VERSION).encode(),
-                b"daydream.table": self.name.encode()}
+                b"daydream.text_table": self.name.encode()}
         return pa.schema([pa.field(c.name, c.type, c.nullable) for c in self.columns],
                          metadata=meta)
 

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from daydream.ingest.model import Converted
+    from daydream.ingest.converted import Converted
 
 PARALLEL_ROWS = 200_000  # tables of a trace with fewer rows in all are written in turn
 THREADED_READ_ROWS = 65_536  # a table file with fewer rows is read on this thread alone

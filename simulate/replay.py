@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from daydream.base.errors import DaydreamError
 from daydream.graphstore.schema import CPU_KINDS, EDGE_ANCHORS, GPU_KINDS, POLICIES, TASK_KINDS
-from daydream.simulate import _report
+from daydream.simulate import _passes
 from daydream.simulate.codes import END, FCFS, FIXED, PRIORITY, START, START_START
 from daydream.simulate.engine import Schedule, simulate
 from daydream.simulate.graph import SimGraph
@@ -66,7 +66,7 @@ def _codes8(col: pa.ChunkedArray, mapping: dict[str, int], what: str) -> np.ndar
         return _codes(col, mapping, what).astype(np.int8)
     out = np.empty(len(col), np.int8)
     for lo, ch in _offsets(col):
-        _report.decode_into(ch.indices.to_numpy(), _lut(ch.dictionary, mapping, what, np.int8),
+        _passes.decode_into(ch.indices.to_numpy(), _lut(ch.dictionary, mapping, what, np.int8),
                             out, lo)
     return out
 
@@ -90,10 +90,10 @@ def _fast_simgraph(g: dict[str, pa.Table], policy: np.ndarray, kind: np.ndarray,
     indptr = np.empty(n + 1, np.int64)
     nxt = 0
     for lo, ch in _offsets(edge["src"]):
-        ok, nxt = _report.csr_offsets(n, ch.to_numpy(), lo, indptr, nxt)
+        ok, nxt = _passes.csr_offsets(n, ch.to_numpy(), lo, indptr, nxt)
         if not ok:
             return None
-    _report.csr_close(indptr, nxt, m)
+    _passes.csr_close(indptr, nxt, m)
     # one pass per batch checks what the simulator relies on, and copies the batch out when
     # there are several (a single batch is used where it lies)
     batches = pa.table({"dur": dur_col, "unit": task["unit_id"]}).to_batches()
@@ -101,7 +101,7 @@ def _fast_simgraph(g: dict[str, pa.Table], policy: np.ndarray, kind: np.ndarray,
     unit = np.empty(n if len(batches) > 1 else 0, np.int32)
     lo = 0
     for b in batches:
-        if not _report.tasks_into(b.column(0).to_numpy(), b.column(1).to_numpy(), len(policy),
+        if not _passes.tasks_into(b.column(0).to_numpy(), b.column(1).to_numpy(), len(policy),
                                   dur, unit, lo, len(batches) > 1):
             return None
         lo += b.num_rows
@@ -112,7 +112,7 @@ def _fast_simgraph(g: dict[str, pa.Table], policy: np.ndarray, kind: np.ndarray,
     lag = np.empty(m if len(batches) > 1 else 0, np.int64)
     lo = 0
     for b in batches:
-        if not _report.edges_into(n, b.column(0).to_numpy(), b.column(1).to_numpy(), dst, lag,
+        if not _passes.edges_into(n, b.column(0).to_numpy(), b.column(1).to_numpy(), dst, lag,
                                   lo, len(batches) > 1):
             return None
         lo += b.num_rows
@@ -273,11 +273,11 @@ class Replay:
 
 @dataclass(frozen=True)
 class _Scan:
-    """What the reports read of every task, from one compiled pass (``_report.task_scan``)."""
+    """What the reports read of every task, from one compiled pass (``_passes.task_scan``)."""
 
     obs_start: np.ndarray  # observed start of each task
     anchors: np.ndarray    # per iteration row: its first CPU task (at or after its marker)
-    acc: np.ndarray        # the last iteration's extent (``_report`` FB_START..DONE_N)
+    acc: np.ndarray        # the last iteration's extent (``_passes`` FB_START..DONE_N)
     busy: np.ndarray       # int64 simulated time held per unit, ns (empty unless asked)
 
 
@@ -313,8 +313,8 @@ def _scan(g: dict[str, pa.Table], obs_start: np.ndarray, sim_start: np.ndarray,
     k = len(t)
     b_start = np.zeros(k, np.int64)
     b_task = np.full(k, -1, np.int64)
-    acc = np.zeros(_report.N_ACC, np.int64)
-    acc[_report.FB_TASK] = acc[_report.MINE_TASK] = -1
+    acc = np.zeros(_passes.N_ACC, np.int64)
+    acc[_passes.FB_TASK] = acc[_passes.MINE_TASK] = -1
     last_it = int(its["iteration"][k - 1].as_py()) if k else -(2**62)
     last_end = int(its["end_ns"][k - 1].as_py()) if k else 0
     busy = np.zeros(n_units if unit is not None else 0, np.int64)
@@ -327,14 +327,14 @@ def _scan(g: dict[str, pa.Table], obs_start: np.ndarray, sim_start: np.ndarray,
         obs_dur = b.column(0).to_numpy()
         kind_idx, cpu_lut = _batch_codes(b.column(1))
         it_val, it_valid, it_voff, it_nulls = _batch_ints(b.column(2), -1)
-        _report.task_scan(lo, obs_start, obs_dur, kind_idx, cpu_lut, it_val, it_valid, it_voff,
+        _passes.task_scan(lo, obs_start, obs_dur, kind_idx, cpu_lut, it_val, it_valid, it_voff,
                           it_nulls, sim_start, sim_end, unit, work, busy, t_sorted, b_start,
                           b_task, acc, last_it, last_end)
         lo += b.num_rows
-    if k and acc[_report.FB_TASK] < 0:
+    if k and acc[_passes.FB_TASK] < 0:
         raise DaydreamError("no CPU task in the trace: iterations cannot be timed")
     anchors = np.empty(k, np.int64)
-    anchors[order] = _report.finish_anchors(b_start, b_task, acc[_report.FB_TASK])
+    anchors[order] = _passes.finish_anchors(b_start, b_task, acc[_passes.FB_TASK])
     return _Scan(obs_start, anchors, acc, busy)
 
 
@@ -379,12 +379,12 @@ def _last_end(end_ns: int, acc: np.ndarray, sim_end: np.ndarray) -> tuple[int, b
     the trace itself left running past the end (a CPU that runs ahead, up to the launch queue,
     leaves GPU work behind it, which the window's last iteration must still wait for). None
     where none of its tasks ended by its marker's end."""
-    last = int(acc[_report.MINE_TASK])
+    last = int(acc[_passes.MINE_TASK])
     if last < 0:
         return None
-    own = int(sim_end[last]) + end_ns - int(acc[_report.MINE_END])
-    behind = max(int(acc[_report.DONE_OBS_END]) - end_ns, 0)
-    done = int(acc[_report.DONE_SIM_END]) - behind
+    own = int(sim_end[last]) + end_ns - int(acc[_passes.MINE_END])
+    behind = max(int(acc[_passes.DONE_OBS_END]) - end_ns, 0)
+    done = int(acc[_passes.DONE_SIM_END]) - behind
     return max(own, done), own >= done
 
 
@@ -437,7 +437,7 @@ def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, sg: SimGraph,
     else:
         x = -1
         for lo, *it in [(lo, *_batch_ints(ch, -1)) for lo, ch in _offsets(task["iteration"])]:
-            x = _report.last_in(lo, *it, iteration, sched.end_ns, x)
+            x = _passes.last_in(lo, *it, iteration, sched.end_ns, x)
         if x < 0:
             return {}
         at_end, t1 = True, int(sched.end_ns[x])
@@ -446,7 +446,7 @@ def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, sg: SimGraph,
         seg_task = np.empty(size, np.int64)
         seg_src = np.empty(size, np.int64)
         seg_ns = np.empty(size, np.int64)
-        n, reached = _report.path_parts(sched.bound_by, sched.bound_via_start,
+        n, reached = _passes.path_parts(sched.bound_by, sched.bound_via_start,
                                         sched.end_bound_by, sched.start_ns, sched.end_ns,
                                         sg.dur_ns, x, at_end, t0, seg_task, seg_src, seg_ns)
         if n < size:
@@ -454,7 +454,7 @@ def critical_path_summary(g: dict[str, pa.Table], sched: Schedule, sg: SimGraph,
         size *= 4
     seg_task, seg_src, seg_ns = seg_task[:n], seg_src[:n], seg_ns[:n]
     code, names = _part_codes(g, sg, seg_task, seg_src)
-    sums, seen = _report.group_sums(code, seg_ns, len(names))
+    sums, seen = _passes.group_sums(code, seg_ns, len(names))
     by_kind = [{"kind": names[i], "ns": int(sums[i])}
                for i in np.argsort(-sums, kind="stable") if seen[i]][:top]
     work = seg_src < 0
@@ -489,7 +489,7 @@ def _part_codes(g: dict[str, pa.Table], sg: SimGraph, seg_task: np.ndarray,
     d = np.flatnonzero(~work)
     if len(d):
         pos = np.empty(len(d), np.int64)
-        _report.edge_of(sg.indptr, sg.dst, seg_src[d], seg_task[d], pos)
+        _passes.edge_of(sg.indptr, sg.dst, seg_src[d], seg_task[d], pos)
         edge = g["edge"]
         rows = _per_table("csr_rows", edge, _csr_rows)
         if rows is not None:  # CSR positions -> table rows
@@ -529,7 +529,7 @@ def _iterations_of(its: list, tasks: np.ndarray) -> np.ndarray:
     """The iteration of each of ``tasks`` (-1 for none), from the column's decoded batches."""
     out = np.empty(len(tasks), np.int64)
     for lo, *it in its:
-        _report.iteration_of(lo, *it, tasks, out)
+        _passes.iteration_of(lo, *it, tasks, out)
     return out
 
 
@@ -537,7 +537,7 @@ def _path_codes(col: pa.ChunkedArray, path: np.ndarray) -> tuple[np.ndarray, lis
     """(index per path task, names; the last name is None, for null) as a dictionary encoding
     of the column's values along the path would give them; None for a column type not handled
     here. Dictionary columns keep their dictionary; strings are grouped by value in order of
-    first appearance, straight from each chunk's buffers (``_report.group_strings``)."""
+    first appearance, straight from each chunk's buffers (``_passes.group_strings``)."""
     idx = np.empty(len(path), np.int64)
     lo = 0
     if pa.types.is_dictionary(col.type):
@@ -545,7 +545,7 @@ def _path_codes(col: pa.ChunkedArray, path: np.ndarray) -> tuple[np.ndarray, lis
                 any(not ch.dictionary.equals(col.chunk(0).dictionary) for ch in col.chunks):
             return None
         for ch in col.chunks:
-            _report.gather_codes(path, lo, lo + len(ch), ch.indices.to_numpy(), idx)
+            _passes.gather_codes(path, lo, lo + len(ch), ch.indices.to_numpy(), idx)
             lo += len(ch)
         return idx, col.chunk(0).dictionary.to_pylist() + [None]
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
@@ -557,7 +557,7 @@ def _path_codes(col: pa.ChunkedArray, path: np.ndarray) -> tuple[np.ndarray, lis
         if not len(ch):
             continue
         valid, offsets, data = ch.buffers()
-        rep, pos = _report.group_strings(
+        rep, pos = _passes.group_strings(
             path, lo, lo + len(ch), np.frombuffer(offsets, off_type), ch.offset,
             np.frombuffer(data, np.uint8) if data is not None else np.empty(0, np.uint8),
             np.frombuffer(valid, np.uint8) if valid is not None else np.empty(0, np.uint8),
@@ -587,7 +587,7 @@ def _time_by(col: pa.ChunkedArray, path: np.ndarray, ns: np.ndarray, top: int,
         idx = d.indices.fill_null(len(names) - 1).to_numpy()
     else:
         idx, names = coded
-    sums, seen = _report.group_sums(idx, ns, len(names))
+    sums, seen = _passes.group_sums(idx, ns, len(names))
     keys = [k for k in np.argsort(-sums, kind="stable") if seen[k]][:top]
     return [{name: names[k], "ns": int(round(sums[k]))} for k in keys]
 
@@ -632,7 +632,7 @@ def steady_step(g: dict[str, pa.Table], its: list[Iteration], anchors: np.ndarra
     lab = _labels(g)
     f, last = used[0], used[-1]
     n_lab = int(max(idx.max(initial=-1), last)) + 1
-    task_end, gpu_end, backlog = _report.ends_by_label(lab, end, is_gpu, orphan, n_lab)
+    task_end, gpu_end, backlog = _passes.ends_by_label(lab, end, is_gpu, orphan, n_lab)
     gpu_upto = np.maximum(np.maximum.accumulate(gpu_end), max(int(backlog), 0))
 
     def done(x: int) -> int:
@@ -702,13 +702,13 @@ def last_end_task(g: dict[str, pa.Table], sched: Schedule, scan: _Scan) -> int:
            if its.num_rows else None)
     if end is None:
         return -1
-    mine = int(acc[_report.MINE_TASK])
+    mine = int(acc[_passes.MINE_TASK])
     if end[1]:
         return mine
     last_it = int(its["iteration"][its.num_rows - 1].as_py())
     labels = _labels(g)
     done = np.flatnonzero((labels >= 0) & (labels <= last_it)
-                          & (sched.end_ns == acc[_report.DONE_SIM_END]))
+                          & (sched.end_ns == acc[_passes.DONE_SIM_END]))
     return int(done[0]) if len(done) else mine
 
 

@@ -37,7 +37,7 @@ def stored_graphs(paths: list[Path], root: Path, job: str | None = None) -> dict
     fixtures of the stage tests depend only on the stages before them. Returns each file's
     trace id."""
     from daydream.graphstore import load
-    from daydream.ingest.batch import ingest
+    from daydream.ingest.batch_ingest import ingest
     from daydream.ingest.store import Store
 
     rep = ingest(paths, Store(root), jobs=1, strict=True, job=job)

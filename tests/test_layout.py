@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -96,8 +97,13 @@ def test_the_layering_rule_catches_an_upward_import(tmp_path):
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
+    # built from a copy of the sources: setuptools writes its build/ folder beside them
+    src = out / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".venv*", ".git", "build", ".daydream*", "__pycache__", "*.so", "*.stamp", "tests",
+        "docs", "bench", ".pytest_cache", ".ruff_cache", ".hypothesis"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--wheel-dir", str(out), str(ROOT)],
+                    "--no-build-isolation", "--wheel-dir", str(out), str(src)],
                    check=True, capture_output=True, cwd=out)
     (whl,) = out.glob("daydream-*.whl")
     return zipfile.ZipFile(whl)

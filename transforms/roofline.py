@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from daydream.transforms.hardware import Device
-from daydream.transforms.kernels import peak
+from daydream.transforms.kernel_class import peak
 
 _L2_SRC = ("peak L2 bandwidth as tabulated in Ultrasonics Sonochemistry 99 (2023) 106546 "
            "(doi:10.1016/j.ultsonch.2023.106546), Table 3 'Hardware features of different "

@@ -131,7 +131,7 @@ def _src(op: str) -> str:
 
 
 def _kclass(name: str, phase: str | None) -> str:
-    from daydream.transforms.kernels import kernel_precision
+    from daydream.transforms.kernel_class import kernel_precision
     if phase == "weight_update":
         return "optimizer (kept FP32)"
     p = kernel_precision(name)

@@ -95,7 +95,7 @@ def gpu_ms(g, dur: np.ndarray | None = None) -> float:
 def classes(g, ops_names: list[str | None] | None = None, *, by: str = "class") -> list[str]:
     """Per task its kernel class (``op/math``), ``memcpy/<kind>`` or ``memset``; or (BY =
     ``op``) only the op kind, which does not change with the GPU."""
-    from daydream.transforms.kernels import classify
+    from daydream.transforms.kernel_class import classify
     kind = g.task["kind"].to_numpy()
     names = g.task["name"].fill_null("").to_list()
     out = [""] * len(kind)

@@ -15,7 +15,7 @@ import pytest
 from daydream.collect.api import collect, collect_steps
 from daydream.collect.cli import collect_command
 from daydream.ingest import cupti_raw as fmt
-from daydream.ingest.batch import ingest
+from daydream.ingest.batch_ingest import ingest
 from daydream.ingest.store import Store
 from tests.collect import helpers as h
 

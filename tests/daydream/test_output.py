@@ -468,7 +468,7 @@ def test_info_of_a_trace_without_a_graph_beside_one_with(tmp_path):
     stage alone): `info` gives the graph's facts for the first only, and for the second what
     its trace table says (its listed devices, no iteration count)."""
     from daydream.graphstore import load
-    from daydream.ingest.batch import ingest
+    from daydream.ingest.batch_ingest import ingest
     from daydream.ingest.store import Store
 
     root = tmp_path / "s"
@@ -562,7 +562,7 @@ def test_plain_ingest_command_lines_are_answered_without_typer(tmp_path):
     assert p.returncode == 0 and "1 trace ingested" in p.stderr, p.stderr[-2000:]
     imported = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines()
                 if ln.startswith("import time:")}
-    assert "daydream.ingest.batch" in imported and not imported & {"typer", "pydantic"}
+    assert "daydream.ingest.batch_ingest" in imported and not imported & {"typer", "pydantic"}
     p = subprocess.run([sys.executable, "-m", "daydream", "ingest", str(good), "-j", "x"],
                        capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and "Input should be a valid integer" in p.stderr, p.stderr

@@ -1,4 +1,4 @@
-"""daydream.table: a table fits any width without losing a character of a header or a cell,
+"""daydream.text_table: a table fits any width without losing a character of a header or a cell,
 and prints whole in a pipe."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from daydream.table import Column, Table, layout, render, to_csv, width
+from daydream.text_table import Column, Table, layout, render, to_csv, width
 
 NAMES = ["resnet50_v100_nw0_run1.json.gz", "resnet50_v100_rank0.json.gz",
          "resnet50_ddp_a100_rank0.json.gz", "resnet50_jan21_nw4.json.gz"]

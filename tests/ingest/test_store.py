@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from daydream.base.errors import DaydreamError
 from daydream.base.store import PART
 from daydream.ingest import schema
-from daydream.ingest.batch import ingest
+from daydream.ingest.batch_ingest import ingest
 from daydream.ingest.store import Store
 from tests.conftest import DATA
 
@@ -31,7 +30,7 @@ def test_layout_and_schema_version(tmp_path):
         assert f.exists(), f
         md = pq.read_schema(f).metadata
         assert md[b"daydream.schema_version"] == str(schema.SCHEMA_VERSION).encode()
-        assert md[b"daydream.table"] == table.encode()
+        assert md[b"daydream.text_table"] == table.encode()
         assert pq.read_schema(f).remove_metadata() == \
             schema.TABLES[table].schema.remove_metadata()
     # trace id is a content hash: the same bytes under another name are the same trace
@@ -66,7 +65,7 @@ def test_a_store_of_another_activity_schema_is_refused_with_how_to_rebuild(tmp_p
     f = st / "activity" / "kernel" / f"trace_id={tid}" / PART
     old = pq.read_table(f)
     pq.write_table(old.replace_schema_metadata({b"daydream.schema_version": b"0",
-                                                b"daydream.table": b"kernel"}), f)
+                                                b"daydream.text_table": b"kernel"}), f)
     store = Store(st)
     with pytest.raises(DaydreamError, match=rf"kernel/trace_id={tid}/part-0.parquet has "
                        rf"activity schema version 0, this daydream reads version "

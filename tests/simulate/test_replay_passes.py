@@ -1,4 +1,4 @@
-"""The compiled passes behind ``replay`` (simulate/_report.py) against plain numpy/pyarrow
+"""The compiled passes behind ``replay`` (simulate/_passes.py) against plain numpy/pyarrow
 references, on a real trace's graph: as read (one chunk per column) and cut into many small
 chunks (as DuckDB returns large graphs), so that every batch boundary is crossed."""
 

@@ -251,7 +251,7 @@ def test_critical_path_parts_across_threads_streams_and_an_iteration_boundary():
     # Walking back from n's start (12) to the iteration's start (0): w's own work (11-12), the
     # wake delay x -> w (9-11), x's own work (7-9), the sync delay K -> x (7-7, 0 ns), K (3-7),
     # the launch delay a -> K (2-3), a (0-2): 1 + 2 + 2 + 0 + 4 + 1 + 2 = 12 ns = the span.
-    from daydream.simulate import _report
+    from daydream.simulate import _passes
 
     g, names = build(
         tasks=[("a", 0, 2), ("w", 0, 1), ("n", 0, 1), ("h", 1, 4), ("x", 1, 2), ("K", 2, 4)],
@@ -263,7 +263,7 @@ def test_critical_path_parts_across_threads_streams_and_an_iteration_boundary():
     seg_t = np.empty(16, np.int64)
     seg_s = np.empty(16, np.int64)
     seg_ns = np.empty(16, np.int64)
-    n, reached = _report.path_parts(s.bound_by, s.bound_via_start, s.end_bound_by, s.start_ns,
+    n, reached = _passes.path_parts(s.bound_by, s.bound_via_start, s.end_bound_by, s.start_ns,
                                     s.end_ns, g.dur_ns, i("n"), False, 0, seg_t, seg_s, seg_ns)
     parts = [(names[t], names[b] if b >= 0 else "", int(v))
              for t, b, v in zip(seg_t[:n], seg_s[:n], seg_ns[:n], strict=True)]
@@ -271,7 +271,7 @@ def test_critical_path_parts_across_threads_streams_and_an_iteration_boundary():
                      ("K", "", 4), ("K", "a", 1), ("a", "", 2)]
     assert sum(v for _, _, v in parts) == 12 and reached == 0
     # cut at an iteration boundary at 5 ns: the path stops there, its last part clipped
-    n, reached = _report.path_parts(s.bound_by, s.bound_via_start, s.end_bound_by, s.start_ns,
+    n, reached = _passes.path_parts(s.bound_by, s.bound_via_start, s.end_bound_by, s.start_ns,
                                     s.end_ns, g.dur_ns, i("n"), False, 5, seg_t, seg_s, seg_ns)
     assert [(names[t], int(v)) for t, v in zip(seg_t[:n], seg_ns[:n], strict=True)] == \
         [("n", 0), ("w", 1), ("w", 2), ("x", 2), ("x", 0), ("K", 2)]

@@ -14,7 +14,7 @@ from daydream.base.errors import DaydreamError
 from daydream.simulate.replay import replay
 from daydream.transforms import Context, rewrite
 from daydream.transforms.constants import AMP_INTENSITY
-from daydream.transforms.kernels import kernel_precision
+from daydream.transforms.kernel_class import kernel_precision
 from daydream.transforms.opts import amp
 from daydream.transforms.primitives import Graph
 from tests.transforms.conftest import A100, V100

@@ -13,7 +13,7 @@ import pytest
 
 from daydream.transforms import hardware as hw
 from daydream.transforms.devices import ARCHITECTURE_FAMILY, FAMILIES, family
-from daydream.transforms.kernels import MATHS, OPS, Kernel, classify, on_device, op_kind
+from daydream.transforms.kernel_class import MATHS, OPS, Kernel, classify, on_device, op_kind
 from tests.conftest import DATA, SHARED
 
 NAMES = DATA / "kernels" / "names.tsv"

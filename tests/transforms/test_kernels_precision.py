@@ -6,7 +6,7 @@ import gzip
 
 import pytest
 
-from daydream.transforms.kernels import autocast_policy, classify, kernel_precision, op_key
+from daydream.transforms.kernel_class import autocast_policy, classify, kernel_precision, op_key
 from tests.conftest import DATA
 
 TABLE = DATA / "kernels" / "precision.tsv.gz"

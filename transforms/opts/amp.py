@@ -48,7 +48,12 @@ from daydream.base.errors import DaydreamError
 from daydream.graphstore.latency import LATENCY
 from daydream.transforms import hardware, memory
 from daydream.transforms.constants import AMP, AMP_INTENSITY, FUSED_OPTIMIZER_PASSES
-from daydream.transforms.kernels import KernelPrecision, autocast_policy, kernel_precision, op_kind
+from daydream.transforms.kernel_class import (
+    KernelPrecision,
+    autocast_policy,
+    kernel_precision,
+    op_kind,
+)
 from daydream.transforms.primitives import Graph, isin
 from daydream.transforms.registry import Context, register
 from daydream.transforms.work import ranges_of

@@ -13,7 +13,7 @@ from daydream.transforms import memory
 from daydream.transforms import roofline as rf
 from daydream.transforms import work as wk
 from daydream.transforms.hardware import Device, device_from_properties
-from daydream.transforms.kernels import classify
+from daydream.transforms.kernel_class import classify
 from daydream.transforms.primitives import Graph
 from daydream.transforms.registry import Context, register
 

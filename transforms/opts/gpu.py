@@ -9,7 +9,7 @@ import numpy as np
 
 from daydream.base.errors import DaydreamError
 from daydream.transforms import hardware as hw
-from daydream.transforms import kernels as K
+from daydream.transforms import kernel_class as K
 from daydream.transforms import memory
 from daydream.transforms import roofline as rf
 from daydream.transforms import work as wk

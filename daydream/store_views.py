@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from daydream.report import ITERATIONS_FROM, emit, ms, plural, print_tables, rank_ranges, say
-from daydream.table import Column, Table
+from daydream.text_table import Column, Table
 
 
 def missing(members: list[dict]) -> tuple[int, list[int]]:
