@@ -3,5 +3,5 @@ and layout with the process's DuckDB instance and Parquet writing (``store``), t
 runner of batch work (``runner``) and the loader of compiled kernels (``compiled``).
 
 Imports go one way: base imports no stage; every stage may import base
-(tests/test_layering.py reads the imports and fails otherwise).
+(tests/test_layout.py reads the imports and fails otherwise).
 """

@@ -117,13 +117,13 @@ def cmd_predict(store: str, workers: str, *specs: str) -> dict:
 
 
 def cmd_query(store: str) -> dict:
-    from daydream.graphstore import db
+    from daydream.graphstore import sql_query
     out = {}
     for name, sql in QUERIES.items():
         best, rows = float("inf"), 0
         for _ in range(5):
             t = time.perf_counter()
-            rows = db.run_sql(store, sql).num_rows
+            rows = sql_query.run_sql(store, sql).num_rows
             best = min(best, time.perf_counter() - t)
         out[name] = {"seconds": best, "rows": rows}
     return out

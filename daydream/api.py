@@ -135,8 +135,8 @@ def _graph_facts(st, tid: str) -> dict:
 def sql(query: str, store: str | Path | None = None, *, fmt: str = "table",
         out: str | Path | None = None) -> str:
     """Run read-only SQL over the graph tables, views and activity tables of a store."""
-    from daydream.graphstore import db
-    return db.query(open_store(store).root, query, fmt, None if out is None else Path(out))
+    from daydream.graphstore import sql_query
+    return sql_query.query(open_store(store).root, query, fmt, None if out is None else Path(out))
 
 
 def predict(trace: str, store: str | Path | None = None, *,

@@ -184,8 +184,8 @@ def sql(
     """Query the store with SQL, read-only (kernel_timeline, layer_time, iteration_time...)."""
     if query == "-":
         query = sys.stdin.read()
-    from daydream.graphstore import db
-    text = db.query(store, query, fmt, out)
+    from daydream.graphstore import sql_query
+    text = sql_query.query(store, query, fmt, out)
     if out is None:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -28,7 +28,7 @@ import pyarrow as pa
 from daydream import pipeline
 from daydream.base.errors import DaydreamError
 from daydream.base.runner import InlineRunner, make_runner
-from daydream.graphstore import db
+from daydream.graphstore import db, sql_query
 from daydream.graphstore.prediction import PredictionResult
 from daydream.graphstore.schema import PREDICTION
 from daydream.ingest.store import Store
@@ -78,7 +78,7 @@ def select_traces(store_root: Path, where: str | None = None) -> list[str]:
     if where is None:
         return sorted(have)
     try:
-        t = db.run_sql(store_root, f"SELECT DISTINCT trace_id FROM trace WHERE {where}")
+        t = sql_query.run_sql(store_root, f"SELECT DISTINCT trace_id FROM trace WHERE {where}")
     except DaydreamError as e:
         raise DaydreamError(f"--where {where!r}: {e}") from None
     return sorted(set(t.column(0).to_pylist()) & have)
@@ -320,5 +320,5 @@ def results(store_root: str | Path, traces: list[str] | None = None,
                "LEFT JOIN trace t ON t.trace_id = p.trace_id"
                + (" WHERE " + " AND ".join(where) if where else "")
                + " ORDER BY p.speedup DESC NULLS LAST, p.trace_id, p.spec")
-        db.register_activity(con, root, sql)
+        sql_query.register_activity(con, root, sql)
         return con.sql(sql, params=params).to_arrow_table()

@@ -8,9 +8,10 @@ Concurrency. DuckDB allows one process to open a database file read-write, or an
 processes to open it read-only, never both at once (the file carries an OS lock). So:
 
 - writers (:func:`write_trace`, :func:`delete_trace`) first take the store's writer lock
-  (``ingest.store.Store.lock``, so two writers take turns), then open the file read-write only for
+  (``base.store.lock``, so two writers take turns), then open the file read-write only for
   the one transaction that replaces a trace's rows, and close it at once;
-- readers (:func:`query`, :func:`connect`) open it read-only for one query and close it.
+- readers (:func:`connect`, and graphstore.sql_query's queries) open it read-only for one query
+  and close it.
 
 A connection that finds the file locked by the other side waits and retries (up to
 ``timeout_s``), so a query issued while an ingest is writing simply waits for the current
@@ -32,11 +33,7 @@ graph (the next ingest builds it, ``graphstore.load.missing``), never with two.
 from __future__ import annotations
 
 import contextlib
-import csv
-import datetime as dt
-import decimal
 import hashlib
-import io
 import itertools
 import os
 import re
@@ -45,7 +42,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,9 +49,7 @@ import orjson
 
 from daydream.base.errors import DaydreamError
 from daydream.base.store import (
-    COMMIT_ORDER,
     DUCKDB_MEMORY_LIMIT,
-    PART,
     duckdb_instance,
     fsync_dir,
     write_parquet,
@@ -94,10 +88,7 @@ VERSION_KEY = b"daydream.graph_schema_version"
 # The order write_trace fills the tables in (the order is only for error messages: it is one
 # transaction).
 WRITE_ORDER = ("task", "edge", "unit", "iteration", "layer", "slack")
-FORMATS = ("table", "csv", "json", "parquet")
 DEFAULT_TIMEOUT_S = 60.0
-# The text table shows at most this many rows (the footer says how many there were).
-TABLE_MAX_ROWS = 1000
 
 _GPU = ", ".join(f"'{k}'" for k in GPU_KINDS)
 _CPU = ", ".join(f"'{k}'" for k in CPU_KINDS)
@@ -230,7 +221,7 @@ LEFT JOIN n ON n.trace_id = i.trace_id AND n.iteration = i.iteration
 # Schema
 
 
-def _lit(s: str) -> str:
+def sql_literal(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
@@ -275,8 +266,8 @@ def create_schema(con: duckdb.DuckDBPyConnection, path: Path | None = None) -> N
                 _comment(con, t)
         for name, (doc, sql) in VIEWS.items():
             con.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
-            con.execute(f"COMMENT ON VIEW {name} IS {_lit(doc)}")
-        con.execute(f"COMMENT ON TABLE meta IS {_lit(_meta_comment())}")
+            con.execute(f"COMMENT ON VIEW {name} IS {sql_literal(doc)}")
+        con.execute(f"COMMENT ON TABLE meta IS {sql_literal(_meta_comment())}")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -319,9 +310,9 @@ def migrate_result_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 
 def _comment(con: duckdb.DuckDBPyConnection, t: GTable) -> None:
-    con.execute(f"COMMENT ON TABLE {t.name} IS {_lit(t.doc)}")
+    con.execute(f"COMMENT ON TABLE {t.name} IS {sql_literal(t.doc)}")
     for c in t.columns:
-        con.execute(f"COMMENT ON COLUMN {t.name}.{c.name} IS {_lit(c.doc)}")
+        con.execute(f"COMMENT ON COLUMN {t.name}.{c.name} IS {sql_literal(c.doc)}")
 
 
 def _rebuild_hint(path: Path | str) -> str:
@@ -364,7 +355,7 @@ _SEQ = itertools.count()
 _GUARD = threading.Lock()
 
 
-def _instance() -> duckdb.DuckDBPyConnection:
+def instance() -> duckdb.DuckDBPyConnection:
     global _ATTACHED_PID
     if _ATTACHED_PID != os.getpid():
         _ATTACHED.clear()
@@ -381,16 +372,16 @@ def _attach(path: Path, read_only: bool) -> tuple[duckdb.DuckDBPyConnection, str
         if _ATTACHED.get(key):
             return duckdb.connect(str(path), read_only=read_only,
                                   config={"memory_limit": DUCKDB_MEMORY_LIMIT}), None
-        base = _instance()
+        base = instance()
         alias = f"daydream_store_{next(_SEQ)}"
         con = base.cursor()
         try:
             # spill files beside the database, where a connection of its own puts them (a
             # directory already in use by this instance stays: DuckDB cannot switch it)
             with contextlib.suppress(duckdb.Error):
-                con.execute(f"SET temp_directory = {_lit(str(path) + '.tmp')}")
+                con.execute(f"SET temp_directory = {sql_literal(str(path) + '.tmp')}")
             mode = " (READ_ONLY)" if read_only else ""
-            con.execute(f"ATTACH {_lit(str(path))} AS {alias}{mode}")
+            con.execute(f"ATTACH {sql_literal(str(path))} AS {alias}{mode}")
         except BaseException:
             con.close()
             raise
@@ -425,13 +416,13 @@ def _open(path: Path, read_only: bool, timeout_s: float
         except duckdb.IOException as e:
             msg = str(e)
             if "lock" not in msg.lower():
-                raise DaydreamError(f"cannot open {path}: {_first_line(msg)}") from None
+                raise DaydreamError(f"cannot open {path}: {first_line(msg)}") from None
             if time.monotonic() >= deadline:
                 side = "written" if read_only else "read or written"
                 raise DaydreamError(f"{path} is being {side} by another process (waited "
                                     f"{timeout_s:g} s); try again when it has finished") from None
         except duckdb.Error as e:
-            raise DaydreamError(f"cannot open {path}: {_first_line(str(e))}") from None
+            raise DaydreamError(f"cannot open {path}: {first_line(str(e))}") from None
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
 
@@ -538,7 +529,7 @@ def forget_prepared(store_root: str | Path) -> None:
     _take_prepared(db_path(store_root))
 
 
-def _first_line(msg: str) -> str:
+def first_line(msg: str) -> str:
     return msg.strip().splitlines()[0] if msg.strip() else msg
 
 
@@ -647,7 +638,7 @@ def _declared(name: str, t: pa.Table, trace_id: str) -> pa.Table:
                 a = a.cast(_arrow_type(c.sql))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise DaydreamError(f"writing graph table {name} of trace {trace_id} failed, "
-                                f"nothing written: Conversion Error: {_first_line(str(e))}"
+                                f"nothing written: Conversion Error: {first_line(str(e))}"
                                 ) from None
         except DaydreamError as e:
             raise DaydreamError(f"writing graph table {name} of trace {trace_id} failed, "
@@ -711,7 +702,7 @@ def parquet_select(store_root: str | Path, trace_id: str, name: str) -> str:
     """A FROM-able query of one Parquet graph table of one trace (no trace_id column)."""
     f = parquet_partition(store_root, trace_id) / f"{name}.parquet"
     return (f"(SELECT {', '.join(_enum_casts(GRAPH_TABLES[name]))} "
-            f"FROM read_parquet({_lit(str(f.resolve()))}))")
+            f"FROM read_parquet({sql_literal(str(f.resolve()))}))")
 
 
 def base_table(con: duckdb.DuckDBPyConnection, name: str) -> str:
@@ -725,7 +716,7 @@ def _graph_views(con: duckdb.DuckDBPyConnection, store_root: Path) -> None:
     there are none, so stores of small traces pay nothing."""
     if not parquet_ids(store_root):
         return
-    glob = _lit(str(parquet_root(store_root).resolve() / "trace_id=*" / "{}.parquet"))
+    glob = sql_literal(str(parquet_root(store_root).resolve() / "trace_id=*" / "{}.parquet"))
     for name, t in GRAPH_TABLES.items():
         cols = [c for c in t.names if c != "trace_id"]
         src = (f"read_parquet({glob.format(name)}, hive_partitioning = true, "
@@ -895,7 +886,7 @@ def write_traces(store_root: str | Path,
                          f"traces {', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''} "
                          f"({len(ids)})")
                 raise DaydreamError(f"writing graph table {name} of {which} failed, "
-                                    f"nothing written: {_first_line(str(e))}") from None
+                                    f"nothing written: {first_line(str(e))}") from None
             except BaseException:
                 con.execute("ROLLBACK")
                 _untomb(root, tombs)
@@ -954,7 +945,7 @@ def write_results(store_root: str | Path, table: str, rows: pa.Table, key: tuple
             except duckdb.Error as e:
                 con.execute("ROLLBACK")
                 raise DaydreamError(f"writing {table} failed, nothing written: "
-                                    f"{_first_line(str(e))}") from None
+                                    f"{first_line(str(e))}") from None
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
@@ -1016,274 +1007,3 @@ def has_graph(con: duckdb.DuckDBPyConnection, trace_id: str) -> bool:
     return con.execute("SELECT EXISTS (SELECT 1 FROM task WHERE trace_id = $t) OR EXISTS "
                        "(SELECT 1 FROM iteration WHERE trace_id = $t)",
                        {"t": trace_id}).fetchall()[0][0]
-
-
-# --------------------------------------------------------------------------------------------
-# Activity tables as views
-
-
-def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path,
-                      sql: str | None = None) -> list[str]:
-    """Make the Parquet activity tables queryable on ``con`` as temporary views.
-
-    One view per activity table (kernel, memcpy, memset, api, sync, range, flow, trace), with
-    ``trace_id`` from the partition folder. Only committed traces are visible: those whose
-    ``trace`` partition exists (the store renames it into place last and removes it first).
-    Works on read-only connections (temporary views live in memory). Returns the view names.
-    With ``sql``, only the tables it names (and ``trace``, which the others filter on): creating
-    a view lists its table's partitions, which over thousands of traces costs more than a query
-    that does not need them.
-    """
-    activity = Store(Path(store_root)).activity.resolve()
-    names = []
-    wanted = None if sql is None else _named_tables(sql)
-    # trace first: the other views filter on it.
-    for table in ("trace", *(t for t in COMMIT_ORDER if t != "trace")):
-        if wanted is not None and table not in wanted:
-            continue
-        if next((activity / table).glob(f"trace_id=*/{PART}"), None) is not None:
-            # Every file is written with the declared schema, so DuckDB reads the schema of
-            # the first file only (no union_by_name, which would open every footer).
-            glob = _lit(str(activity / table / "trace_id=*" / "*.parquet"))
-            src = (f"read_parquet({glob}, hive_partitioning = true, "
-                   f"hive_types = {{'trace_id': 'VARCHAR'}})")
-            if table == "trace":
-                sql = f"SELECT * FROM {src}"
-            else:
-                sql = f"SELECT * FROM {src} WHERE trace_id IN (SELECT trace_id FROM trace)"
-            con.execute(f'CREATE OR REPLACE TEMP VIEW "{table}" AS {sql}')
-        else:
-            import pyarrow as pa  # only for a table no trace has a file of
-
-            from daydream.ingest import schema as activity_schema
-            empty = activity_schema.empty(table)
-            empty = empty.append_column("trace_id", pa.array([], pa.string()))
-            con.register(table, empty)
-        names.append(table)
-    return names
-
-
-def _named_tables(sql: str) -> set[str]:
-    """Activity tables whose names occur as words in ``sql`` (a superset is harmless)."""
-    words = set(re.findall(r"[a-z_][a-z0-9_]*", sql.lower()))
-    named = {t for t in COMMIT_ORDER if t in words}
-    return named | {"trace"} if named else named
-
-
-# --------------------------------------------------------------------------------------------
-# Queries
-
-
-def query(store_root: str | Path, sql: str, fmt: str = "table", out: str | Path | None = None,
-          *, activity: bool = True, max_rows: int | None = TABLE_MAX_ROWS,
-          timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
-    """Run ``sql`` on a read-only connection to the store and render the result.
-
-    ``fmt``: ``table`` (aligned text with a row-count footer, at most ``max_rows`` rows shown),
-    ``csv`` (with a header), ``json`` (a list of records) or ``parquet`` (needs ``out``). With
-    ``out`` the result is written there and a one-line summary is returned; otherwise the text.
-    With ``activity`` the raw activity tables are views too (:func:`register_activity`). A store
-    with activity tables but no graph yet is queried over the activity views alone.
-    """
-    if fmt not in FORMATS:
-        raise DaydreamError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    if fmt == "parquet" and out is None:
-        raise DaydreamError("--format parquet needs --out FILE")
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-        table = _run(store_root, sql, _arrow, activity=activity, timeout_s=timeout_s)
-        try:
-            pq.write_table(table, out)
-        except OSError as e:
-            raise DaydreamError(f"cannot write {out}: {e}") from None
-        return f"{_rows(table.num_rows)} -> {out}"
-    result = _run(store_root, sql, _result, activity=activity, timeout_s=timeout_s)
-    if out is not None:
-        out = Path(out)
-        text = render(result, fmt, max_rows=None)
-        try:
-            out.write_text(text)
-        except OSError as e:
-            raise DaydreamError(f"cannot write {out}: {e}") from None
-        return f"{_rows(len(result.rows))} -> {out}"
-    return render(result, fmt, max_rows=max_rows)
-
-
-def run_sql(store_root: str | Path, sql: str, *, activity: bool = True,
-            timeout_s: float = DEFAULT_TIMEOUT_S) -> pa.Table:
-    """Run ``sql`` read-only and return the result of its last statement as an Arrow table."""
-    return _run(store_root, sql, _arrow, activity=activity, timeout_s=timeout_s)
-
-
-def _run(store_root: str | Path, sql: str, fetch, *, activity: bool, timeout_s: float):
-    """``fetch`` of the relation of the last statement of ``sql`` (None where it has none),
-    run read-only over the store."""
-    import duckdb
-    root = Path(store_root)
-    has_graph = db_path(root).exists()
-    has_activity = has_graph or bool(Store(root).trace_ids())
-    if not has_graph and not has_activity:
-        raise DaydreamError(f"no traces in {root}: ingest some first "
-                            f"(`daydream ingest TRACE... --store {root}`)")
-    with contextlib.ExitStack() as stack:
-        if has_graph:
-            con = stack.enter_context(connect(root, read_only=True, timeout_s=timeout_s))
-        else:
-            con = _instance().cursor()  # the process's instance: no second catalog to build
-            stack.callback(con.close)
-        if activity or not has_graph:
-            register_activity(con, root, sql)
-        try:
-            return fetch(con, con.sql(sql))
-        except duckdb.Error as e:
-            msg = _first_line(str(e))
-            if not has_graph and any(v in msg for v in (*GRAPH_TABLES, *VIEWS)):
-                msg += (f" (the graph of {root} is not built yet: only the activity tables "
-                        "can be queried)")
-            raise DaydreamError(f"sql: {msg}") from None
-
-
-def _arrow(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
-    import pyarrow as pa
-    return pa.table({}) if rel is None else rel.to_arrow_table()
-
-
-@dataclass(frozen=True)
-class Result:
-    """A query's result as Python values, what ``render`` prints: column names, whether each
-    is a number (right-aligned), rows."""
-    columns: list[str]
-    numeric: list[bool]
-    rows: list[tuple]
-
-
-_INTEGERS = {"tinyint", "smallint", "integer", "bigint", "utinyint", "usmallint", "uinteger",
-             "ubigint"}
-_NUMBERS = _INTEGERS | {"hugeint", "uhugeint", "float", "double", "decimal"}
-# Types whose values DuckDB's Python conversion gives as Arrow's does (``pa.Table.to_pylist``),
-# HUGEINT but for the Decimal Arrow makes of it, TIMESTAMPTZ (which DuckDB converts through
-# pytz) read as microseconds and zoned as Arrow zones them; a result with any other type
-# (INTERVAL, MAP, UUID, ...) is fetched through Arrow.
-_ZONED = "timestamp with time zone"
-_PLAIN = _INTEGERS | {"hugeint", "float", "double", "decimal", "boolean", "varchar", "enum",
-                      "date", "time", "timestamp", "blob", _ZONED}
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-def _plain(t: duckdb.DuckDBPyType) -> bool:
-    if t.id in ("list", "struct"):
-        return all(_plain(c) for _, c in t.children)
-    return t.id in _PLAIN
-
-
-def _result(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None) -> Result:
-    """The result as Python values without Arrow (pyarrow's import costs a short query more
-    than the query) where DuckDB converts its types alike; through Arrow otherwise."""
-    if rel is None:
-        return Result([], [], [])
-    types = rel.types
-    numeric = [t.id in _NUMBERS for t in types]
-    zoned = {i for i, t in enumerate(types) if t.id == _ZONED}
-    huge = {i for i, t in enumerate(types) if t.id == "hugeint"}
-    if all(_plain(t) for t in types) and len(set(rel.columns)) == len(types):
-        if zoned:
-            names = ['"' + c.replace('"', '""') + '"' for c in rel.columns]
-            rel = rel.project(", ".join(f"epoch_us({n}) AS {n}" if i in zoned else n
-                                        for i, n in enumerate(names)))
-            from zoneinfo import ZoneInfo
-            zone = ZoneInfo(con.execute("SELECT current_setting('TimeZone')").fetchall()[0][0])
-        rows = rel.fetchall()
-        if huge or zoned:
-            # HUGEINT as Arrow carries it (decimal128(38, 0)), TIMESTAMPTZ in the session's
-            # zone as Arrow gives it
-            rows = [tuple(v if v is None else decimal.Decimal(v) if i in huge
-                          else (_EPOCH + dt.timedelta(microseconds=v)).astimezone(zone)
-                          if i in zoned else v for i, v in enumerate(r)) for r in rows]
-    else:
-        rows = list(_tuples(rel.to_arrow_table()))
-    return Result(rel.columns, numeric, rows)
-
-
-def _rows(n: int) -> str:
-    return f"{n} row" if n == 1 else f"{n} rows"
-
-
-def render(t: Result, fmt: str, max_rows: int | None = TABLE_MAX_ROWS) -> str:
-    """Render a query's result as ``table``, ``csv`` or ``json`` text."""
-    if fmt == "table":
-        return _text_table(t, max_rows)
-    if fmt == "csv":
-        return _csv(t)
-    if fmt == "json":
-        return orjson.dumps([dict(zip(t.columns, r, strict=True)) for r in t.rows],
-                            default=_json_default).decode() + "\n"
-    raise DaydreamError(f"cannot render format {fmt!r} as text; use one of table, csv, json")
-
-
-def _tuples(t: pa.Table) -> Iterator[tuple]:
-    """Rows of ``t`` as tuples, batch by batch (no dict per row)."""
-    for batch in t.to_batches():
-        yield from zip(*(c.to_pylist() for c in batch.columns), strict=True)
-
-
-def _cell(v) -> str:
-    if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        s = f"{v:.6f}".rstrip("0").rstrip(".")
-        return s if s not in ("", "-0") else "0"
-    if isinstance(v, dict | list | tuple):
-        return orjson.dumps(v, default=_json_default).decode()
-    return str(v).replace("\n", "\\n")
-
-
-def _text_table(t: Result, max_rows: int | None) -> str:
-    if not t.columns:
-        return "(0 rows)\n"
-    header = t.columns
-    rows = [[_cell(v) for v in r] for r in t.rows[:max_rows]]
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if num else c.ljust(w)
-                         for c, w, num in zip(cells, widths, t.numeric, strict=True)).rstrip()
-
-    out = [line(header), "  ".join("-" * w for w in widths)]
-    out += [line(r) for r in rows]
-    foot = f"({_rows(len(t.rows))}"
-    if len(rows) < len(t.rows):
-        foot += f", first {len(rows)} shown; use --format csv or --out for all"
-    out.append(foot + ")")
-    return "\n".join(out) + "\n"
-
-
-def _csv_cell(v) -> object:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, dict | list | tuple):
-        return orjson.dumps(v, default=_json_default).decode()
-    return v
-
-
-def _csv(t: Result) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(t.columns)
-    for r in t.rows:
-        w.writerow([_csv_cell(v) for v in r])
-    return buf.getvalue()
-
-
-def _json_default(v):
-    if isinstance(v, decimal.Decimal):
-        # DuckDB's sum() of BIGINT is a HUGEINT, which Arrow carries as decimal128(38, 0).
-        if v == v.to_integral_value() and -(2**63) <= v < 2**63:
-            return int(v)
-        return float(v)
-    if isinstance(v, bytes):
-        return v.hex()
-    return str(v)

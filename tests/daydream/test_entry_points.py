@@ -16,7 +16,7 @@ import pytest
 
 from daydream import api, fleet
 from daydream.base.errors import DaydreamError
-from daydream.graphstore import db
+from daydream.graphstore import sql_query
 from daydream.transforms import list_opts
 from tests.conftest import DATA
 
@@ -101,7 +101,8 @@ def test_predict_all_on_local_workers_agrees_with_predict(store, single, tmp_pat
     want = _as_the_fleet_says(single)
     assert {k: (v, want[k]) for k, v in got.items() if v != want[k]} == {}
     # and the prediction table keeps what the workers sent
-    rows = db.run_sql(root, "SELECT trace_id, spec, predicted_ms FROM prediction").to_pylist()
+    rows = sql_query.run_sql(
+        root, "SELECT trace_id, spec, predicted_ms FROM prediction").to_pylist()
     assert len(rows) == sum(v[0] != "error" for v in single.values())
     assert all(single[r["trace_id"], r["spec"]][0] == r["predicted_ms"] for r in rows)
 

@@ -16,7 +16,7 @@ import pytest
 
 from daydream import api, fleet
 from daydream.base.store import PART
-from daydream.graphstore import db
+from daydream.graphstore import db, sql_query
 from daydream.ingest import schema
 from daydream.ingest.store import Store
 from tests.conftest import DATA
@@ -60,10 +60,10 @@ def _check_store(root: Path) -> list[str]:
         assert st.read("kernel", tid).schema == schema.KERNEL.schema
     if db.db_path(root).exists():
         assert set(db.trace_ids(root)) <= set(ids)
-        rows = db.run_sql(root, "SELECT count(*) AS n FROM prediction p WHERE NOT EXISTS "
+        rows = sql_query.run_sql(root, "SELECT count(*) AS n FROM prediction p WHERE NOT EXISTS "
                           "(SELECT 1 FROM task t WHERE t.trace_id = p.trace_id)")
         assert rows.column(0)[0].as_py() == 0
-        dup = db.run_sql(root, "SELECT count(*) - count(DISTINCT (trace_id, spec)) "
+        dup = sql_query.run_sql(root, "SELECT count(*) - count(DISTINCT (trace_id, spec)) "
                          "FROM prediction")
         assert dup.column(0)[0].as_py() == 0
     return ids
@@ -87,7 +87,7 @@ def test_two_writers_take_turns_and_both_finish(traces, tmp_path, storage):
         out, err = p.communicate(timeout=600)
         assert p.returncode == 0, err
     _check_store(root)
-    n = db.run_sql(root, "SELECT count(*) FROM prediction").column(0)[0].as_py()
+    n = sql_query.run_sql(root, "SELECT count(*) FROM prediction").column(0)[0].as_py()
     assert n == len(traces)
 
 
@@ -103,7 +103,7 @@ def test_queries_run_while_ingest_and_predict_write(traces, tmp_path):
             alive = p.poll() is None
             q = ("SELECT (SELECT count(DISTINCT trace_id) FROM task) AS g, "
                  "(SELECT count(*) FROM prediction) AS p, (SELECT count(*) FROM trace) AS t")
-            seen.append(db.run_sql(root, q, timeout_s=120).to_pylist()[0])
+            seen.append(sql_query.run_sql(root, q, timeout_s=120).to_pylist()[0])
             during += alive
             if not alive:
                 break
@@ -140,7 +140,7 @@ def test_killed_at_random_points_the_store_stays_readable_and_a_rerun_completes(
     assert db.parquet_ids(root) == (ids if storage == "parquet" else [])
     graphs = db.parquet_root(root)  # no tombstones left either
     assert not graphs.exists() or all(p.name.startswith("trace_id=") for p in graphs.iterdir())
-    n = db.run_sql(root, "SELECT count(*) FROM prediction").column(0)[0].as_py()
+    n = sql_query.run_sql(root, "SELECT count(*) FROM prediction").column(0)[0].as_py()
     assert n == 2 * len(traces)
     # nothing left behind by the killed runs once a writer has swept
     staging = root / ".staging"

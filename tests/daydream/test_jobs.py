@@ -79,10 +79,10 @@ def test_predict_json_on_a_job_has_ranks_with_predictions(store):
 def test_replayed_job_keeps_its_collectives_in_sql(store):
     """`collective` rows point at each rank's own NCCL kernel (the i-th in its JSON), with the
     wait the JSON implies; a second replay replaces them."""
-    from daydream.graphstore import db
+    from daydream.graphstore import sql_query
     api.predict("dlrm_8ranks", store)
     api.predict("dlrm_8ranks", store)
-    rows = db.run_sql(store, "SELECT c.rank, c.seq, c.type, c.wait_ns, c.arrival_ns, t.name "
+    rows = sql_query.run_sql(store, "SELECT c.rank, c.seq, c.type, c.wait_ns, c.arrival_ns, t.name "
                       "FROM collective c JOIN task t USING (trace_id, task_id) "
                       "WHERE c.job = 'dlrm_8ranks' ORDER BY seq, rank").to_pylist()
     assert len(rows) == 64

@@ -11,7 +11,7 @@ import pytest
 
 from daydream import api, fleet
 from daydream.base.errors import DaydreamError
-from daydream.graphstore import db
+from daydream.graphstore import db, sql_query
 from tests.conftest import DATA, ROOT
 
 SMALL = [DATA / "kineto" / n for n in ("simple_add_a100.json.gz", "triton_example.json.gz",
@@ -42,7 +42,7 @@ def test_every_trace_against_every_spec_agrees_with_single_predict(fresh):
     rep = fleet.predict_all(fresh, SPECS, workers=1)
     ids = api.open_store(fresh).trace_ids()
     assert rep.count("predicted") == len(ids) * len(SPECS) and not rep.failed
-    t = db.run_sql(fresh, "SELECT * FROM prediction ORDER BY trace_id, spec").to_pylist()
+    t = sql_query.run_sql(fresh, "SELECT * FROM prediction ORDER BY trace_id, spec").to_pylist()
     assert [(r["trace_id"], r["spec"]) for r in t] == [(i, s) for i in ids for s in sorted(SPECS)]
     # the batch path gives the numbers the one-trace path gives
     for r in t:
@@ -79,7 +79,7 @@ def test_a_failed_gate_is_a_column_sql_can_filter_on(fresh):
     nothing = "scale(select=\"name = 'no such kernel'\", factor=0.5)"
     rep = fleet.predict_all(fresh, ["amp", nothing], workers=1)
     assert not rep.failed
-    got = db.run_sql(fresh, "SELECT trace_id, spec, notes FROM prediction WHERE "
+    got = sql_query.run_sql(fresh, "SELECT trace_id, spec, notes FROM prediction WHERE "
                      "list_contains(gates_failed, 'applies')").to_pylist()
     assert sorted(r["trace_id"] for r in got if r["spec"] == nothing) == sorted(rep.traces)
     assert all("gate applies failed" in r["notes"] for r in got)
@@ -91,16 +91,16 @@ def test_a_failed_gate_is_a_column_sql_can_filter_on(fresh):
 def test_rerun_skips_stored_pairs_and_force_recomputes(fresh):
     fleet.predict_all(fresh, ["amp"], workers=1)
     before = {(r["trace_id"], r["created"]) for r in
-              db.run_sql(fresh, "SELECT trace_id, created FROM prediction").to_pylist()}
+              sql_query.run_sql(fresh, "SELECT trace_id, created FROM prediction").to_pylist()}
     rep = fleet.predict_all(fresh, ["amp", "cuda_graphs"], workers=1)
     n = len(rep.traces)
     assert rep.count("stored") == n and rep.count("predicted") == n
-    kept = {(r["trace_id"], r["created"]) for r in db.run_sql(
+    kept = {(r["trace_id"], r["created"]) for r in sql_query.run_sql(
         fresh, "SELECT trace_id, created FROM prediction WHERE spec = 'amp'").to_pylist()}
     assert kept == before  # not recomputed
     rep = fleet.predict_all(fresh, ["amp"], workers=1, force=True)
     assert rep.count("predicted") == n
-    rows = db.run_sql(fresh, "SELECT count(*) AS n, count(DISTINCT (trace_id, spec)) AS k "
+    rows = sql_query.run_sql(fresh, "SELECT count(*) AS n, count(DISTINCT (trace_id, spec)) AS k "
                       "FROM prediction").to_pylist()[0]
     assert rows == {"n": 2 * n, "k": 2 * n}  # replaced, not duplicated
 
@@ -115,7 +115,7 @@ def test_interrupted_run_keeps_what_finished_and_resumes(fresh):
 
     with pytest.raises(KeyboardInterrupt):
         fleet.predict_all(fresh, SPECS, workers=1, on_progress=stop_after_three)
-    stored = db.run_sql(fresh, "SELECT count(*) FROM prediction").column(0)[0].as_py()
+    stored = sql_query.run_sql(fresh, "SELECT count(*) FROM prediction").column(0)[0].as_py()
     assert stored >= 3  # everything that finished before the interrupt was written
     rep = fleet.predict_all(fresh, SPECS, workers=1)
     assert rep.count("stored") == stored
@@ -125,7 +125,7 @@ def test_interrupted_run_keeps_what_finished_and_resumes(fresh):
 def test_where_selects_traces_by_the_trace_table(fresh):
     rep = fleet.predict_all(fresh, ["amp"], where="source_format = 'nsys_sqlite'", workers=1)
     assert len(rep.traces) == 1
-    got = db.run_sql(fresh, "SELECT t.file FROM prediction p JOIN trace t USING (trace_id)")
+    got = sql_query.run_sql(fresh, "SELECT t.file FROM prediction p JOIN trace t USING (trace_id)")
     assert got.column(0).to_pylist()[0].endswith("mock_rtx3080.sqlite")
     with pytest.raises(DaydreamError, match="--where 'nosuch = 1'"):
         fleet.predict_all(fresh, ["amp"], where="nosuch = 1")
@@ -136,7 +136,7 @@ def test_a_failing_spec_is_reported_and_the_rest_are_stored(fresh):
     n = len(rep.traces)
     assert rep.count("predicted") == n and len(rep.failed) == n
     assert all("nosuch" in f.error and f.trace_id in f.error for f in rep.failed)
-    specs = db.run_sql(fresh, "SELECT DISTINCT spec FROM prediction").column(0).to_pylist()
+    specs = sql_query.run_sql(fresh, "SELECT DISTINCT spec FROM prediction").column(0).to_pylist()
     assert specs == ["amp"]
     with pytest.raises(DaydreamError, match="unknown optimization"):
         fleet.predict_all(fresh, ["amp", "no_such_opt"])
@@ -145,17 +145,17 @@ def test_a_failing_spec_is_reported_and_the_rest_are_stored(fresh):
 def test_reingest_drops_the_traces_predictions(fresh):
     fleet.predict_all(fresh, ["amp"], workers=1)
     api.ingest([SMALL[0]], fresh, jobs=1, force=True)
-    left = db.run_sql(fresh, "SELECT count(*) FROM prediction").column(0)[0].as_py()
+    left = sql_query.run_sql(fresh, "SELECT count(*) FROM prediction").column(0)[0].as_py()
     assert left == len(SMALL) - 1  # its graph was rebuilt: its prediction is gone
 
 
 def test_process_pool_gives_the_same_rows(fresh):
     fleet.predict_all(fresh, SPECS, workers=1)
-    one = db.run_sql(fresh, "SELECT trace_id, spec, predicted_ms FROM prediction "
+    one = sql_query.run_sql(fresh, "SELECT trace_id, spec, predicted_ms FROM prediction "
                      "ORDER BY ALL").to_pylist()
     rep = fleet.predict_all(fresh, SPECS, workers=2, force=True)
     assert not rep.failed
-    two = db.run_sql(fresh, "SELECT trace_id, spec, predicted_ms FROM prediction "
+    two = sql_query.run_sql(fresh, "SELECT trace_id, spec, predicted_ms FROM prediction "
                      "ORDER BY ALL").to_pylist()
     assert one == two
 

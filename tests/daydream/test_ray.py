@@ -6,7 +6,7 @@ import pytest
 import ray
 
 from daydream import api, fleet
-from daydream.graphstore import db
+from daydream.graphstore import db, sql_query
 from tests.daydream.test_predict_all import SMALL
 
 
@@ -35,9 +35,9 @@ def test_ingest_and_predict_on_ray_match_local(cluster, tmp_path):
         assert r.count("predicted") == 2 * len(SMALL) and not r.failed
     q = ("SELECT trace_id, spec, measured_ms, baseline_ms, predicted_ms FROM prediction "
          "ORDER BY ALL")
-    assert db.run_sql(tmp_path / "ray", q).to_pylist() == db.run_sql(
+    assert sql_query.run_sql(tmp_path / "ray", q).to_pylist() == sql_query.run_sql(
         tmp_path / "local", q).to_pylist()
     # the graphs written by the Ray workers' loader are the graphs built locally
     g = "SELECT trace_id, count(*) AS n, sum(dur_ns) AS d FROM task GROUP BY 1 ORDER BY 1"
-    assert db.run_sql(tmp_path / "ray", g).to_pylist() == db.run_sql(
+    assert sql_query.run_sql(tmp_path / "ray", g).to_pylist() == sql_query.run_sql(
         tmp_path / "local", g).to_pylist()

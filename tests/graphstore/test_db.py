@@ -48,7 +48,7 @@ import pytest
 
 from daydream.base.errors import DaydreamError
 from daydream.base.store import PART, duckdb_instance
-from daydream.graphstore import db
+from daydream.graphstore import db, sql_query
 from daydream.graphstore.schema import GRAPH_SCHEMA_VERSION, GRAPH_TABLES
 from daydream.ingest import schema as act
 from daydream.ingest.store import Store
@@ -361,16 +361,16 @@ Q = (f"SELECT task_id, name, launch_lag_ns, idle_before_ns FROM kernel_timeline 
 
 
 def test_query_table(store: Path) -> None:
-    assert db.query(store, Q) == (
+    assert sql_query.query(store, Q) == (
         "task_id  name  launch_lag_ns  idle_before_ns\n"
         "-------  ----  -------------  --------------\n"
         "      2  gemm              2            NULL\n"
         "      5  relu             20              10\n"
         "(2 rows)\n")
-    assert db.query(store, Q, max_rows=1).endswith(
+    assert sql_query.query(store, Q, max_rows=1).endswith(
         "      2  gemm              2            NULL\n"
         "(2 rows, first 1 shown; use --format csv or --out for all)\n")
-    assert db.query(store, "SELECT 0.73::DOUBLE AS x, true AS b, 'z' AS s") == (
+    assert sql_query.query(store, "SELECT 0.73::DOUBLE AS x, true AS b, 'z' AS s") == (
         "   x  b     s\n"
         "----  ----  -\n"
         "0.73  true  z\n"
@@ -378,15 +378,15 @@ def test_query_table(store: Path) -> None:
 
 
 def test_query_csv_json(store: Path) -> None:
-    assert db.query(store, Q, "csv") == (
+    assert sql_query.query(store, Q, "csv") == (
         "task_id,name,launch_lag_ns,idle_before_ns\n2,gemm,2,\n5,relu,20,10\n")
-    assert json.loads(db.query(store, Q, "json")) == [
+    assert json.loads(sql_query.query(store, Q, "json")) == [
         {"task_id": 2, "name": "gemm", "launch_lag_ns": 2, "idle_before_ns": None},
         {"task_id": 5, "name": "relu", "launch_lag_ns": 20, "idle_before_ns": 10}]
     # sum() of BIGINT is a HUGEINT (decimal in Arrow): still a JSON number.
-    assert json.loads(db.query(store, "SELECT sum(dur_ns) AS s FROM task", "json")) == [
+    assert json.loads(sql_query.query(store, "SELECT sum(dur_ns) AS s FROM task", "json")) == [
         {"s": 284}]
-    assert db.query(store, "SELECT 'a,b' AS s, [1, 2] AS l", "csv") == 's,l\n"a,b","[1,2]"\n'
+    assert sql_query.query(store, "SELECT 'a,b' AS s, [1, 2] AS l", "csv") == 's,l\n"a,b","[1,2]"\n'
 
 
 def test_query_rows_without_arrow_are_the_rows_arrow_gives() -> None:
@@ -404,45 +404,45 @@ def test_query_rows_without_arrow_are_the_rows_arrow_gives() -> None:
               "SELECT 1 a, 2 a", "SELECT 1 WHERE false"):
         for zone in ("UTC", "America/New_York"):
             con.execute(f"SET TimeZone = '{zone}'")
-            got = db._result(con, con.sql(q))
+            got = sql_query._result(con, con.sql(q))
             want = con.sql(q).to_arrow_table()
-            assert got.rows == list(db._tuples(want)), (q, zone)
+            assert got.rows == list(sql_query._tuples(want)), (q, zone)
             assert [str(v) for r in got.rows for v in r] == [
-                str(v) for r in db._tuples(want) for v in r]
+                str(v) for r in sql_query._tuples(want) for v in r]
             assert got.columns == want.column_names
-    assert db._result(con, None).rows == []
+    assert sql_query._result(con, None).rows == []
 
 
 def test_query_parquet_and_out(store: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.parquet"
-    assert db.query(store, Q, "parquet", out) == f"2 rows -> {out}"
+    assert sql_query.query(store, Q, "parquet", out) == f"2 rows -> {out}"
     assert pq.read_table(out).to_pylist() == [
         {"task_id": 2, "name": "gemm", "launch_lag_ns": 2, "idle_before_ns": None},
         {"task_id": 5, "name": "relu", "launch_lag_ns": 20, "idle_before_ns": 10}]
     with pytest.raises(DaydreamError, match="--format parquet needs --out FILE"):
-        db.query(store, Q, "parquet")
+        sql_query.query(store, Q, "parquet")
     out_csv = tmp_path / "r.csv"
-    assert db.query(store, Q, "csv", out_csv) == f"2 rows -> {out_csv}"
+    assert sql_query.query(store, Q, "csv", out_csv) == f"2 rows -> {out_csv}"
     assert out_csv.read_text().startswith("task_id,name")
     with pytest.raises(DaydreamError, match="unknown format 'xml'; use one of table, csv, "
                        "json, parquet"):
-        db.query(store, Q, "xml")
+        sql_query.query(store, Q, "xml")
 
 
 def test_query_errors(store: Path, tmp_path: Path) -> None:
     with pytest.raises(DaydreamError) as e:
-        db.query(store, "SELEC 1")
+        sql_query.query(store, "SELEC 1")
     assert str(e.value) == 'sql: Parser Error: syntax error at or near "SELEC"'
     with pytest.raises(DaydreamError, match="^sql: Catalog Error: Table with name nope does "
                        "not exist!$"):
-        db.query(store, "SELECT * FROM nope")
+        sql_query.query(store, "SELECT * FROM nope")
     # The connection is read-only (and where Parquet graphs are, task is a view of them).
     with pytest.raises(DaydreamError, match="^sql: .*(read-only|Can only delete from base)"):
-        db.query(store, "DELETE FROM task")
+        sql_query.query(store, "DELETE FROM task")
     assert rows(store, "SELECT count(*) FROM task") == [(17,)]
     for empty in (tmp_path / "missing", tmp_path):
         with pytest.raises(DaydreamError, match="no traces in .*: ingest some first"):
-            db.query(empty, "SELECT 1")
+            sql_query.query(empty, "SELECT 1")
 
 
 def test_version_mismatch(store: Path) -> None:
@@ -452,7 +452,7 @@ def test_version_mismatch(store: Path) -> None:
     msg = (rf"has graph schema version 0, this daydream reads version {GRAPH_SCHEMA_VERSION}; "
            r"rebuild .*ingest --force")
     with pytest.raises(DaydreamError, match=msg) as e:
-        db.query(store, "SELECT 1")
+        sql_query.query(store, "SELECT 1")
     assert str(e.value).startswith(f"{db.db_path(store)} has graph schema version 0")
     with pytest.raises(DaydreamError, match=msg):
         db.write_trace(store, A, trace_a())
@@ -462,7 +462,8 @@ def test_version_mismatch(store: Path) -> None:
     con = duckdb.connect(str(db.db_path(store)))
     con.execute("CREATE TABLE task (x INTEGER)")
     con.close()
-    for f in (lambda: db.query(store, "SELECT 1"), lambda: db.write_trace(store, B, trace_b())):
+    for f in (lambda: sql_query.query(store, "SELECT 1"),
+              lambda: db.write_trace(store, B, trace_b())):
         with pytest.raises(DaydreamError, match="is not a daydream graph .no meta table"):
             f()
 
@@ -567,9 +568,9 @@ def test_query_waits_for_a_writer_in_another_process(store: Path) -> None:
     try:
         assert p.stdout.readline().strip() == "open"
         with pytest.raises(DaydreamError, match="being written by another process"):
-            db.query(store, "SELECT 1", timeout_s=0.2)
+            sql_query.query(store, "SELECT 1", timeout_s=0.2)
         t0 = time.monotonic()
-        assert db.query(store, "SELECT count(*) AS n FROM task", "csv") == "n\n17\n"
+        assert sql_query.query(store, "SELECT count(*) AS n FROM task", "csv") == "n\n17\n"
         assert time.monotonic() - t0 > 0.5
     finally:
         p.wait(30)
@@ -597,23 +598,23 @@ def _write_activity(root: Path, trace_id: str, committed: bool) -> None:
 def test_activity_views(store: Path) -> None:
     _write_activity(store, "1234", committed=True)  # a numeric-looking id stays a string
     _write_activity(store, "ffff", committed=False)  # a killed ingest: no trace row
-    assert db.query(store, "SELECT trace_id, name, start_ns FROM kernel", "csv") == (
+    assert sql_query.query(store, "SELECT trace_id, name, start_ns FROM kernel", "csv") == (
         "trace_id,name,start_ns\n1234,gemm,12\n")
-    assert db.query(store, "SELECT trace_id, file FROM trace", "csv") == (
+    assert sql_query.query(store, "SELECT trace_id, file FROM trace", "csv") == (
         "trace_id,file\n1234,1234.json\n")
     # Tables with no partition at all are empty views with the declared columns.
-    assert db.query(store, 'SELECT count(*) AS n, count(pid) AS p FROM "range"', "csv") == (
+    assert sql_query.query(store, 'SELECT count(*) AS n, count(pid) AS p FROM "range"', "csv") == (
         "n,p\n0,0\n")
     # Activity and graph tables in one query.
-    assert db.query(store, "SELECT count(*) AS n FROM kernel k JOIN kernel_timeline g "
+    assert sql_query.query(store, "SELECT count(*) AS n FROM kernel k JOIN kernel_timeline g "
                            "ON g.name = k.name", "csv") == "n\n2\n"
 
 
 def test_activity_without_graph(tmp_path: Path) -> None:
     _write_activity(tmp_path, "1234", committed=True)
-    assert db.query(tmp_path, "SELECT count(*) AS n FROM kernel", "csv") == "n\n1\n"
+    assert sql_query.query(tmp_path, "SELECT count(*) AS n FROM kernel", "csv") == "n\n1\n"
     with pytest.raises(DaydreamError, match="graph of .* is not built yet"):
-        db.query(tmp_path, "SELECT * FROM kernel_timeline")
+        sql_query.query(tmp_path, "SELECT * FROM kernel_timeline")
 
 
 def test_gpu_busy_is_the_union_of_intervals(tmp_path: Path) -> None:
@@ -657,7 +658,7 @@ def test_every_query_in_docs_sql_md_runs_and_shows_its_output(store: Path) -> No
     blocks = re.findall(r"```sql\n(.*?)```\n(?:\n```text\n(.*?)```\n)?", text, re.S)
     assert len(blocks) >= 9
     for sql, shown in blocks:
-        got = db.query(store, sql)
+        got = sql_query.query(store, sql)
         if shown:
             assert got == shown, sql
 

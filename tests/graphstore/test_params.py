@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from daydream.graphstore import db
+from daydream.graphstore import sql_query
 from daydream.graphstore.params import COLUMNS, weight_ops
 from tests.conftest import DATA, stored_graphs
 
@@ -14,9 +14,9 @@ def test_resnet50_parameter_bytes_from_recorded_shapes(tmp_path):
     # 64x3x7x7 and its batch norm has a weight and a bias of 64 each.
     st = tmp_path / "s"
     stored_graphs([DATA / "kineto" / "resnet50_v100_nw0_run1.json.gz"], st)
-    total = db.query(st, "SELECT sum(param_bytes) FROM layer", "csv").splitlines()[1]
+    total = sql_query.query(st, "SELECT sum(param_bytes) FROM layer", "csv").splitlines()[1]
     assert int(total) == 25_557_032 * 4
-    rows = db.query(st, "SELECT layer, param_bytes FROM layer WHERE layer IN "
+    rows = sql_query.query(st, "SELECT layer, param_bytes FROM layer WHERE layer IN "
                         "('conv2d#0', 'batch_norm#0', 'relu_#0') ORDER BY layer", "csv")
     assert rows.splitlines()[1:] == ["batch_norm#0,512", "conv2d#0,37632", "relu_#0,"]
 
