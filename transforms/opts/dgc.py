@@ -22,7 +22,7 @@ from daydream.transforms.primitives import Graph
 from daydream.transforms.registry import Context, register
 
 
-@register("dgc")
+@register("dgc", shrinks=True)
 def dgc(g: Graph, ctx: Context, *, ratio: float = 0.001) -> Graph:
     """Deep gradient compression: each gradient all-reduce sends only RATIO of the gradients.
 

@@ -195,7 +195,7 @@ def world(g: Graph, ctx: Context, *, n: int = 8, bandwidth: str = "", algo: str 
     return _rewrite_comm(g, ctx, n, bandwidth or None, algo, "world")
 
 
-@register("no_straggler")
+@register("no_straggler", shrinks=True)
 def no_straggler(g: Graph, ctx: Context) -> Graph:
     """Every rank of a job as fast as the median rank: a rank whose own work (CPU and GPU
     tasks other than collectives) took longer than the median rank's is scaled down to the
