@@ -1,8 +1,9 @@
 """Raw CUPTI record files (``DDCUPTI1``, written by ``daydream collect``) -> activity tables.
 
-The format (magic, header, chunks, the marker records) is ``ingest.cupti_format``'s, which the
-collector (``collect/``) writes with inside the training process; this reader needs neither a
-GPU nor cupti-python: every record layout is described in the file itself.
+The format (magic, header, chunks, the marker records) is declared in ``ingest.cupti_format``,
+which the collector (``collect/``) writes with inside the training process without loading this
+reader. The reader needs neither a GPU nor cupti-python: every record layout is described in
+the file itself.
 
 Reading, in order:
   1. map the file (inflating whole-file gzip), check magic and header;
