@@ -21,7 +21,7 @@ the job goes on. Layer markers come from ``collect.hooks``: every module of ``mo
 process, when no model is given) and the optimizer's steps.
 
 One raw record file per process, ``<out_dir>/<prefix>.cupti``, written as CUPTI delivers
-buffers; ``daydream ingest`` reads it (format: ``ingest.cupti_raw``). What reaches it, and when:
+buffers; ``daydream ingest`` reads it (format: ``ingest.cupti_format``). What reaches it, and when:
 
 * the device and context records, whatever the warm-up: their kinds are on from ``start()``
   (CUPTI writes them when CUDA initializes), and when CUDA was initialized before, the
@@ -53,7 +53,7 @@ from daydream.base.errors import DaydreamError
 from daydream.collect.markers import ANNOTATION, Markers
 from daydream.collect.recorder import Recorder
 from daydream.collect.writer import RawWriter
-from daydream.ingest import cupti_raw as fmt
+from daydream.ingest import cupti_format as fmt
 
 SUFFIX = ".cupti"
 

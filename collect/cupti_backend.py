@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from daydream.base.errors import DaydreamError
-from daydream.ingest import cupti_raw as fmt
+from daydream.ingest import cupti_format as fmt
 
 NEEDS_GPU = "daydream collect needs an NVIDIA GPU with CUPTI"
 EARLY_KINDS = ("DEVICE", "CONTEXT")

@@ -75,9 +75,8 @@ def prerequisites() -> dict:
         cupti_backend.probe()
     except DaydreamError as e:
         raise Missing(str(e)) from None
-    from daydream.ingest import cupti_raw
-    try:
-        cupti_raw._load_reader_deps()
+    try:  # the reader and its packages (pyarrow, numba, ISA-L), which check() runs
+        from daydream.ingest.cupti_raw import read_cupti_raw  # noqa: F401
     except ImportError as e:
         raise Missing(f"the trace reader's packages are missing ({e}); pip install daydream "
                       "on this machine, or copy the file and check it elsewhere") from None

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from daydream.collect.recorder import NameTable
-from daydream.ingest import cupti_raw as fmt
+from daydream.ingest import cupti_format as fmt
 
 MODULE, ANNOTATION = (fmt.MARKER_KINDS.index(k) for k in ("module", "user_annotation"))
 NO_PHASE, FORWARD, BACKWARD, WEIGHT_UPDATE, RECOMPUTE = (

@@ -31,7 +31,7 @@ import numpy as np
 from daydream.collect import records as rec
 from daydream.collect.demangle import demangle
 from daydream.collect.writer import RawWriter
-from daydream.ingest import cupti_raw as fmt
+from daydream.ingest import cupti_format as fmt
 
 MAX_SPAN_BYTES = 256 << 20
 GPU_CLASSES = ("ActivityKernel", "ActivityCdpKernel", "ActivityMemcpy", "ActivityMemset")

@@ -14,7 +14,7 @@ dtypes when it is installed. A struct not listed here (a newer version) is taken
 cupti-python at collection time.
 
 String fields (``strings``) hold ``const char *`` in CUPTI's records; the collector replaces
-them with ids in the file's string table (see ``ingest.cupti_raw``).
+them with ids in the file's string table (see ``ingest.cupti_format``).
 """
 
 from __future__ import annotations

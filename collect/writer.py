@@ -1,4 +1,4 @@
-"""Appending chunks to a raw record file (format: ``ingest.cupti_raw``).
+"""Appending chunks to a raw record file (format: ``ingest.cupti_format``).
 
 Every chunk goes out in one ``os.write`` of an unbuffered descriptor as soon as it is made, so a
 process killed mid-collection leaves a file that is complete up to its last chunk (at worst with
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from daydream.ingest import cupti_raw as fmt
+from daydream.ingest import cupti_format as fmt
 
 
 class RawWriter:

@@ -5,9 +5,10 @@ API and every ``predict --all`` worker report the same gates: ``check`` gives a 
 ``{"name", "ok", "note"}`` dicts, which the result holds as ``gates``
 (``graphstore.prediction.Gate``), and a note for each failed gate in its ``notes``.
 
-- ``no_slowdown``: a chain whose optimizations only remove or shrink work (``SHRINKING``) does
-  not predict a slower step (by more than ``SLOWDOWN_TOL``); where it does, the gate fails and
-  its note names the tasks whose work grew most per iteration (inserted tasks included).
+- ``no_slowdown``: a chain whose optimizations only remove or shrink work (each registered with
+  ``shrinks=True``: ``transforms.registry.register``) does not predict a slower step (by more
+  than ``SLOWDOWN_TOL``); where it does, the gate fails and its note names the tasks whose work
+  grew most per iteration (inserted tasks included).
 - ``slowdown_named``: any other chain (one that inserts work or changes the machine) that
   predicts a slower step names the tasks whose time grew most per iteration, in the gate and
   in a note; it fails where no task's time grew (a slowdown nothing explains).
@@ -28,12 +29,6 @@ import pyarrow.compute as pc
 
 from daydream.graphstore.schema import CPU_KINDS, GPU_KINDS
 
-# Optimizations that only remove or shrink work (the rest insert work or change the machine:
-# ddp, world, bandwidth, checkpointing, offload, batch, gpu, scale with a factor above 1).
-SHRINKING = frozenset({"amp", "fused_adam", "fused_adamw", "fused_sgd", "fused_adagrad",
-                       "fused_optimizer", "cuda_graphs", "fusion", "bn_restructure",
-                       "dataloader", "p3", "dgc", "blueconnect", "no_straggler",
-                       "no_profiler"})
 SLOWDOWN_TOL = 0.01  # a slower step by more than 1% of the baseline fails no_slowdown
 FLOOR_TOL = 0.02     # a step more than 2% under the busiest unit's work fails floor
 SAME_TOL = 0.001     # "changes nothing": within 0.1% of the baseline
@@ -123,7 +118,8 @@ def check(spec: str | None, notes: list[str], baseline_ms: float | None,
         g = grown(base_tables, base, tables, pred)
         why = ("; tasks whose time grew per iteration: " + ", ".join(
             f"{k[:70]} +{v:.2f} ms" for k, v in g) if g else "; no task's time grew")
-    if baseline_ms and predicted_ms and SHRINKING.issuperset(names):
+    from daydream.transforms.registry import shrinking
+    if baseline_ms and predicted_ms and shrinking(names):
         note = (f"{spec} only removes or shrinks work, yet predicts "
                 f"{baseline_ms:.2f} -> {predicted_ms:.2f} ms")
         out.append({"name": "no_slowdown", "ok": not slower,

@@ -35,7 +35,13 @@ from daydream.graphstore.params import (
     weight_ops,
     weight_ops_from_parquet,
 )
-from daydream.graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, GPU_KINDS, TASK_KINDS
+from daydream.graphstore.schema import (
+    EDGE_ANCHORS,
+    EDGE_KINDS,
+    GPU_KINDS,
+    SLACK_KINDS,
+    TASK_KINDS,
+)
 from daydream.ingest import schema as activity_schema
 from daydream.ingest.store import Store
 
@@ -207,10 +213,6 @@ def _isin_sorted(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
         return np.zeros(len(values), bool)
     at = np.minimum(np.searchsorted(pool, values), len(pool) - 1)
     return pool[at] == values
-
-
-SLACK_KINDS = ("launch", "stream", "wait", "sync", "queue", "wake", "origin", "gpu_idle",
-               "peer_wait", "thread", "contention")
 
 
 def slack_table(g: Graph, iteration: np.ndarray) -> pa.Table:

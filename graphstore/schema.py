@@ -66,6 +66,12 @@ EDGE_KINDS = ("thread", "stream", "launch", "sync", "wait", "wake", "origin", "q
 #               thread woken by another, then does its own remaining work)
 EDGE_ANCHORS = ("end_start", "start_start", "end_end")
 PHASES = ("forward", "backward", "weight_update", "data_loading", "other")
+# The slack table's kinds (SLACK.kind): the kind of each edge a trace's graph is built with
+# (graphstore.build; rank edges join the ranks of a job graph and inserted ones are a
+# transform's, so neither is in a trace's slack), then gpu_idle (a GPU task that started later
+# than every constraint allows) and peer_wait (a collective waiting for the other ranks).
+SLACK_KINDS = tuple(k for k in EDGE_KINDS if k not in ("rank", "inserted")) + ("gpu_idle",
+                                                                               "peer_wait")
 UNIT_KINDS = ("thread", "stream", "channel")
 POLICIES = ("fixed", "fcfs", "priority")
 
@@ -75,10 +81,15 @@ def enum(values: tuple[str, ...]) -> str:
     dictionary, so the simulator maps a handful of strings instead of one per row."""
     return "ENUM(" + ", ".join(f"'{v}'" for v in values) + ")"
 
+
+def one_of(values: tuple[str, ...]) -> str:
+    """``a, b or c``: a vocabulary as a column's doc names it."""
+    return ", ".join(values[:-1]) + f" or {values[-1]}"
+
 TASK = GTable("task", "One node of the dependency graph.", (
     Col("trace_id", "VARCHAR NOT NULL", "Trace (content hash of the source file)."),
     Col("task_id", "BIGINT NOT NULL", "Dense id within the trace, in start order."),
-    Col("kind", f"{enum(TASK_KINDS)} NOT NULL", "api, host, kernel, memcpy, memset or comm."),
+    Col("kind", f"{enum(TASK_KINDS)} NOT NULL", one_of(TASK_KINDS) + "."),
     Col("unit_id", "INTEGER NOT NULL", "Unit (thread, stream, channel) that runs the task."),
     Col("name", "VARCHAR", "Call / kernel name; for host tasks the innermost enclosing range."),
     Col("layer", "VARCHAR", "DNN layer (module path or annotation), where mapped."),
@@ -104,8 +115,7 @@ EDGE = GTable("edge", "A dependency between two tasks of one trace.", (
     Col("trace_id", "VARCHAR NOT NULL", "Trace."),
     Col("src", "BIGINT NOT NULL", "Source task_id."),
     Col("dst", "BIGINT NOT NULL", "Destination task_id."),
-    Col("kind", "VARCHAR NOT NULL", "thread, stream, launch, sync, wait, wake, origin, queue, "
-        "rank or inserted."),
+    Col("kind", "VARCHAR NOT NULL", one_of(EDGE_KINDS) + "."),
     Col("anchor", f"{enum(EDGE_ANCHORS)} NOT NULL",
         "end_start, start_start or end_end (see EDGE_ANCHORS)."),
     Col("lag_ns", "BIGINT NOT NULL", "Delay after the anchor, ns: the physical latency of "
@@ -122,7 +132,7 @@ EDGE = GTable("edge", "A dependency between two tasks of one trace.", (
 UNIT = GTable("unit", "Who runs tasks one at a time: CPU threads, GPU streams, channels.", (
     Col("trace_id", "VARCHAR NOT NULL", "Trace."),
     Col("unit_id", "INTEGER NOT NULL", "Dense id within the trace."),
-    Col("kind", "VARCHAR NOT NULL", "thread, stream or channel."),
+    Col("kind", "VARCHAR NOT NULL", one_of(UNIT_KINDS) + "."),
     Col("pid", "BIGINT", "Process (threads)."),
     Col("tid", "BIGINT", "Thread id (threads)."),
     Col("device", "INTEGER", "GPU index (streams)."),
@@ -154,10 +164,10 @@ SLACK = GTable("slack", "What the graph does not explain, per iteration and kind
                "of the edges that bound their destination (edge.slack_ns), summed.", (
     Col("trace_id", "VARCHAR NOT NULL", "Trace."),
     Col("iteration", "INTEGER", "Iteration of the destination tasks (null outside all)."),
-    Col("kind", "VARCHAR NOT NULL", "launch, stream, wait, sync, queue, wake, origin (GPU work "
-        "launched before the window, or by an untraced thread), gpu_idle (a GPU task that "
-        "started later than every constraint allows), peer_wait (a collective waiting for "
-        "other ranks)."),
+    Col("kind", "VARCHAR NOT NULL", one_of(SLACK_KINDS) + " (SLACK_KINDS): an edge kind "
+        "(origin: GPU work launched before the window, or by an untraced thread), gpu_idle (a "
+        "GPU task that started later than every constraint allows) or peer_wait (a collective "
+        "waiting for other ranks)."),
     Col("edges", "BIGINT NOT NULL", "Binding edges with slack of this kind."),
     Col("slack_ns", "BIGINT NOT NULL", "Their positive slack, summed, ns (delays beyond the "
         "physical latency)."),

@@ -54,7 +54,7 @@ import pyarrow.compute as pc
 from daydream.base.errors import DaydreamError, TraceFormatError
 from daydream.ingest.converted import Converted
 from daydream.ingest.nesting import nest_ranges
-from daydream.ingest.schema import conform, empty
+from daydream.ingest.schema import SYNC_CALLS, conform, empty
 from daydream.ingest.stats import Stats
 
 SOURCE_FORMAT = "nsys_sqlite"
@@ -89,14 +89,6 @@ _REQUIRED = {
 _SYNC_KINDS = {"EVENT_SYNCHRONIZE": "event_sync", "STREAM_WAIT_EVENT": "stream_wait_event",
                "STREAM_SYNCHRONIZE": "stream_sync", "CONTEXT_SYNCHRONIZE": "context_sync",
                "UNKNOWN": "unknown"}
-# The synchronizing call decides the kind when syncType disagrees with it.
-_SYNC_CALLS = {
-    "cudaStreamSynchronize": "stream_sync", "cuStreamSynchronize": "stream_sync",
-    "cudaEventSynchronize": "event_sync", "cuEventSynchronize": "event_sync",
-    "cudaStreamWaitEvent": "stream_wait_event", "cuStreamWaitEvent": "stream_wait_event",
-    "cudaDeviceSynchronize": "context_sync", "cudaThreadSynchronize": "context_sync",
-    "cuCtxSynchronize": "context_sync",
-}
 # ENUM_NSYS_EVENT_TYPE names; the ids are the fallback when an export lacks that table.
 _NVTX_RANGE_TYPES = {"NvtxPushPopRange": 59, "NvtxStartEndRange": 60,
                      "NvtxtPushPopRange": 70, "NvtxtStartEndRange": 71}
@@ -492,7 +484,7 @@ class _Reader:
         kinds = {i: _SYNC_KINDS.get(symbol.removeprefix("CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_"))
                  for i, (symbol, _) in self._enum("ENUM_CUPTI_SYNC_TYPE").items()}
         by_type = self._map(cols.pop("syncType"), kinds, "ENUM_CUPTI_SYNC_TYPE")
-        by_call = pa.array([_SYNC_CALLS.get(w) for w in call_name.dictionary.to_pylist()],
+        by_call = pa.array([SYNC_CALLS.get(w) for w in call_name.dictionary.to_pylist()],
                            pa.string()).take(call_name.indices)
         disagree = pc.fill_null(pc.not_equal(by_type, by_call), False)
         self.stats.add("sync_kind_from_call", _true_count(disagree),

@@ -111,6 +111,16 @@ API = Table("api", "CUDA/HIP runtime and driver calls on CPU threads.", (
     C("dur_ns", _I64, "Duration, ns.", False),
 ))
 
+# The sync kind a synchronizing call makes: it decides the kind where a record's own type
+# disagrees with the call (the raw CUPTI and Nsight readers; Nsight Systems does the same).
+SYNC_CALLS = {
+    "cudaStreamSynchronize": "stream_sync", "cuStreamSynchronize": "stream_sync",
+    "cudaEventSynchronize": "event_sync", "cuEventSynchronize": "event_sync",
+    "cudaStreamWaitEvent": "stream_wait_event", "cuStreamWaitEvent": "stream_wait_event",
+    "cudaDeviceSynchronize": "context_sync", "cudaThreadSynchronize": "context_sync",
+    "cuCtxSynchronize": "context_sync",
+}
+
 SYNC = Table("sync", "Synchronization records (CUPTI SYNCHRONIZATION / Kineto cuda_sync).", (
     C("pid", _I64, "Process id of the waiting thread, where known."),
     C("tid", _I64, "Thread id of the waiting thread, where known."),

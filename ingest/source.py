@@ -17,10 +17,10 @@ import numpy as np
 from isal import igzip, isal_zlib
 
 from daydream.base.errors import TraceFormatError
+from daydream.ingest.cupti_format import MAGIC as CUPTI_MAGIC  # raw record files (collect/)
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
-CUPTI_MAGIC = b"DDCUPTI1"  # raw record files written by our collector
 
 # Inflate in memory up to this size; larger files go through a temporary file and mmap, so
 # memory holds pages of the file rather than a second copy of it.

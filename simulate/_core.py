@@ -37,12 +37,14 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-_FIXED = 0
-_FCFS = 1
-_PRIORITY = 2
-_START = 0
-_END = 1
-_START_START = 2
+# The unit policies and edge kinds by their codes (declared in simulate.codes): module globals,
+# which numba compiles in as constants.
+from daydream.simulate.codes import END as _END
+from daydream.simulate.codes import FCFS as _FCFS
+from daydream.simulate.codes import FIXED as _FIXED
+from daydream.simulate.codes import START as _START
+from daydream.simulate.codes import START_START as _START_START
+
 _QUEUED = -3  # state of a task waiting in its FCFS/PRIORITY unit's queue
 # Lags may be negative (a kernel may start shortly before its launching call returns, as the
 # profiler records that return): down to this bound, far beyond any latency, so that no time

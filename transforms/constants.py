@@ -19,7 +19,7 @@ AMP = {
     "byte_ratio": {"value": 0.5, "source": "IEEE 754 binary16/bfloat16 are 2 bytes, binary32 "
                    "4: a bandwidth-bound kernel whose operands autocast makes 16-bit moves "
                    "half the bytes"},
-    "achieved_bandwidth": {"value": 0.7, "source": "as GPU_MEMORY_GBPS achieved: a streaming "
+    "achieved_bandwidth": {"value": 0.7, "source": "as GPU_MEMORY achieved: a streaming "
                            "kernel reaches ~70% of the datasheet's memory bandwidth"},
     "cast_bytes_per_param_byte": {"value": 1.5, "source": "a cast reads the 4-byte FP32 weight "
                                   "and writes its 2-byte copy: 6 bytes per 4 parameter bytes "
@@ -243,14 +243,9 @@ DISTRIBUTED = {
                         "by overlap, which a slice's latency eats"},
 }
 
-# GPU memory bandwidth (GB/s) by family, for kernels a model inserts that stream over gradients.
-GPU_MEMORY_GBPS = {
-    "v100": {"value": 900.0, "source": "NVIDIA V100 datasheet: 900 GB/s HBM2"},
-    "a100": {"value": 1555.0, "source": "NVIDIA A100 datasheet: 1,555 GB/s (40 GB HBM2)"},
-    "h100": {"value": 3350.0, "source": "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3"},
-    "turing": {"value": 616.0, "source": "NVIDIA RTX 2080 Ti spec: 616 GB/s GDDR6"},
-    "mi300x": {"value": 5300.0, "source": "AMD Instinct MI300X datasheet: 5.3 TB/s HBM3"},
-    "default": {"value": 900.0, "source": "as v100"},
+# What a kernel a model inserts to stream over gradients reaches of the GPU's memory bandwidth
+# (the figure itself is the GPU's own: transforms.hardware, memory_gbps).
+GPU_MEMORY = {
     "achieved": {"value": 0.7, "source": "estimate: a streaming kernel reaches ~70% of peak "
                  "memory bandwidth (STREAM-like kernels on V100/A100)"},
 }

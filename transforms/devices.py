@@ -1,5 +1,6 @@
-"""GPU families: the key every device-dependent constant is given by (PCIe and memory
-bandwidths, the usual interconnect), found from a trace's device entry.
+"""GPU families: the key every device-dependent constant is given by, found from a trace's
+device entry; and the trace's GPU in the table (``gpu``), whose own figures (memory bandwidth,
+PCIe generation, NVLink) the models read.
 
 A trace names its GPU in the ``devices`` JSON of the trace table (Kineto ``deviceProperties``,
 Nsight's GPU table): ``{"name": "Tesla V100-DGXS-32GB", "computeMajor": 7, ...}``. Constants
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from daydream.transforms.hardware import device_from_properties
+from daydream.transforms.hardware import DEVICES, Device, device_from_properties
 
 # Every family a constant table may be keyed by; "default" where the device is unknown.
 FAMILIES = ("v100", "a100", "h100", "turing", "mi300x", "default")
@@ -29,6 +30,11 @@ FAMILIES = ("v100", "a100", "h100", "turing", "mi300x", "default")
 ARCHITECTURE_FAMILY = {"volta": "v100", "turing": "turing", "ampere": "a100", "ada": "a100",
                        "hopper": "h100", "blackwell": "default", "cdna2": "mi300x",
                        "cdna3": "mi300x"}
+
+# The part of the table that stands for a family where the trace's GPU is not in the table:
+# the one its constants were measured on ("default", an unknown GPU: a V100).
+REFERENCE = {"v100": "v100-sxm2-32gb", "a100": "a100-sxm4-40gb", "h100": "h100-sxm",
+             "turing": "rtx-2080-ti", "mi300x": "mi300x", "default": "v100-sxm2-32gb"}
 
 # Names of parts the table lacks: a CDNA2/CDNA3 part (keyed as the table's), or another AMD
 # part (whose compute capability, HIP's gfx version, is no CUDA one).
@@ -59,3 +65,13 @@ def family(device: dict | None) -> str:
     if (major == 7 and minor == 5) or "2080" in name or "t4" in name.split():
         return "turing"
     return "default"
+
+
+def gpu(device: dict | None, figure: str | None = None) -> Device:
+    """The trace's GPU in the table (``transforms.hardware``), else the REFERENCE part of its
+    family. With ``figure``, the part whose figure that is: the reference part also where the
+    table gives none for the trace's own (a link published per package only, for one GCD)."""
+    d = device_from_properties(device) if device else None
+    if d is None or (figure is not None and getattr(d, figure) is None):
+        return DEVICES[REFERENCE[family(device)]]
+    return d

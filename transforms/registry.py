@@ -74,6 +74,9 @@ class Opt:
     # a spec that runs it: its name where every parameter has a default, else the example
     # given at registration (what `make accuracy` asks of every trace)
     example: str = ""
+    # only removes or shrinks work (daydream.gates: a chain of these must not predict a slower
+    # step); the rest insert work or change the machine
+    shrinks: bool = False
 
     @property
     def summary(self) -> str:
@@ -92,12 +95,13 @@ _REGISTRY: dict[str, Opt] = {}
 _LOADED = False
 
 
-def register(name: str, removes_cpu: bool = False, example: str = ""):
+def register(name: str, removes_cpu: bool = False, example: str = "", shrinks: bool = False):
     """Register an optimization; ``removes_cpu``: it removes host work (launch calls, the
     Python between ops) whose profiled cost includes the profiler's own, so its predictions are
     made on the job without the profiler (``daydream.pipeline``). ``example``: a spec that runs
     it, required where a parameter has no default (``batch(size=64)``); checked on first
-    use (``examples``)."""
+    use (``examples``). ``shrinks``: it only removes or shrinks work, never inserts any nor
+    changes the machine (the ``no_slowdown`` gate of ``daydream.gates`` holds it to that)."""
     def deco(fn: Callable) -> Callable:
         sig = inspect.signature(fn)
         hints = inspect.get_annotations(fn, eval_str=True)
@@ -110,7 +114,7 @@ def register(name: str, removes_cpu: bool = False, example: str = ""):
             raise ValueError(f"optimization {name!r} has parameters without a default "
                              f"({', '.join(required)}): register it with an example spec")
         _REGISTRY[name] = Opt(name, fn, params, inspect.getdoc(fn) or "", removes_cpu,
-                              example or name)
+                              example or name, shrinks)
         return fn
     return deco
 
@@ -193,6 +197,13 @@ def bind(term: _spec.Term) -> tuple[Opt, dict]:
             raise DaydreamError(f"{opt.name}: missing parameter {p.name!r}; usage: "
                                 f"{opt.signature()}")
     return opt, out
+
+
+def shrinking(names: list[str]) -> bool:
+    """Whether every optimization named was registered with ``shrinks`` (an unknown name is
+    not)."""
+    known = opts()
+    return all(n in known and known[n].shrinks for n in names)
 
 
 def removes_cpu(spec: str | None) -> bool:

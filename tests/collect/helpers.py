@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from daydream.collect import records
-from daydream.ingest import cupti_raw as fmt
+from daydream.ingest import cupti_format as fmt
 
 _classes: dict[str, type] = {}
 

@@ -14,8 +14,8 @@ import pytest
 
 from daydream.collect.api import collect, collect_steps
 from daydream.collect.cli import collect_command
-from daydream.ingest import cupti_raw as fmt
 from daydream.ingest.batch_ingest import ingest
+from daydream.ingest.cupti_raw import read_cupti_raw
 from daydream.ingest.store import Store
 from tests.collect import helpers as h
 
@@ -45,7 +45,7 @@ def test_collect_iterations_after_warmup(tmp_path):
     assert c.backend.started == 1 and c.backend.stopped == 1
     path = tmp_path / "job.cupti"
     assert c.stop() == path
-    conv = fmt.read_cupti_raw(path)
+    conv = read_cupti_raw(path)
     r = conv.tables["range"]
     names = r["name"].to_pylist()
     assert [n for n in names if n.startswith("ProfilerStep")] == ["ProfilerStep#1",
@@ -85,7 +85,7 @@ def test_collect_steps_runs_a_callable(tmp_path):
     path = collect_steps(step, tmp_path, 3, warmup=2, model=model, optimizer=opt,
                          backend=h.FakeBackend, prefix="steps")
     assert len(calls) == 5 and path == tmp_path / "steps.cupti"
-    names = fmt.read_cupti_raw(path).tables["range"]["name"].to_pylist()
+    names = read_cupti_raw(path).tables["range"]["name"].to_pylist()
     assert [n for n in names if n.startswith("ProfilerStep")] == [
         "ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
     assert names.count("Optimizer.step#Adam.step") == 3
@@ -103,7 +103,7 @@ def test_ingest_detects_and_stores_raw_files(tmp_path):
     assert res.status == "ingested", res.error
     row = store.trace_row(res.trace_id)
     assert row["source_format"] == "cupti_raw"
-    conv = fmt.read_cupti_raw(tmp_path / "traces" / "rank0.cupti")
+    conv = read_cupti_raw(tmp_path / "traces" / "rank0.cupti")
     for name in ("kernel", "api", "range"):
         assert store.read(name, res.trace_id).num_rows == conv.tables[name].num_rows
 
@@ -126,7 +126,7 @@ def test_forked_child_collects_nothing(tmp_path):
         assert os.waitstatus_to_exitcode(status) == 0
         assert (tmp_path / "fork.cupti").stat().st_size == size
         _train(model, opt, 1)
-    conv = fmt.read_cupti_raw(tmp_path / "fork.cupti")
+    conv = read_cupti_raw(tmp_path / "fork.cupti")
     assert "from_child" not in conv.metadata
     assert conv.metadata["iterations_collected"] == 2
 
@@ -157,7 +157,7 @@ def test_command_collects_an_unmodified_job(tmp_path, capfd):
     assert res.returncode == 0, err
     assert "trained" in out
     (path,) = res.files
-    names = fmt.read_cupti_raw(path).tables["range"]["name"].to_pylist()
+    names = read_cupti_raw(path).tables["range"]["name"].to_pylist()
     assert [n for n in names if n.startswith("ProfilerStep")] == ["ProfilerStep#1",
                                                                    "ProfilerStep#2"]
     assert names.count("model (Sequential) [forward]") == 2

@@ -12,7 +12,7 @@ import pytest
 from daydream.collect.api import collect
 from daydream.collect.recorder import Recorder
 from daydream.collect.writer import RawWriter
-from daydream.ingest import cupti_raw as fmt
+from daydream.ingest import cupti_format as fmt
 from tests.collect import helpers as h
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from daydream.collect.api import collect
-from daydream.ingest import cupti_raw as fmt
+from daydream.ingest.cupti_raw import read_cupti_raw
 from tests.collect import helpers as h
 
 torch = pytest.importorskip("torch")
@@ -62,7 +62,7 @@ def test_last_iteration_keeps_its_gpu_records(tmp_path):
                  prefix="job") as c:
         _train(model, opt, 3)
     assert c.backend.syncs >= 1
-    conv = fmt.read_cupti_raw(tmp_path / "job.cupti")
+    conv = read_cupti_raw(tmp_path / "job.cupti")
     assert not conv.stats.get("untimed_record")
     kernels = conv.tables["kernel"]
     # one fake launch per layer or optimizer marker, the last step's included
@@ -110,7 +110,7 @@ def test_crash_keeps_what_periodic_flushes_delivered(tmp_path):
     the file (complete records only), and the markers of every finished iteration."""
     proc = _run(tmp_path, "kill")
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    conv = fmt.read_cupti_raw(tmp_path / "job.cupti")
+    conv = read_cupti_raw(tmp_path / "job.cupti")
     assert conv.stats.get("collection_not_closed") == 1
     assert _steps(conv) == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
     assert conv.metadata.get("iterations_collected") is None  # never stopped
@@ -126,7 +126,7 @@ def test_sigterm_closes_the_file_then_dies_by_it(tmp_path):
     proc = _run(tmp_path, "term")
     assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stderr)
     assert "survived" not in proc.stdout
-    conv = fmt.read_cupti_raw(tmp_path / "job.cupti")
+    conv = read_cupti_raw(tmp_path / "job.cupti")
     assert not conv.stats.get("collection_not_closed")
     assert not conv.stats.get("untimed_record")
     assert conv.metadata["iterations_collected"] == 3
@@ -140,7 +140,7 @@ def test_sigterm_then_the_jobs_own_handler(tmp_path):
     proc = _run(tmp_path, "own-handler")
     assert proc.returncode == 7, proc.stderr
     assert (tmp_path / "job-handler-ran").exists()
-    conv = fmt.read_cupti_raw(tmp_path / "job.cupti")
+    conv = read_cupti_raw(tmp_path / "job.cupti")
     assert not conv.stats.get("collection_not_closed")
     assert conv.metadata["iterations_collected"] == 3
 
@@ -166,7 +166,7 @@ def test_devices_recorded_after_warmup(tmp_path):
                  prefix="job"):
         h.cuda_init()
         _train(model, opt, 3)
-    conv = fmt.read_cupti_raw(tmp_path / "job.cupti")
+    conv = read_cupti_raw(tmp_path / "job.cupti")
     assert [d["name"] for d in conv.devices] == ["NVIDIA H200"]
     assert conv.devices[0]["numSms"] == 132
     assert conv.tables["kernel"]["context"].to_pylist()[0] == 1
@@ -180,7 +180,7 @@ def test_devices_of_a_job_that_initialized_cuda_before_collecting(tmp_path):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with collect(tmp_path, 1, model=model, optimizer=opt, backend=h.FakeBackend, prefix="job"):
         _train(model, opt, 1)
-    conv = fmt.read_cupti_raw(tmp_path / "job.cupti")
+    conv = read_cupti_raw(tmp_path / "job.cupti")
     assert [d["name"] for d in conv.devices] == ["NVIDIA H200 (runtime)"]
 
 

@@ -13,7 +13,8 @@ import pytest
 from daydream.collect.demangle import demangle
 from daydream.collect.recorder import Recorder
 from daydream.collect.writer import RawWriter
-from daydream.ingest import cupti_raw as fmt
+from daydream.ingest import cupti_format as fmt
+from daydream.ingest.cupti_raw import read_cupti_raw
 from tests.collect import helpers as h
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -79,5 +80,5 @@ def test_collected_kernel_names_are_demangled(tmp_path):
     rec = Recorder(RawWriter(path, {}))
     rec.handle_buffer(buf.activities)
     rec.close()
-    names = fmt.read_cupti_raw(path).tables["kernel"]["name"].to_pylist()
+    names = read_cupti_raw(path).tables["kernel"]["name"].to_pylist()
     assert names == ["void at::native::reduce_kernel<512, 1>()", "gemm_kernel"]

@@ -84,14 +84,14 @@ def test_smoke_run_writes_its_results(tmp_path):
                                                  "eager vs CUDA graphs (small GPT)"}
     assert [g["name"] for g in res["groups"]] == ["resnet50", "gpt_ckpt_graphs"]
 
-    from daydream.ingest import cupti_raw as fmt
     from daydream.ingest.convert import read_trace
+    from daydream.ingest.cupti_raw import read_cupti_raw
     with tarfile.open(out / "resnet50.tar") as tar:
         tar.extractall(tmp_path / "x", filter="data")
     conv = read_trace(tmp_path / "x" / "resnet50-fp32.pt.trace.json.gz")
     names = conv.tables["range"]["name"].to_pylist()
     assert sum(n.startswith("ProfilerStep#") for n in names) == 3
-    raw = fmt.read_cupti_raw(tmp_path / "x" / "resnet50-fp32.cupti")
+    raw = read_cupti_raw(tmp_path / "x" / "resnet50-fp32.cupti")
     assert raw.metadata["iterations_collected"] == 3
     ranges = raw.tables["range"]["name"].to_pylist()
     assert "model.conv1 (Conv2d) [forward]" in ranges

@@ -12,7 +12,7 @@ nn = torch.nn
 
 from daydream.collect.hooks import LayerHooks  # noqa: E402
 from daydream.collect.markers import Markers  # noqa: E402
-from daydream.ingest import cupti_raw as fmt  # noqa: E402
+from daydream.ingest import cupti_format as fmt  # noqa: E402
 
 
 class Block(nn.Module):

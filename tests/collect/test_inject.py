@@ -17,7 +17,7 @@ import pytest
 
 from daydream.collect import cli
 from daydream.collect.cli import ENV, child_env, collect_command
-from daydream.ingest import cupti_raw as fmt
+from daydream.ingest.cupti_raw import read_cupti_raw
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = "tests.collect.helpers:FakeBackend"
@@ -125,12 +125,12 @@ def test_spawn_workers_are_collected(tmp_path, capfd):
     assert "parent done" in out
     assert len(res.files) == 2, (res.files, err)
     for path in res.files:
-        conv = fmt.read_cupti_raw(path)
+        conv = read_cupti_raw(path)
         assert conv.metadata["iterations_collected"] == 2
         names = conv.tables["range"]["name"].to_pylist()
         assert names.count("model (Sequential) [forward]") == 2
         assert not any(n.startswith("Costly") or "(Costly)" in n for n in names)
-    assert len({fmt.read_cupti_raw(p).metadata["pid"] for p in res.files}) == 2
+    assert len({read_cupti_raw(p).metadata["pid"] for p in res.files}) == 2
 
 
 SHADOWED = textwrap.dedent("""

@@ -12,7 +12,7 @@ import pytest
 from daydream.base.errors import DaydreamError
 from daydream.collect import cupti_backend as cb
 from daydream.collect.api import collect
-from daydream.ingest import cupti_raw as fmt
+from daydream.ingest.cupti_raw import read_cupti_raw
 from tests.collect import helpers as h
 
 CU13 = "/env/lib/python3.12/site-packages/nvidia/cu13/lib/libcupti.so.13"
@@ -82,7 +82,7 @@ def test_header_records_the_library(tmp_path):
     with collect(tmp_path, 1, model=model, optimizer=opt, backend=h.FakeBackend, prefix="job"):
         model(torch.randn(2, 4)).sum().backward()
         opt.step()
-    conv = fmt.read_cupti_raw(tmp_path / "job.cupti")
+    conv = read_cupti_raw(tmp_path / "job.cupti")
     assert conv.metadata["libcupti"] == {"path": "fake", "api_version": 130400}
 
 

@@ -10,7 +10,9 @@ import pytest
 from daydream.collect import records
 from daydream.collect.recorder import Recorder
 from daydream.collect.writer import RawWriter
-from daydream.ingest import cupti_raw as fmt
+from daydream.ingest import cupti_format as fmt
+from daydream.ingest import cupti_raw
+from daydream.ingest.cupti_raw import read_cupti_raw
 from tests.collect import helpers as h
 
 
@@ -21,10 +23,10 @@ def test_layouts_are_self_consistent():
         assert lay.dtype.itemsize % 8 == 0
         for s in lay.strings:
             assert lay.dtype.fields[s][0] == np.dtype("<i8")
-        fam = fmt.family(lay.struct)
+        fam = cupti_raw.family(lay.struct)
         assert fam is not None, cls
         have = set(lay.dtype.names)
-        assert set(fmt._NEEDS[fam]) <= have, (cls, set(fmt._NEEDS[fam]) - have)
+        assert set(cupti_raw._NEEDS[fam]) <= have, (cls, set(cupti_raw._NEEDS[fam]) - have)
 
 
 def test_layouts_match_cupti_python():
@@ -67,7 +69,7 @@ def test_handles_cupti_python_record_wrappers(tmp_path):
                    api_name=h.api_name)
     rec.handle_buffer(wrappers)
     rec.close()
-    conv = fmt.read_cupti_raw(path)
+    conv = read_cupti_raw(path)
     assert sorted(conv.tables["kernel"]["name"].to_pylist()) == [
         "gemm_kernel", "gemm_kernel", "relu_kernel"]
     assert conv.tables["api"].num_rows == 6 and conv.tables["sync"].num_rows == 1

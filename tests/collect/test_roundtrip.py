@@ -16,8 +16,9 @@ import pytest
 from daydream.base.errors import TraceFormatError
 from daydream.collect.recorder import Recorder
 from daydream.collect.writer import RawWriter
-from daydream.ingest import cupti_raw as fmt
+from daydream.ingest import cupti_format as fmt
 from daydream.ingest.convert import read_trace
+from daydream.ingest.cupti_raw import read_cupti_raw
 from daydream.ingest.schema import TABLES
 from daydream.ingest.source import sniff
 from tests.collect import helpers as h
@@ -53,7 +54,7 @@ def trace(tmp_path):
 
 
 def test_kernels(trace):
-    conv = fmt.read_cupti_raw(trace)
+    conv = read_cupti_raw(trace)
     cols = ["name", "start_ns", "dur_ns", "device", "context", "stream", "correlation",
             "external_id", "grid_x", "grid_y", "block_x", "registers_per_thread",
             "shared_memory_bytes"]
@@ -67,7 +68,7 @@ def test_kernels(trace):
 
 
 def test_calls(trace):
-    conv = fmt.read_cupti_raw(trace)
+    conv = read_cupti_raw(trace)
     cols = ["pid", "tid", "name", "kind", "cbid", "correlation", "external_id", "start_ns",
             "dur_ns"]
     assert rows(conv.tables["api"], cols) == [
@@ -83,7 +84,7 @@ def test_calls(trace):
 
 
 def test_copies_sets_syncs(trace):
-    t = fmt.read_cupti_raw(trace).tables
+    t = read_cupti_raw(trace).tables
     assert rows(t["memcpy"], ["name", "bytes", "copy_kind", "src_kind", "dst_kind", "start_ns",
                               "dur_ns", "correlation", "stream"]) == [
         ("Memcpy HtoD (Pageable -> Device)", 4096, "HtoD", "Pageable", "Device", T0 + 1061, 9,
@@ -97,7 +98,7 @@ def test_copies_sets_syncs(trace):
 
 
 def test_ranges_markers_and_nvtx(trace):
-    conv = fmt.read_cupti_raw(trace)
+    conv = read_cupti_raw(trace)
     cols = ["range_id", "kind", "name", "start_ns", "dur_ns", "depth", "parent", "external_id",
             "pid", "tid"]
     assert rows(conv.tables["range"], cols) == [
@@ -110,7 +111,7 @@ def test_ranges_markers_and_nvtx(trace):
 
 
 def test_trace_facts(trace):
-    conv = fmt.read_cupti_raw(trace)
+    conv = read_cupti_raw(trace)
     assert conv.source_format == "cupti_raw" and conv.source_version == "1"
     assert conv.rank == 3 and conv.world_size == 8
     # 2 + 2 + 6 + 4 records in the first buffer, 7 in the second, 3 markers
@@ -129,14 +130,14 @@ def test_trace_facts(trace):
 def test_every_reader_path_gives_the_same_tables(tmp_path, trace):
     """Records copied one by one (not one buffer), stored raw instead of zlib, the file gzipped,
     and read through the format dispatch: the same tables."""
-    base = fmt.read_cupti_raw(trace).tables
+    base = read_cupti_raw(trace).tables
     spaced = tmp_path / "spaced.cupti"
     write(spaced, h.scenario, spacing=4096, codec=fmt.RAW)
     gz = tmp_path / "job.cupti.gz"
     with open(trace, "rb") as src, gzip.open(gz, "wb") as dst:
         shutil.copyfileobj(src, dst)
     assert sniff(gz) == "cupti_raw"
-    for other in (fmt.read_cupti_raw(spaced).tables, read_trace(gz).tables,
+    for other in (read_cupti_raw(spaced).tables, read_trace(gz).tables,
                   read_trace(trace).tables):
         for name in base:
             assert other[name].equals(base[name]), name
@@ -147,8 +148,8 @@ def test_out_of_order_buffers(tmp_path, trace):
     correlation records before the calls, NVTX end before its start. Same tables."""
     late = tmp_path / "late.cupti"
     write(late, h.scenario, order=[1, 0])
-    base = fmt.read_cupti_raw(trace).tables
-    other = fmt.read_cupti_raw(late).tables
+    base = read_cupti_raw(trace).tables
+    other = read_cupti_raw(late).tables
     for name in base:
         assert other[name].equals(base[name]), name
 
@@ -157,7 +158,7 @@ def test_dropped_records_are_reported(tmp_path):
     path = tmp_path / "dropped.cupti"
     counts = iter([5, 0])
     write(path, h.scenario, dropped=lambda: next(counts))
-    conv = fmt.read_cupti_raw(path)
+    conv = read_cupti_raw(path)
     assert conv.stats.get("cupti_dropped_records") == 5
     stat = next(s for s in conv.stats.rows() if s["name"] == "cupti_dropped_records")
     assert stat["severity"] == "warning"
@@ -169,7 +170,7 @@ def test_crash_mid_write_keeps_complete_chunks(tmp_path):
     path = tmp_path / "crash.cupti"
     write(path, h.scenario, close=False, markers=False)
     whole = path.read_bytes()
-    full = fmt.read_cupti_raw(path)
+    full = read_cupti_raw(path)
     assert full.stats.get("collection_not_closed") == 1
     assert not full.stats.get("truncated_chunk")
     # cut the last chunk (records of the second buffer) in half
@@ -177,7 +178,7 @@ def test_crash_mid_write_keeps_complete_chunks(tmp_path):
     lost = int.from_bytes(whole[last + 8:last + 12], "little")  # its record count
     assert whole[last + 4] == fmt.RECORDS and lost > 0
     path.write_bytes(whole[:last + 40])
-    cut = fmt.read_cupti_raw(path)
+    cut = read_cupti_raw(path)
     assert cut.stats.get("truncated_chunk") == 1
     assert cut.events == full.events - lost
     assert sum(t.num_rows for t in cut.tables.values()) < \
@@ -186,7 +187,7 @@ def test_crash_mid_write_keeps_complete_chunks(tmp_path):
         assert cut.tables[name].equals(full.tables[name]), name
     # cut inside a chunk header
     path.write_bytes(whole[:last + 10])
-    assert fmt.read_cupti_raw(path).stats.get("truncated_chunk") == 1
+    assert read_cupti_raw(path).stats.get("truncated_chunk") == 1
 
 
 def test_damaged_chunk_is_skipped(tmp_path, trace):
@@ -200,7 +201,7 @@ def test_damaged_chunk_is_skipped(tmp_path, trace):
         pos += 4
     data[pos + fmt.CHUNK_HEADER_BYTES + 3] ^= 0xFF
     trace.write_bytes(bytes(data))
-    conv = fmt.read_cupti_raw(trace)
+    conv = read_cupti_raw(trace)
     assert conv.stats.get("chunk_crc_mismatch") == 1
 
 
@@ -209,14 +210,14 @@ def test_header_errors(tmp_path, trace):
     bad = tmp_path / "bad.cupti"
     bad.write_bytes(whole[:12])
     with pytest.raises(TraceFormatError, match="inside the header"):
-        fmt.read_cupti_raw(bad)
+        read_cupti_raw(bad)
     header = fmt.encode_header({"format": fmt.FORMAT_NAME, "version": 99})
     bad.write_bytes(header)
     with pytest.raises(TraceFormatError, match=r"version 99; supported: .* versions 1"):
-        fmt.read_cupti_raw(bad)
+        read_cupti_raw(bad)
     bad.write_bytes(b"DDCUPTI1" + b"\x05\x00\x00\x00" + b"nope!")
     with pytest.raises(TraceFormatError, match="not valid JSON"):
-        fmt.read_cupti_raw(bad)
+        read_cupti_raw(bad)
 
 
 def test_layout_missing_a_field_is_an_error(tmp_path):
@@ -226,7 +227,7 @@ def test_layout_missing_a_field_is_an_error(tmp_path):
     path.write_bytes(fmt.encode_header({"format": fmt.FORMAT_NAME, "version": 1})
                      + fmt.encode_json_chunk(fmt.LAYOUT, spec))
     with pytest.raises(TraceFormatError, match="CUpti_ActivityAPI.*has no field cbid") as e:
-        fmt.read_cupti_raw(path)
+        read_cupti_raw(path)
     assert e.value.field == "CUpti_ActivityAPI.cbid"
 
 
@@ -240,7 +241,7 @@ def test_unknown_record_class_is_counted(tmp_path):
         return [[("ActivityAPI", odd), ("ActivityFromTheFuture99", odd)]]
 
     write(path, buffers, markers=False)
-    conv = fmt.read_cupti_raw(path)
+    conv = read_cupti_raw(path)
     assert conv.tables["api"].num_rows == 1
     assert conv.metadata["records_skipped"] == 1
     assert conv.metadata["records_skipped_classes"] == ["ActivityFromTheFuture99"]
@@ -255,7 +256,7 @@ def test_collector_errors_are_reported(tmp_path):
     rec.handle_buffer(h.Buffer([("ActivityContext4", h.record(
         "ActivityContext4", kind=fmt.KIND_CONTEXT, context_id=1, device_id=0))]).activities)
     rec.close()
-    conv = fmt.read_cupti_raw(path)
+    conv = read_cupti_raw(path)
     assert conv.stats.get("collector_errors") == 1
     assert "AttributeError" in next(s["detail"] for s in conv.stats.rows()
                                     if s["name"] == "collector_errors")

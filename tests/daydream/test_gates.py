@@ -26,3 +26,15 @@ def test_a_slower_prediction_names_the_tasks_that_made_it_so(tmp_path):
     d2 = api.predict(str(V100), tmp_path / "store", opts=["fusion"])
     assert d2.predicted_ms <= d2.baseline_ms
     assert "slowdown_named" not in {x.name for x in d2.gates}
+
+
+def test_shrinking_is_said_at_registration():
+    """Which optimizations only remove or shrink work is said where each is registered
+    (``register(..., shrinks=True)``), and the gate reads it there."""
+    from daydream.transforms.registry import opts, shrinking
+    assert {n for n, o in opts().items() if o.shrinks} == {
+        "amp", "fused_adam", "fused_adamw", "fused_sgd", "fused_adagrad", "fused_optimizer",
+        "cuda_graphs", "fusion", "bn_restructure", "dataloader", "p3", "dgc", "blueconnect",
+        "no_straggler", "no_profiler"}
+    assert shrinking(["amp", "fusion"]) and not shrinking(["amp", "ddp"])
+    assert not shrinking(["no_such_optimization"])

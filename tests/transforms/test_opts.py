@@ -41,11 +41,23 @@ def test_amp_family():
     assert family({"name": "AMD Instinct MI300X", "computeMajor": 9, "computeMinor": 4}) == (
         "mi300x")
     assert family(None) == "default"
-    # every table of per-family constants covers every family the lookup can return
-    from daydream.transforms.constants import GPU_MEMORY_GBPS
+    # every family the lookup can return stands for a part of the GPU table, and the figures
+    # the models read of a GPU come from that table: the PCIe generation of every part that
+    # gives one has its achieved bandwidth in offload's constants
+    from daydream.transforms.devices import ARCHITECTURE_FAMILY, REFERENCE, gpu
+    from daydream.transforms.hardware import DEVICES
     from daydream.transforms.opts.offload import OFFLOAD
-    assert set(FAMILIES) == set(OFFLOAD["pcie_gbps"])
-    assert set(FAMILIES) <= set(GPU_MEMORY_GBPS)
+    assert set(FAMILIES) == set(REFERENCE) and set(REFERENCE.values()) <= set(DEVICES)
+    assert {d.pcie_gen for d in DEVICES.values()} - {None} <= set(OFFLOAD["pcie_gbps"])
+    for f in FAMILIES:
+        d = DEVICES[REFERENCE[f]]
+        assert d.memory_gbps and d.pcie_gen and ARCHITECTURE_FAMILY[d.architecture] in (
+            f, "v100")
+    # a part's own figure, its family's reference part's where the table has none for it
+    assert gpu({"name": "NVIDIA A100-SXM4-80GB"}, "memory_gbps").memory_gbps == 2039
+    assert gpu({"name": "AMD Instinct MI250"}).pcie_gen is None
+    assert gpu({"name": "AMD Instinct MI250"}, "pcie_gen").key == "mi300x"
+    assert gpu({"name": "a GPU nobody knows"}).key == "v100-sxm2-32gb"
 
 
 @pytest.mark.parametrize("key", ["v100", "a100"])

@@ -413,7 +413,7 @@ _SCALER_RE = re.compile(r"non_finite_check_and_unscale|amp_update_scale")
 
 # ---- the optimization --------------------------------------------------------------------------
 
-@register("amp")
+@register("amp", shrinks=True)
 def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
         loss_scaling: bool = True, gpu: str = "") -> Graph:
     """Automatic mixed precision (torch.autocast to DTYPE fp16 or bf16, and GradScaler).

@@ -29,7 +29,7 @@ def hierarchical_ns(nbytes: np.ndarray, n: int, g: int, intra: comm.Link, inter:
     return rs + ar + ag
 
 
-@register("blueconnect")
+@register("blueconnect", shrinks=True)
 def blueconnect(g: Graph, ctx: Context, *, gpus_per_node: int = 8, intra: str = "",
                 inter: str = "", algo: str = "ring") -> Graph:
     """BlueConnect: each gradient all-reduce becomes reduce-scatter inside a node (INTRA link,

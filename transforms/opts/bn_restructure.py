@@ -120,7 +120,7 @@ def pairs(g: Graph) -> tuple[list[tuple[list[int], int]], list[tuple[int, list[i
     return sorted(fwd, key=lambda x: x[1]), sorted(bwd)
 
 
-@register("bn_restructure")
+@register("bn_restructure", shrinks=True)
 def bn_restructure(g: Graph, ctx: Context, *, conv_fusion: bool = False) -> Graph:
     """Restructured batch normalization (Jung et al.): BN+ReLU passes fused, fewer DRAM passes.
 

@@ -19,7 +19,7 @@ def region_tasks(g: Graph) -> np.ndarray:
             & (g.array("iteration", -1) >= 0) & ~g.array("blocking"))
 
 
-@register("cuda_graphs", removes_cpu=True)
+@register("cuda_graphs", removes_cpu=True, shrinks=True)
 def cuda_graphs(g: Graph, ctx: Context) -> Graph:
     """CUDA graphs over forward+backward: the region's host time and launch calls vanish.
 

@@ -69,7 +69,7 @@ def factors(g: Graph, workers: int, cores: float = 0.0) -> pl.DataFrame:
         pl.Series("compute_factor", np.where(comp > 0, comp_new / np.maximum(comp, 1), 1.0)))
 
 
-@register("dataloader")
+@register("dataloader", shrinks=True)
 def dataloader(g: Graph, ctx: Context, *, workers: int = 4, cores: float = 0.0) -> Graph:
     """DataLoader with WORKERS worker processes on CORES cores: the training thread's data
     loading shrinks, and where the cores are too few, its other work slows.

@@ -9,8 +9,8 @@ from daydream.base.errors import DaydreamError
 from daydream.graphstore.schema import LOCAL_GPU_KINDS
 from daydream.transforms import comm
 from daydream.transforms.constants import DISTRIBUTED as C
-from daydream.transforms.constants import GPU_MEMORY_GBPS as MEM
-from daydream.transforms.devices import family
+from daydream.transforms.constants import GPU_MEMORY
+from daydream.transforms.devices import gpu
 from daydream.transforms.opts.distributed import (
     current_link,
     gradient_allreduces,
@@ -22,7 +22,7 @@ from daydream.transforms.primitives import Graph
 from daydream.transforms.registry import Context, register
 
 
-@register("dgc")
+@register("dgc", shrinks=True)
 def dgc(g: Graph, ctx: Context, *, ratio: float = 0.001) -> Graph:
     """Deep gradient compression: each gradient all-reduce sends only RATIO of the gradients.
 
@@ -31,7 +31,8 @@ def dgc(g: Graph, ctx: Context, *, ratio: float = 0.001) -> Graph:
     (n-1) x 2 x RATIO x bytes / B where it was 2(n-1)/n x bytes / B; latency steps follow the
     all-gather (n-1). Before each collective a selection kernel is inserted on the stream of
     the kernel that made the gradients ready: it streams over the message dgc_select_frac
-    passes at the GPU's achieved memory bandwidth (constants DISTRIBUTED, GPU_MEMORY_GBPS).
+    passes at the GPU's achieved memory bandwidth (its memory_gbps in transforms.hardware;
+    constants DISTRIBUTED, GPU_MEMORY).
     Chain after ddp(...) for a single-GPU trace, or use on a DDP trace."""
     if not 0 < ratio <= 1:
         raise DaydreamError(f"dgc: ratio must be in (0, 1], got {ratio}")
@@ -44,8 +45,7 @@ def dgc(g: Graph, ctx: Context, *, ratio: float = 0.001) -> Graph:
            parts["xfer_ns"].to_numpy() * (2 * ratio * n * w_ag) / w_ar)
     g = set_comm(g, c["task_id"].to_numpy(), np.rint(new).astype(np.int64))
     # selection kernels: on the stream of the GPU task that fed each collective
-    fam = family(ctx.device)
-    bw = MEM.get(fam, MEM["default"])["value"] * MEM["achieved"]["value"]
+    bw = gpu(ctx.device, "memory_gbps").memory_gbps * GPU_MEMORY["achieved"]["value"]
     nbytes = parts["bytes"].fill_null(0).to_numpy().astype(np.float64)
     if not nbytes.any():  # no sizes: the transfer time at the link's bandwidth says how much
         nbytes = parts["xfer_ns"].to_numpy() * cur.gbps / max(w_ar, 1e-9)

@@ -11,13 +11,12 @@ from daydream.base.errors import DaydreamError
 from daydream.graphstore.latency import LATENCY
 from daydream.graphstore.schema import LOCAL_GPU_KINDS
 from daydream.transforms import comm
+from daydream.transforms.constants import COMM_LINK
 from daydream.transforms.constants import DISTRIBUTED as C
-from daydream.transforms.devices import family
+from daydream.transforms.devices import family, gpu
+from daydream.transforms.hardware import Device, device_from_properties
 from daydream.transforms.primitives import Graph
 from daydream.transforms.registry import Context, register
-
-# A link assumed for the trace when its collectives carry no message size, by GPU family.
-_ASSUMED = {"v100": "nvlink2", "a100": "nvlink3", "h100": "nvlink4"}
 
 
 def rows_frame(rows: list[dict]) -> pl.DataFrame:
@@ -87,8 +86,23 @@ def message_bytes(parts: pl.DataFrame, link: comm.Link, wire: float) -> np.ndarr
 
 
 def assumed_link(ctx: Context) -> comm.Link:
-    """The link usual for the trace's GPU (NVLink of its generation; PCIe 4 when unknown)."""
-    return comm.link(_ASSUMED.get(family(ctx.device), "pcie4"))
+    """The link usual for the trace's GPU, assumed where its collectives carry no message
+    size: the NVLink generation of the GPU's own NVLink bandwidth (transforms.hardware:
+    interconnect, interconnect_bidir_gbps; for a GPU the table lacks, its family's reference
+    part), PCIe 4 where it has no NVLink of a known generation or is unknown."""
+    d = device_from_properties(ctx.device) if ctx.device else None
+    if d is None and family(ctx.device) != "default":
+        d = gpu(ctx.device)
+    return comm.link(nvlink(d) or "pcie4")
+
+
+def nvlink(d: Device | None) -> str | None:
+    """The COMM_LINK NVLink generation of a GPU's NVLink (its bandwidth in both directions is
+    twice the generation's one-direction peak), None where it has none."""
+    if d is None or not (d.interconnect or "").startswith("nvlink"):
+        return None
+    return next((k for k, v in COMM_LINK.items() if k.startswith("nvlink")
+                 and v["value"]["gbps"] * 2 == d.interconnect_bidir_gbps), None)
 
 
 def current_link(g: Graph, ctx: Context, n: int, algo: str = "ring") -> comm.Link:
@@ -195,7 +209,7 @@ def world(g: Graph, ctx: Context, *, n: int = 8, bandwidth: str = "", algo: str 
     return _rewrite_comm(g, ctx, n, bandwidth or None, algo, "world")
 
 
-@register("no_straggler")
+@register("no_straggler", shrinks=True)
 def no_straggler(g: Graph, ctx: Context) -> Graph:
     """Every rank of a job as fast as the median rank: a rank whose own work (CPU and GPU
     tasks other than collectives) took longer than the median rank's is scaled down to the

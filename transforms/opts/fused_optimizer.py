@@ -298,10 +298,10 @@ def _make(kind: str):
 
 
 for _k in ("adam", "adamw", "sgd", "adagrad"):
-    register(f"fused_{_k}")(_make(_k))
+    register(f"fused_{_k}", shrinks=True)(_make(_k))
 
 
-@register("fused_optimizer")
+@register("fused_optimizer", shrinks=True)
 def fused_optimizer(g: Graph, ctx: Context, *, kind: str = "adam") -> Graph:
     """Fused optimizer of KIND (adam, adamw, sgd, adagrad); see fused_adam."""
     if kind not in KINDS:

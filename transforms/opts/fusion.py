@@ -95,7 +95,7 @@ def chains(g: Graph, max_chain: int = 8, optimizer: bool = False) -> list[list[i
     return sorted(out)
 
 
-@register("fusion", removes_cpu=True)
+@register("fusion", removes_cpu=True, shrinks=True)
 def fusion(g: Graph, ctx: Context, *, max_chain: int = 8, optimizer: bool = False) -> Graph:
     """Element-wise kernel fusion: chains of adjacent element-wise kernels become one kernel.
 

@@ -9,7 +9,7 @@ from daydream.transforms.primitives import Graph
 from daydream.transforms.registry import Context, register
 
 
-@register("no_profiler")
+@register("no_profiler", shrinks=True)
 def no_profiler(g: Graph, ctx: Context) -> Graph:
     """The same job without the profiler: each thread's host time per iteration loses the
     profiler's estimated cost (transforms.constants.PROFILER: per recorded op and per traced

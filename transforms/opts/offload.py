@@ -15,27 +15,24 @@ from daydream.base.errors import DaydreamError
 from daydream.graphstore.params import DTYPE_BYTES
 from daydream.transforms import layers as L
 from daydream.transforms import memory
-from daydream.transforms.devices import family
+from daydream.transforms.devices import family, gpu
 from daydream.transforms.primitives import Graph
 from daydream.transforms.registry import Context, register
 
 _PCIE = "PCI-SIG base specifications: {gen} x16 moves {peak} GB/s per direction"
 # Constants of the model, each with where it comes from ("estimate" = a modelling choice).
 OFFLOAD = {
-    # Host <-> device bandwidth per GPU family (GB/s, one direction, pinned memory). GPUs reach
-    # the host over PCIe even in SXM boards (NVLink joins GPUs, not the x86 host).
+    # Host <-> device bandwidth achieved per PCIe generation of the GPU's host link (GB/s, one
+    # direction, pinned memory; the generation is the GPU's own: transforms.hardware, pcie_gen).
+    # GPUs reach the host over PCIe even in SXM boards (NVLink joins GPUs, not the x86 host).
     "pcie_gbps": {
-        "v100": {"value": 12.0, "source": _PCIE.format(gen="PCIe 3.0", peak=15.75) + "; "
-                 "~12 GB/s achieved pinned (CUDA bandwidthTest on V100 systems; vDNN, Rhu et "
-                 "al. 2016, measured 12.8 GB/s on PCIe 3.0)"},
-        "turing": {"value": 12.0, "source": "as v100 (PCIe 3.0 x16)"},
-        "a100": {"value": 24.0, "source": _PCIE.format(gen="PCIe 4.0", peak=31.5) + "; "
-                 "estimate 24 GB/s achieved (~77%, as on PCIe 3.0)"},
-        "h100": {"value": 50.0, "source": _PCIE.format(gen="PCIe 5.0", peak=63.0) + "; "
-                 "estimate 50 GB/s achieved"},
-        "mi300x": {"value": 50.0, "source": "AMD MI300X: PCIe 5.0 x16 host link ("
-                   + _PCIE.format(gen="PCIe 5.0", peak=63.0) + "); estimate 50 achieved"},
-        "default": {"value": 12.0, "source": "estimate: PCIe 3.0 when the GPU is unknown"},
+        3: {"value": 12.0, "source": _PCIE.format(gen="PCIe 3.0", peak=15.75) + "; "
+            "~12 GB/s achieved pinned (CUDA bandwidthTest on V100 systems; vDNN, Rhu et al. "
+            "2016, measured 12.8 GB/s on PCIe 3.0)"},
+        4: {"value": 24.0, "source": _PCIE.format(gen="PCIe 4.0", peak=31.5) + "; "
+            "estimate 24 GB/s achieved (~77%, as on PCIe 3.0)"},
+        5: {"value": 50.0, "source": _PCIE.format(gen="PCIe 5.0", peak=63.0) + "; "
+            "estimate 50 GB/s achieved"},
     },
     "copy_latency_ns": {"value": 10000, "source": "estimate: a cudaMemcpyAsync of pinned "
                         "memory pays ~5-10 us of DMA set-up and completion before bytes flow "
@@ -111,13 +108,13 @@ def offload(g: Graph, ctx: Context, *, layers: str = "conv", every: int = 1,
     kernel it is issued beside. Bytes: the first input tensor of the layer's outermost op from
     the trace's recorded input shapes and dtypes (FP32 where no dtype); where the trace records
     none, LAYER_MB megabytes (0: such layers are not offloaded). Copy time = bytes / PCIe bandwidth
-    of the GPU family (OFFLOAD pcie_gbps) + copy_latency_ns."""
+    achieved on the GPU's PCIe generation (OFFLOAD pcie_gbps) + copy_latency_ns."""
     if every < 1:
         raise DaydreamError(f"offload: every must be >= 1, got {every}")
     if layer_mb < 0:
         raise DaydreamError(f"offload: layer_mb must be >= 0, got {layer_mb}")
     fam = family(ctx.device)
-    gbps = OFFLOAD["pcie_gbps"][fam]["value"]
+    gbps = OFFLOAD["pcie_gbps"][gpu(ctx.device, "pcie_gen").pcie_gen]["value"]
     st = L.sites(g, L.pick(g, layers, every, "offload"))
     ranges = None
     if st and ctx.activity is not None:

@@ -75,7 +75,7 @@ def forward_targets(task: pl.DataFrame, ready: np.ndarray, it: np.ndarray,
     return out
 
 
-@register("p3")
+@register("p3", shrinks=True)
 def p3(g: Graph, ctx: Context, *, slice_kb: float = 0.0, max_slices: int = 0,
        max_overhead: float = 0.0) -> Graph:
     """P3: gradient all-reduces cut into slices of SLICE_KB (0: the paper's 50,000 FP32
