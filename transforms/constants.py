@@ -7,7 +7,7 @@ a modelling choice derived as stated, not a published measurement; tune it here,
 from __future__ import annotations
 
 # AMP (transforms/opts/amp.py): the model's figures beside the GPU table's peaks
-# (transforms/hardware.py) and autocast's op lists (transforms/kernels.py).
+# (transforms/hardware.py) and autocast's op lists (transforms/kernel_class.py).
 AMP = {
     "reduced_share": {"value": 0.5, "source": "definition: a trace whose matrix kernels spend "
                       "at least half their time in FP16/BF16/FP8 already runs mixed precision "

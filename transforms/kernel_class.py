@@ -33,12 +33,17 @@ Names are read as the vendors' libraries write them:
 - CUTLASS: ``cutlass_80_tensorop_f16_s16816gemm_...``, ``cutlass_tensorop_s1688fprop_..._tf32``,
   ``cutlass_80_simt_sgemm``, mangled ``cutlass::...::tfloat32_t``; ``wmma_tensorop_f16`` is the
   WMMA tensor-core path;
-- ROCm: Tensile ``Cijk_..._<A><B><compute>_...`` (``BBS`` BF16 in, FP32 compute; ``HHS`` FP16;
-  ``SB`` FP32, ``DB`` FP64), MIOpen ``igemm_{fwd,bwd,wrw}_..._<dtype>_...`` (convolutions),
+- ROCm: Tensile (rocBLAS, hipBLASLt) ``Cijk_<A indices>_<B indices>_<types>_...``, whose type
+  field starts with the input type: ``BBS`` BF16 in, FP32 compute; ``HHS`` FP16; ``SB`` FP32,
+  ``DB`` FP64; hipBLASLt's newer names put an underscore after the input type
+  (``Cijk_Alik_Bljk_B_BS_BH_Bias_...`` BF16 in, ``Cijk_Ailk_Bljk_S_B_Bias_...`` FP32); MIOpen
+  ``igemm_{fwd,bwd,wrw}_..._<dtype>_...`` (convolutions),
   composable kernels ``ck::tensor_operation::...xdl...`` whose element types are mangled
   template arguments (``DF16_`` _Float16, ``t`` ck::bhalf_t = unsigned short, ``f`` float);
-- FlashAttention (``flash_fwd_kernel``, ``flash_bwd_*``) runs in FP16 or BF16 only (Dao,
-  "FlashAttention-2", 2023: "Datatype fp16 and bf16"): FP16 where the name shows neither.
+- FlashAttention (``flash_fwd_kernel``, ``flash_bwd_*``; on ROCm AOTriton's ``attn_fwd``,
+  ``attn_bwd``) runs in FP16 or BF16 only (Dao, "FlashAttention-2", 2023: "Datatype fp16 and
+  bf16"): FP16 where the name shows neither (the two peaks are equal on every GPU of the
+  table that has both).
 
 A bare MMA shape ``s1688``/``s16816`` with no FP16/BF16 marker is TF32 (Ampere's FP32-in
 tensor-core path); Volta's 884 and WMMA's 161616 take FP16 only. From Ampere on, PyTorch runs
@@ -113,11 +118,16 @@ _MEMORY_FIRST = re.compile(
     r"at::native::|at_cuda_detail::|cub::|thrust::|fbgemm_gpu|triton_|"
     r"elementwise|reduce_kernel|softmax|layer_norm|layernorm|rowwisemoments|"
     r"multi_tensor_apply|embedding|bounds_check|_scatter_gather")
-_ATTENTION = re.compile(r"flash_fwd|flash_bwd|flash_attn|fmha|attention_kernel|mha_fwd|mha_bwd")
+_ATTENTION = re.compile(r"flash_fwd|flash_bwd|flash_attn|fmha|attention_kernel|mha_fwd|mha_bwd|"
+                        r"^attn_(fwd|bwd)")
 _CONV = re.compile(r"conv|cudnn|winograd|fprop|dgrad|wgrad|implicit_gemm|implicitgemm|"
                    r"igemm_(fwd|bwd|wrw)|fft2d|wgrad_alg|explicit_convolve|implicit_convolve")
 _GEMM = re.compile(r"gemm|xmma|cutlass|_tensorop|cijk_|mfma|xdlops|_xdl_|magma_|"
                    r"matmul|hgemm|dgemm|zgemm|cgemm|ck16tensor_operation|ck::tensor_operation")
+# Tensile's type field (the first after the two index strings): its first letter is the input
+# type (module doc)
+_TENSILE_TYPES = re.compile(r"^cijk_a[a-z]+_b[a-z]+_([a-z0-9]+)_")
+_TENSILE_INPUT = {"b": "bf16", "h": "fp16", "s": "fp32", "d": "fp64", "i": "int8"}
 # the element types of a matrix kernel, checked in this order
 _FP64 = re.compile(r"dgemm|zgemm|d884|dmma|_f64|f64f64|double|_db_|dcudnn")
 _INT8 = re.compile(r"i8816|i16832|imma|int8|_i8i8|s8s8|i8gemm|igemm_.*_int8|_i8_")
@@ -143,6 +153,9 @@ def _matrix_math(low: str, op: str) -> str:
     """The math class of a matrix kernel's name (lower case)."""
     if op == "attention" and not (_BF16.search(low) or _FP16.search(low)):
         return "fp16"  # FlashAttention-style kernels run in FP16/BF16 only
+    m = _TENSILE_TYPES.match(low)
+    if m and m.group(1)[0] in _TENSILE_INPUT:
+        return _TENSILE_INPUT[m.group(1)[0]]
     if _FP64.search(low):
         return "fp64"
     if _FP8.search(low):

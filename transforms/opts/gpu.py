@@ -159,7 +159,7 @@ def gpu(g: Graph, ctx: Context, *, name: str, conv_tf32: bool = True,
 
     Each GPU task keeps its fixed launch-to-finish cost (the trace's own, as in batch) and
     scales the rest by the ratio of the two devices' peaks for its class
-    (transforms/kernels.py): FP32, TF32, FP16/BF16/FP8/INT8 tensor rates for GEMMs and
+    (transforms/kernel_class.py): FP32, TF32, FP16/BF16/FP8/INT8 tensor rates for GEMMs and
     convolutions, device memory bandwidth for every other kernel, copies and sets, PCIe for
     host copies. An FP32 convolution traced on a GPU without TF32 runs on TF32 tensor cores
     on one that has them (CONV_TF32, torch.backends.cudnn.allow_tf32, default True); an FP32
