@@ -646,6 +646,21 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
         op_by_id[r_ids] = _flag(rng, "kind", lambda k: k == "cpu_op") & ~_flag(
             rng, "name", lambda n: bool(MARKER_RE.match(n)))
         in_op = op_by_id[rid]
+    # polling: a thread that asks whether GPU work is done (cudaEventQuery, ...) is waiting for
+    # it, not working: each stretch of its time in which GPU work of its process ended waits
+    # for the last such task (the trace does not say which event was polled), and only what
+    # it ran after that task ended is its own
+    p_src, p_dst, pollers = _poll_waits(kind, unit, start, end, names, vocab, rid, nthr,
+                                        threads, thr_prev, thr_next, in_op, launch_of,
+                                        gpu_mask)
+    stats.add("polling_threads", pollers, severity="info",
+              detail="threads whose calls only ask whether GPU work is done (or inspect "
+                     "state): their time between calls is waiting for the GPU, not work")
+    stats.add("poll_waits", len(p_src), severity="info",
+              detail="stretches of a polling thread, or between two queries outside any "
+                     "operator, that wait for the last GPU task of the process ending in "
+                     "them (inferred from that coincidence: a sync edge from it)")
+    waits.add(p_src, p_dst, EK_SYNC, L["sync"], True)
     k_src, k_dst, k_via = _wake_edges(kind, unit, start, end, nthr, threads,
                                       blocking | in_op)
     stats.add("wake_edges", len(k_src), severity="info",
@@ -1006,6 +1021,59 @@ def _first_triggers(kind, unit, start, end, nthr, pid):
             via[k] = best_via
             k += 1
     return src[:k], dst[:k], via[:k]
+
+
+def _poll_waits(kind, unit, start, end, names, vocab, rid, nthr, threads, thr_prev, thr_next,
+                in_op, launch_of, gpu_mask) -> tuple[np.ndarray, np.ndarray, int]:
+    """The waits of polling (graphstore.calls.poll_kinds): (GPU task, host stretch) pairs and
+    the number of polling threads.
+
+    A stretch polls when its thread is a polling thread (every call a query or an inspection,
+    at least one query, no operator of its own, nothing launched), or when it lies between two
+    queries outside any operator (a Python loop over ``event.query()``). It waits for the
+    last GPU task launched by its process that ended within it; a stretch in which no such
+    task ended is left as it is (nothing in the trace says what it waited for)."""
+    empty = np.zeros(0, np.int64)
+    n = len(kind)
+    if nthr == 0 or not gpu_mask.any():
+        return empty, empty, 0
+    pk = calls.poll_kinds(vocab)
+    api = kind == KIND_API
+    poll = np.where(api, pk[names], np.int8(-1))  # per task: 2 query, 1 inspect, 0 other
+    thread = unit < nthr
+    host = kind == KIND_HOST
+    # per thread: calls that are neither query nor inspection, queries, ranged host time
+    other = np.bincount(unit[api & (poll == 0)], minlength=nthr)[:nthr]
+    queries = np.bincount(unit[api & (poll == 2)], minlength=nthr)[:nthr]
+    ranged = np.bincount(unit[thread & host & (rid >= 0)], minlength=nthr)[:nthr]
+    launcher = np.zeros(nthr, bool)
+    launched = launch_of[launch_of >= 0]
+    launcher[unit[launched][unit[launched] < nthr]] = True
+    poller = (queries > 0) & (other == 0) & (ranged == 0) & ~launcher
+    prv = np.full(n, -1, np.int64)
+    nxt = np.full(n, -1, np.int64)
+    prv[thr_next] = thr_prev
+    nxt[thr_prev] = thr_next
+    h = np.flatnonzero(host & thread)
+    between = ((prv[h] >= 0) & (nxt[h] >= 0) & ~in_op[h]
+               & (poll[np.maximum(prv[h], 0)] == 2) & (poll[np.maximum(nxt[h], 0)] == 2))
+    h = h[poller[unit[h]] | between]
+    g = np.flatnonzero(gpu_mask & (launch_of >= 0))
+    if not len(h) or not len(g):
+        return empty, empty, int(poller.sum())
+    # the GPU tasks of each process by end (a process: the launching thread's pid)
+    _, pid_rank = np.unique(threads[:, 0], return_inverse=True)
+    gp = pid_rank.reshape(-1)[unit[launch_of[g]]]
+    base = int(end[g].min())
+    key = gp * (1 << 50) + (end[g] - base)
+    o = np.argsort(key, kind="stable")
+    g, key = g[o], key[o]
+    hp = pid_rank.reshape(-1)[unit[h]]
+    pos = np.searchsorted(key, hp * (1 << 50) + (end[h] - base), side="right") - 1
+    ok = pos >= 0
+    c = g[np.maximum(pos, 0)]
+    ok &= (key[np.maximum(pos, 0)] >> 50 == hp) & (end[c] > start[h])
+    return c[ok], h[ok], int(poller.sum())
 
 
 def _wake_edges(kind, unit, start, end, nthr, threads, blocking):
@@ -1460,9 +1528,20 @@ def _occupant(tasks, ready, pos, start, unit, dev_of_unit, gs, gd, gend):
     return src[:k], dst[:k]
 
 
+def timestamp_tick_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """The resolution of a trace's GPU timestamps: 1 us where every one is a whole microsecond
+    (Kineto's JSON writes microseconds, most traces with no fraction), else 0 (nanoseconds).
+    Two tasks' times rounded to it can put an end up to one tick after the start it
+    released."""
+    if not len(start) or (start % 1_000).any() or (end % 1_000).any():
+        return 0
+    return 1_000
+
+
 def _infer_waits(tasks, start, end, unit, g_ids, streams, nthr):
     """For GPU tasks whose start nothing explains: a task on another stream of the same device
-    that ended within WAIT_TOL_NS before it started."""
+    that ended within WAIT_TOL_NS before it started, or up to one timestamp tick after it
+    (``timestamp_tick_ns``: the two times were rounded apart)."""
     if not len(tasks):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     dev_of_unit = np.full(int(unit.max()) + 1, -1, np.int64)
@@ -1473,7 +1552,8 @@ def _infer_waits(tasks, start, end, unit, g_ids, streams, nthr):
     # device-major, then end time relative to the earliest end
     base = int(gend.min()) if len(gend) else 0
     key = gd * (1 << 50) + (gend - base)
-    q = dev_of_unit[unit[tasks]] * (1 << 50) + (start[tasks] - base)
+    tick = timestamp_tick_ns(start[g_ids], ge)
+    q = dev_of_unit[unit[tasks]] * (1 << 50) + (start[tasks] - base + tick)
     pos = np.searchsorted(key, q, side="right") - 1
     return _walk_back(tasks.astype(np.int64), pos, start, unit, dev_of_unit, gs, gd, gend)
 
@@ -1481,9 +1561,9 @@ def _infer_waits(tasks, start, end, unit, g_ids, streams, nthr):
 @kernel("UniTuple(int64[::1], 2)", "int64[::1]", "int64[::1]", "int64[::1]", "int32[::1]",
         "int64[::1]", "int64[::1]", "int64[::1]", "int64[::1]")
 def _walk_back(tasks, pos, start, unit, dev_of_unit, gs, gd, gend):
-    """_infer_waits' search: from the last GPU end at or before each task's start on its
-    device, walk back over candidates on the task's own stream (a few at most) to the first
-    task of another stream that ended within WAIT_TOL_NS."""
+    """_infer_waits' search: from the last GPU end at or before each task's start (plus a
+    timestamp tick) on its device, walk back over candidates on the task's own stream (a few
+    at most) to the first task of another stream that ended within WAIT_TOL_NS."""
     src = np.empty(tasks.shape[0], np.int64)
     dst = np.empty(tasks.shape[0], np.int64)
     k = 0

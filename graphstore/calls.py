@@ -50,6 +50,23 @@ def is_launch(name: str) -> bool:
     return bool(_LAUNCH.search(name))
 
 
+# Calls that ask whether GPU work is done without waiting for it (a thread that repeats them
+# is polling: graphstore.build's poll waits), and calls that only inspect the runtime's state:
+# a thread whose calls are all of these launches and waits for nothing itself.
+_QUERY = re.compile(r"^(cuda|hip)(Event|Stream)Query|^cu(Event|Stream)Query")
+_INSPECT = re.compile(r"^(cuda|hip)(PointerGetAttributes|GetDevice|GetDeviceCount|SetDevice|"
+                      r"GetLastError|PeekAtLastError|DeviceGetAttribute|StreamGetPriority|"
+                      r"StreamIsCapturing|StreamGetCaptureInfo)|^cu(PointerGetAttribute|"
+                      r"CtxGetCurrent|CtxSetCurrent|DeviceGet)")
+
+
+def poll_kinds(names: np.ndarray) -> np.ndarray:
+    """Per distinct call name: 2 for a query (``cudaEventQuery``, ``cudaStreamQuery``, the HIP
+    and driver ones), 1 for a call that only inspects state, 0 for any other."""
+    return np.array([2 if _QUERY.search(str(n)) else 1 if _INSPECT.search(str(n)) else 0
+                     for n in names], np.int8)
+
+
 def wait_class(name: str) -> int:
     """WAIT_* code of a call name (version suffixes such as ``_v7000`` already stripped)."""
     if _STREAM_SYNC.search(name):
