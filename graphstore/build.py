@@ -59,6 +59,11 @@ WAIT_TOL_NS = 10_000
 # kernel's last wave drains: at most about one thread block's run time before its end
 # (estimate: blocks of the long kernels in these traces run for tens of microseconds).
 CONTENTION_TAIL_NS = 100_000
+# A stretch of a thread with nothing traced in it, while GPU work it launched runs, longer than
+# this, is untraced slack (_untraced_gaps): the same line bench/bounds.py draws between a
+# thread's own work and waiting (its GAP_NS: host work between operators up to it, waiting
+# beyond; tests/graphstore/test_polling.py holds the two equal).
+UNTRACED_GAP_NS = 100_000
 # A stretch of host time at least this long that ends within WAKE_TOL_NS after a task on another
 # thread of the process ended is taken as that thread waiting for the other (the autograd
 # thread idle until backward() is called, the main thread blocked until backward is done).
@@ -713,6 +718,15 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
                  [f"gpu {d} stream {s}" for d, s in streams] + ["origin"])
     # ---- collectives on one rank's trace: transfer plus waiting for the other ranks
     task_slack = _peer_wait(kind, names, nbytes, obs, dur, stats)
+    gaps = _untraced_gaps(kind, unit, start, end, obs, dur, rid, blocking, nthr, launch_of,
+                          gpu_mask)
+    stats.add("untraced_gaps", len(gaps), severity="info",
+              detail=f"stretches of a thread longer than {UNTRACED_GAP_NS // 1000} us with "
+                     "nothing traced in them while GPU work it launched ran: the trace cannot "
+                     "tell CPU work from waiting, so they are untraced slack (kept by the "
+                     "headline, dropped at the interval's low end)")
+    task_slack[gaps] = dur[gaps]
+    dur[gaps] = 0
     e = edges.arrays()
     return Graph(kind=kind, unit=unit, start_ns=start, obs_dur_ns=obs, dur_ns=dur,
                  task_slack_ns=task_slack,
@@ -788,12 +802,44 @@ class _EndWaits:
         dur[t] = np.maximum(end[t] - ready[top[waited]], 0)
         binding = np.zeros(len(s), bool)
         binding[top[waited]] = True
-        slack = np.zeros(len(s), np.int64)
-        # a task that ended before the latency elapsed: the edge gives the difference back
-        slack[top[waited]] = np.minimum(end[t] - ready[top[waited]], 0)
+        # a task that ended before the latency elapsed: the edge gives the difference back,
+        # whether it bound or not (every END edge must hold in the trace)
+        slack = np.minimum(end[d] - ready, 0)
         for kind in np.unique(k):
             m = k == kind
             edges.add(s[m], d[m], int(kind), A_END_END, lg[m], slack[m], binding[m], inf[m])
+
+
+def _untraced_gaps(kind, unit, start, end, obs, dur, rid, blocking, nthr, launch_of,
+                   gpu_mask) -> np.ndarray:
+    """Host stretches that the trace cannot attribute: outside every traced range, longer than
+    UNTRACED_GAP_NS, no wait bound them (their own cost is still their whole length), and GPU
+    work their thread launched before them was still running as they began. Either untraced
+    CPU work (Python, a library without ranges) or a wait the trace does not show."""
+    h = np.flatnonzero((kind == KIND_HOST) & (unit < nthr) & (rid < 0) & ~blocking
+                       & (obs > UNTRACED_GAP_NS) & (dur == obs))
+    g = np.flatnonzero(gpu_mask & (launch_of >= 0))
+    if not len(h) or not len(g):
+        return np.zeros(0, np.int64)
+    call = launch_of[g]
+    g = g[unit[call] < nthr]
+    call = launch_of[g]
+    # per thread, by launch: the latest end of the GPU work launched so far
+    o = np.lexsort((start[call], unit[call]))
+    g, call = g[o], call[o]
+    u = unit[call].astype(np.int64)
+    base = int(start.min())
+    # a running max within each thread: each thread's ends lifted above the previous ones'
+    seg = np.cumsum(np.r_[True, u[1:] != u[:-1]]) - 1
+    lift = seg * (int(end.max()) - base + 1)
+    gend = np.maximum.accumulate(end[g] - base + lift) - lift + base
+    key = u * (1 << 50) + (start[call] - base)
+    pos = np.searchsorted(key, unit[h].astype(np.int64) * (1 << 50) + (start[h] - base),
+                          side="left") - 1
+    ok = pos >= 0
+    p = np.maximum(pos, 0)
+    ok &= (u[p] == unit[h]) & (gend[p] > start[h])
+    return h[ok]
 
 
 def _peer_wait(kind, names, nbytes, obs, dur, stats: Stats) -> np.ndarray:

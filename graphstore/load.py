@@ -236,12 +236,14 @@ def slack_table(g: Graph, iteration: np.ndarray) -> pa.Table:
     cnt = np.bincount(inv, minlength=len(uk))
     its = uk // len(SLACK_KINDS) - 1
     names = sorted_kinds[uk % len(SLACK_KINDS)]
-    # peer waits: task slack of collectives
-    pw = np.flatnonzero(g.task_slack_ns > 0)
-    if len(pw):
+    # task slack: peer waits of collectives, untraced stretches of threads
+    for kind, mask in (("peer_wait", _on_gpu(g.kind)), ("untraced", ~_on_gpu(g.kind))):
+        pw = np.flatnonzero((g.task_slack_ns > 0) & mask)
+        if not len(pw):
+            continue
         pit, pinv = np.unique(iteration[pw], return_inverse=True)
         its = np.concatenate([its, pit])
-        names = np.concatenate([names, np.full(len(pit), "peer_wait")])
+        names = np.concatenate([names, np.full(len(pit), kind)])
         cnt = np.concatenate([cnt, np.bincount(pinv, minlength=len(pit))])
         pos = np.concatenate([pos, np.bincount(pinv, weights=g.task_slack_ns[pw],
                                                minlength=len(pit))])

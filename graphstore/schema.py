@@ -71,7 +71,8 @@ PHASES = ("forward", "backward", "weight_update", "data_loading", "other")
 # transform's, so neither is in a trace's slack), then gpu_idle (a GPU task that started later
 # than every constraint allows) and peer_wait (a collective waiting for the other ranks).
 SLACK_KINDS = tuple(k for k in EDGE_KINDS if k not in ("rank", "inserted")) + ("gpu_idle",
-                                                                               "peer_wait")
+                                                                               "peer_wait",
+                                                                               "untraced")
 UNIT_KINDS = ("thread", "stream", "channel")
 POLICIES = ("fixed", "fcfs", "priority")
 
@@ -166,8 +167,9 @@ SLACK = GTable("slack", "What the graph does not explain, per iteration and kind
     Col("iteration", "INTEGER", "Iteration of the destination tasks (null outside all)."),
     Col("kind", "VARCHAR NOT NULL", one_of(SLACK_KINDS) + " (SLACK_KINDS): an edge kind "
         "(origin: GPU work launched before the window, or by an untraced thread), gpu_idle (a "
-        "GPU task that started later than every constraint allows) or peer_wait (a collective "
-        "waiting for other ranks)."),
+        "GPU task that started later than every constraint allows), peer_wait (a collective "
+        "waiting for other ranks) or untraced (a thread's stretch with nothing traced in it "
+        "while its GPU work ran: CPU work or a wait the trace does not show)."),
     Col("edges", "BIGINT NOT NULL", "Binding edges with slack of this kind."),
     Col("slack_ns", "BIGINT NOT NULL", "Their positive slack, summed, ns (delays beyond the "
         "physical latency)."),

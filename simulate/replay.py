@@ -146,10 +146,16 @@ def edge_lags(edge: pa.Table, slack=True) -> pa.ChunkedArray:
 
 def task_durations(task: pa.Table, slack=True) -> pa.ChunkedArray:
     """Each task's duration in the simulation: its own cost, plus (``slack`` True, or a set
-    holding ``peer_wait``) the waiting inside it that no edge models."""
-    if not _kept(slack, "peer_wait") or "slack_ns" not in task.column_names:
+    holding its kind) what no edge models inside it: a collective's waiting for its peers
+    (``peer_wait``), a thread's stretch the trace cannot attribute (``untraced``)."""
+    if "slack_ns" not in task.column_names or not (
+            _kept(slack, "peer_wait") or _kept(slack, "untraced")):
         return task["dur_ns"]
-    return pc.add(task["dur_ns"], task["slack_ns"])
+    if slack is True or (_kept(slack, "peer_wait") and _kept(slack, "untraced")):
+        return pc.add(task["dur_ns"], task["slack_ns"])
+    on_cpu = pc.is_in(task["kind"].cast(pa.string()), pa.array(["api", "host"]))
+    keep = on_cpu if _kept(slack, "untraced") else pc.invert(on_cpu)
+    return pc.add(task["dur_ns"], pc.if_else(keep, task["slack_ns"], 0))
 
 
 def to_simgraph(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> SimGraph:

@@ -131,3 +131,52 @@ def test_the_real_polling_thread_is_waiting_not_working():
     span = int((g.start_ns + g.obs_dur_ns).max() - g.start_ns[1:].min())
     assert g.obs_dur_ns[mine].sum() > 0.3 * span  # what the trace shows it in: mostly idle
     assert g.dur_ns[mine].sum() <= 0.05 * span
+
+
+def _gap_trace(tmp_path: Path, kernel_us: float) -> Path:
+    """Hand-made (us): thread 1 launches k at 0-2 (inside an op, 0-20); k runs 5 to
+    5 + KERNEL_US; the thread's next call is at 600, with nothing traced between 20 and 600.
+    While k runs past 20 the 580 us stretch may be untraced CPU work or a wait: untraced
+    slack. With k over before the stretch began, nothing of the thread's is running: work."""
+    return write(tmp_path, [
+        X("cpu_op", "aten::mm", 0, 20),
+        X("cuda_runtime", "cudaLaunchKernel", 0, 2, correlation=1),
+        X("kernel", "k", 5, kernel_us, pid=0, tid=7, correlation=1, stream=7, device=0),
+        X("cpu_op", "aten::add", 600, 10),
+        X("cuda_runtime", "cudaLaunchKernel", 601, 2, correlation=2),
+        X("kernel", "k2", 700, 5, pid=0, tid=7, correlation=2, stream=7, device=0)])
+
+
+def test_an_untraced_stretch_while_the_gpu_runs_is_untraced_slack(tmp_path):
+    from daydream.graphstore.load import slack_table
+    g = build(read_trace(_gap_trace(tmp_path, 800)).tables, LAT)
+    gap = _task(g, 0, "host", 20_000)
+    assert int(g.obs_dur_ns[gap]) == 580_000
+    assert int(g.dur_ns[gap]) == 0 and int(g.task_slack_ns[gap]) == 580_000
+    t = slack_table(g, np.zeros(g.n_tasks, np.int64)).to_pylist()
+    assert {r["kind"]: r["slack_ns"] for r in t}.get("untraced") == 580_000
+    g = build(read_trace(_gap_trace(tmp_path, 1)).tables, LAT)  # k ran 5-6: nothing in flight
+    gap = _task(g, 0, "host", 20_000)
+    assert int(g.dur_ns[gap]) == 580_000 and int(g.task_slack_ns[gap]) == 0
+
+
+def test_the_graph_and_the_bounds_draw_one_line_between_work_and_waiting():
+    from bench import bounds
+    from daydream.graphstore.build import UNTRACED_GAP_NS
+    assert bounds.GAP_NS == UNTRACED_GAP_NS
+
+
+def test_the_replay_keeps_or_drops_untraced_slack_by_its_kind():
+    """simulate.replay.task_durations: a host task's task slack is untraced, a collective's is
+    a peer wait; the headline (all slack) keeps both, the interval's low end (none) drops both,
+    and a set keeps only its kinds. Hand-made columns."""
+    import pyarrow as pa
+
+    from daydream.simulate.replay import task_durations
+    t = pa.table({"kind": pa.array(["host", "comm", "kernel"]).dictionary_encode(),
+                  "dur_ns": [0, 10, 5], "slack_ns": [580, 7, 0]})
+    assert task_durations(t, True).to_pylist() == [580, 17, 5]
+    assert task_durations(t, False).to_pylist() == [0, 10, 5]
+    assert task_durations(t, frozenset({"untraced"})).to_pylist() == [580, 10, 5]
+    assert task_durations(t, frozenset({"peer_wait"})).to_pylist() == [0, 17, 5]
+    assert task_durations(t, frozenset({"stream"})).to_pylist() == [0, 10, 5]
