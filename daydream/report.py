@@ -151,6 +151,12 @@ def basis_table(d: PredictionResult) -> Table:
               "trace ending the wait (an untraced dependency, a peer, another process): "
               "predictions keep it, after the task before it on its stream, and their "
               "interval's lower end drops it")
+    untraced = slack.get("untraced", 0.0)
+    if d.baseline_ms and untraced >= GPU_IDLE_NOTE_SHARE * d.baseline_ms:
+        t.add("untraced", f"{ms(untraced, 2)} ms per iteration a thread had nothing traced "
+              "while GPU work it launched ran: CPU work or a wait, which the trace cannot "
+              "tell: predictions keep it as work, their interval's lower end drops it as "
+              "a wait")
     inf = (d.trace.inferred_edges if d.trace is not None else None) or {}
     if inf:
         t.add("inferred edges", ", ".join(f"{k} {v}" for k, v in inf.items()) +
