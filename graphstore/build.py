@@ -1083,8 +1083,13 @@ def _poll_waits(kind, unit, start, end, names, vocab, rid, nthr, threads, thr_pr
     n = len(kind)
     if nthr == 0 or not gpu_mask.any():
         return empty, empty, 0
-    pk = calls.poll_kinds(vocab)
     api = kind == KIND_API
+    # the call names only (the vocabulary holds every name); most traces make no query
+    called = np.flatnonzero(np.bincount(names[api], minlength=len(vocab)))
+    pk = np.zeros(len(vocab), np.int8)
+    pk[called] = calls.poll_kinds(vocab[called])
+    if not (pk == 2).any():
+        return empty, empty, 0
     poll = np.where(api, pk[names], np.int8(-1))  # per task: 2 query, 1 inspect, 0 other
     thread = unit < nthr
     host = kind == KIND_HOST
