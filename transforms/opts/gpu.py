@@ -240,7 +240,13 @@ def gpu(g: Graph, ctx: Context, *, name: str, conv_tf32: bool = True,
     matmul only with MATMUL_TF32 (torch.backends.cuda.matmul.allow_tf32, default False).
     Collectives and the CPU side keep their time. The source GPU is the trace's
     (deviceProperties); later optimizations of the chain see the new one. Put it before amp
-    (gpu(H100)+amp); it composes with batch either way."""
+    (gpu(H100)+amp); it composes with batch either way.
+
+    Between two GPUs with published achieved rates (transforms.constants.GPU_ACHIEVED: the
+    H100 SXM and the MI300X, either way) each kernel instead takes its group's fixed cost on
+    the target (memory, matrix or attention kernels: AMD and NVIDIA names classified alike)
+    plus its work beyond the source's fixed cost at the ratio of the rates the vendors'
+    libraries achieve (STREAM Triad, matmul MAMF, FlashAttention-2), docs/whatif-hw.md."""
     m = predict(g, ctx, name, conv_tf32, matmul_tf32)
     g2 = g.set_duration(m.gpu, m.new_dur_ns)
     old = float(g.task["dur_ns"].to_numpy()[m.gpu].sum())
