@@ -168,7 +168,7 @@ def predict(g: Graph, ctx: Context, name: str, conv_tf32: bool = True,
             else:
                 missing[fig] = missing.get(fig, 0) + 1
     if vendor:
-        return _vendor_model(src, dst, a_s, a_t, dur, local, kind, group, src_c, dst_c, ratio,
+        return _vendor_model(src, dst, a_s, a_t, dur, local, group, src_c, dst_c, ratio,
                              missing, changed, conv_tf32, matmul_tf32)
     kern_mask = local & (kind == "kernel")
     works = wk.op_works(ranges, ops.op[kern_mask], set())
@@ -199,7 +199,7 @@ def _notes(dst: hw.Device, missing: dict[str, int], changed: dict[tuple[str, str
 
 def _vendor_model(src: hw.Device, dst: hw.Device, a_s: dict[str, float],
                   a_t: dict[str, float], dur: np.ndarray, local: np.ndarray,
-                  kind: np.ndarray, group: list[str], src_c: list[str], dst_c: list[str],
+                  group: list[str], src_c: list[str], dst_c: list[str],
                   ratio: np.ndarray, missing: dict[str, int],
                   changed: dict[tuple[str, str], int], conv_tf32: bool,
                   matmul_tf32: bool) -> GpuModel:
@@ -211,7 +211,7 @@ def _vendor_model(src: hw.Device, dst: hw.Device, a_s: dict[str, float],
     ft = np.asarray([a_t.get(f"{x}_fixed_ns", 0.0) if x else 0.0 for x in group])
     new = dur.copy()
     new[sel] = measured_ns(dur[sel], fs[sel], ft[sel], ratio[sel])
-    how = (f"fixed cost per kernel on {src.name} / {dst.name}: memory "
+    how = (f"the source's memory kernels; per kernel group on {src.name} / {dst.name}: memory "
            f"{a_s['memory_fixed_ns'] / 1e3:.2f} / {a_t['memory_fixed_ns'] / 1e3:.2f} us, matrix "
            f"{a_s['matrix_fixed_ns'] / 1e3:.2f} / {a_t['matrix_fixed_ns'] / 1e3:.2f} us, "
            f"attention {a_s['attention_fixed_ns'] / 1e3:.2f} / "
