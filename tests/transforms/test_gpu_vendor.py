@@ -154,3 +154,11 @@ def test_pair_gpu_time(pairs, model, source):
     err, none = (pred_us - meas) / meas, (base - meas) / meas
     # the judge's rule (../shared/judge): within 20% and better than predicting no change
     assert abs(err) <= 0.20 and abs(err) < abs(none), (pred_us, meas, err, none)
+
+
+def test_same_gpu_changes_nothing(pairs):
+    # gpu(H100) on an H100 trace: each kernel loses and regains the same fixed cost and its
+    # work keeps its rate, so every duration stays as traced
+    g, ctx = pairs[("bert_small_uncased", "h100")]
+    m = G.predict(g, ctx(), "H100")
+    assert np.array_equal(m.new_dur_ns, g.task["dur_ns"].to_numpy())
