@@ -429,9 +429,9 @@ def run(ctx: Context) -> Result:
     if grows:
         lines += ["### GPU model: ResNet-50 (V100, A100); inference (H100, MI300X)", "",
                   "`gpu(NAME)` on one trace, per op kind: the predicted time beside the one "
-                  "measured in a trace of ResNet-50 on the other GPU, ms per iteration, and "
-                  "the ratios to the source. The two traces are not the same job (see "
-                  "below).", ""]
+                  "measured in a trace of the model on the other GPU, ms per iteration, and "
+                  "the ratios to the source. The two ResNet-50 traces are not the same job "
+                  "(see below); each tracelens pair is.", ""]
         for r in grows:
             lines += [f"**{r['label']}** (`gpu({r['target']})`), measured: "
                       f"{r['measured_label']}" + (f": {r['note']}" if r.get("note") else ""),
@@ -496,6 +496,8 @@ def reading_gpu(rows: list[dict]) -> list[str]:
            "batch 32 at 224x224 (its input copy, 32x3x224x224 FP32). A measured ratio mixes "
            "the GPU with those differences, so no single number here is an error of gpu()."]
     for r in rows:
+        if "tracelens" in r["label"]:
+            continue  # the same job on both GPUs: the all-GPU rows above are its errors
         c = r.get("classes") or {}
 
         def ratios(k, c=c):
