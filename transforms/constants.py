@@ -267,3 +267,60 @@ PROFILER = {
                        "other machines; a thread whose host time it exceeds is mostly not "
                        "profiler time)"},
 }
+
+# gpu(NAME) between devices that both have an entry here (transforms/opts/gpu.py): per kernel
+# group (memory: element-wise, normalization, reduction, copies; matrix: GEMMs and
+# convolutions; attention: fused attention kernels), the fraction of the datasheet peak
+# (transforms/hardware.py) that the vendor's library achieves in a published microbenchmark,
+# and the fixed launch-to-finish cost of a kernel of that group. A kernel's time on a device is
+# its fixed cost plus its work at the achieved rate. Fractions come from published
+# measurements; the fixed costs of the memory and matrix groups are calibrated on shared traces
+# that no GPU-model case judges (bench/calibrate_gpu_fixed.py), never on the tracelens pairs.
+_AZURE = ("Azure AI-benchmarking-guide, Azure_Results/{f} (as forked in "
+          "samuel-bohman/AI-benchmarking-guide @{c}), {t}")
+_MAMF = ("stas00/ml-engineering, compute/accelerator/README.md, 'Maximum Achievable Matmul FLOPS "
+         "comparison table' (BF16 matmul, brute-force shape search with mamf-finder.py): {r}")
+_FIXED_CAL = ("bench/calibrate_gpu_fixed.py: 10th percentile of the {g} kernel durations of "
+              "{t} (not judged by any GPU-model case), run 2026-12-04")
+GPU_ACHIEVED = {
+    "h100-sxm": {
+        "memory_fraction": {"value": 2970 / 3350, "source": _AZURE.format(
+            f="ND_H100_v5_results.md", c="26d18e9", t="'HBM Bandwidth' Triad 2.97 TB/s on an "
+            "H100 80GB HBM3, of the datasheet's 3.35 TB/s")},
+        "matrix_fraction": {"value": 792.1 / 989, "source": _MAMF.format(
+            r="NVIDIA H100 SXM 792.1 of 989 TFLOPS (80.1%), CUDA 12.1")},
+        "attention_fraction": {"value": 327.9 / 989.4, "source": _AZURE.format(
+            f="ND_H100_v5_results.md", c="26d18e9", t="'Flash Attention 2.0' 327.9 TFLOPS "
+            "(head dim 128, batch 2, sequence 8192), of the 989.4 dense BF16/FP16 peak")},
+        "memory_fixed_ns": {"value": 1312, "source": _FIXED_CAL.format(
+            g="2802 memory-class", t="nsys/fsdp_t5_2xh100_1s (H100 SXM, FSDP T5)")},
+        "matrix_fixed_ns": {"value": 4797, "source": _FIXED_CAL.format(
+            g="640 GEMM", t="nsys/fsdp_t5_2xh100_1s (H100 SXM, FSDP T5)")},
+        "attention_fixed_ns": {"value": 4797, "source": "assumed equal to matrix_fixed_ns: "
+                               "FlashAttention-2 is a CUTLASS kernel, launched and drained "
+                               "like a GEMM; no published H100 floor was found and no "
+                               "calibration trace runs fused attention on an H100"},
+    },
+    "mi300x": {
+        "memory_fraction": {"value": 4090 / 5300, "source": _AZURE.format(
+            f="ND_MI300X_v5_results.md", c="3de0c29", t="'HBM Bandwidth' Triad 4.09 TB/s, of "
+            "the datasheet's 5.3 TB/s")},
+        "matrix_fraction": {"value": 781.9 / 1300, "source": _MAMF.format(
+            r="AMD MI300X 781.9 of 1300 TFLOPS (60.1%), ROCm 6.2 (hipBLASLt)")},
+        "attention_fraction": {"value": 328.6 / 1307.4, "source": _AZURE.format(
+            f="ND_MI300X_v5_results.md", c="3de0c29", t="'Flash Attention 2.0' 328.6 TFLOPS "
+            "(head dim 64, batch 2, sequence 8192), of the 1307.4 dense BF16/FP16 peak")},
+        "memory_fixed_ns": {"value": 2119, "source": _FIXED_CAL.format(
+            g="2653 memory-class", t="tracelens/resnet_actckpt_mi300x_rank0_of8 (MI300X, "
+            "ResNet DDP training)")},
+        "matrix_fixed_ns": {"value": 6615, "source": _FIXED_CAL.format(
+            g="325 GEMM and convolution", t="tracelens/resnet_actckpt_mi300x_rank0_of8 "
+            "(MI300X, ResNet DDP training)")},
+        "attention_fixed_ns": {"value": 24700, "source": "meta-pytorch/tritonbench pull "
+                               "request #612 (2025-11-01), 'run.py --op flash_attention' on "
+                               "an MI300: triton_tutorial_flash_v2 forward latency 0.024714 ms "
+                               "at (batch 4, heads 48, sequence 128, head dim 64), the "
+                               "smallest shape: a Triton-compiled attention forward's floor "
+                               "(PyTorch's ROCm SDPA runs AOTriton's Triton-compiled attn_fwd)"},
+    },
+}

@@ -13,6 +13,7 @@ from daydream.transforms import kernel_class as K
 from daydream.transforms import memory
 from daydream.transforms import roofline as rf
 from daydream.transforms import work as wk
+from daydream.transforms.constants import GPU_ACHIEVED
 from daydream.transforms.primitives import Graph
 from daydream.transforms.registry import Context, register
 
@@ -69,6 +70,34 @@ class GpuModel:
     notes: list[str]
 
 
+# a kernel's group in GPU_ACHIEVED, by its op (transforms.kernel_class); copies and sets are
+# memory work
+_GROUP = {"gemm": "matrix", "conv": "matrix", "attention": "attention", "memory": "memory"}
+
+
+def achieved(d: hw.Device) -> dict[str, float] | None:
+    """DEVICE's achieved fractions and fixed costs (transforms.constants.GPU_ACHIEVED), or
+    None where the table has none for it."""
+    e = GPU_ACHIEVED.get(d.key)
+    return None if e is None else {k: float(v["value"]) for k, v in e.items()}
+
+
+def measured_ns(dur: np.ndarray, fixed_src: np.ndarray, fixed_dst: np.ndarray,
+                ratio: np.ndarray) -> np.ndarray:
+    """Each kernel's time on the target, from its traced time DUR: its fixed cost on the
+    source FIXED_SRC comes off, the work that remains runs RATIO times as long (the source's
+    achieved rate over the target's), the target's fixed cost FIXED_DST comes on. A kernel
+    shorter than the source's fixed cost did no work worth counting: it keeps its proportion to
+    the fixed cost (a 0.8 us memset where the fixed cost is 1.3 us takes 0.8/1.3 of the
+    target's)."""
+    dur = np.asarray(dur, np.float64)
+    fs = np.asarray(fixed_src, np.float64)
+    ft = np.asarray(fixed_dst, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        small = np.where(fs > 0, ft * dur / fs, dur)
+    return np.where(dur > fs, ft + (dur - fs) * np.asarray(ratio, np.float64), small)
+
+
 def _copy_kind(name: str) -> str | None:
     low = name.lower().replace(" ", "")
     return next((k for k in _COPY_LINK if k in low), None)
@@ -100,12 +129,16 @@ def predict(g: Graph, ctx: Context, name: str, conv_tf32: bool = True,
     ratio = np.ones(n)
     missing: dict[str, int] = {}
     changed: dict[tuple[str, str], int] = {}
+    a_s, a_t = achieved(src), achieved(dst)
+    vendor = a_s is not None and a_t is not None
+    group = [""] * n
     for i in np.flatnonzero(local):
         if kind[i] == "kernel":
             k = K.classify(names[i], ops.name[i], ops.types[i])
             if k.math == "comm":
                 src_c[i] = dst_c[i] = "comm"
                 continue
+            group[i] = _GROUP.get(k.op, "memory")
             m_t = K.on_device(k, src, dst, conv_tf32=conv_tf32, matmul_tf32=matmul_tf32)
             src_c[i], dst_c[i] = f"{k.op}/{k.math}", f"{k.op}/{m_t}"
             p_s, p_t = K.peak(src, k.math), K.peak(dst, m_t)
@@ -119,7 +152,12 @@ def predict(g: Graph, ctx: Context, name: str, conv_tf32: bool = True,
             if m_t != k.math:
                 changed[(k.math, m_t)] = changed.get((k.math, m_t), 0) + 1
             ratio[i] = p_s / p_t
+            if vendor:
+                g_ = "memory" if k.math == "memory" else group[i]
+                group[i] = g_
+                ratio[i] *= a_s[f"{g_}_fraction"] / a_t[f"{g_}_fraction"]
         else:
+            group[i] = "memory"
             ck = _copy_kind(names[i]) if kind[i] == "memcpy" else "dtod"
             fig = _COPY_LINK.get(ck or "", "memory_gbps")
             a, b = getattr(src, fig), getattr(dst, fig)
@@ -129,6 +167,9 @@ def predict(g: Graph, ctx: Context, name: str, conv_tf32: bool = True,
                 ratio[i] = a / b
             else:
                 missing[fig] = missing.get(fig, 0) + 1
+    if vendor:
+        return _vendor_model(src, dst, a_s, a_t, dur, local, group, src_c, dst_c, ratio,
+                             missing, changed, conv_tf32, matmul_tf32)
     kern_mask = local & (kind == "kernel")
     works = wk.op_works(ranges, ops.op[kern_mask], set())
     tiny = np.asarray([int(o) in works and works[int(o)].bytes_b < rf.TINY_BYTES
@@ -138,6 +179,12 @@ def predict(g: Graph, ctx: Context, name: str, conv_tf32: bool = True,
     new = dur.copy()
     sel = local & (ratio != 1.0)
     new[sel] = fixed[sel] + (dur[sel] - fixed[sel]) * ratio[sel]
+    return GpuModel(src, dst, np.rint(new).astype(np.int64), local, src_c, dst_c, ratio,
+                    t0, t0_how, _notes(dst, missing, changed, conv_tf32, matmul_tf32))
+
+
+def _notes(dst: hw.Device, missing: dict[str, int], changed: dict[tuple[str, str], int],
+           conv_tf32: bool, matmul_tf32: bool) -> list[str]:
     notes = []
     for m, c in sorted(missing.items()):
         notes.append(f"gpu: {dst.name} has no {m} figure in the GPU table; {c} tasks keep "
@@ -147,8 +194,35 @@ def predict(g: Graph, ctx: Context, name: str, conv_tf32: bool = True,
             f"{c} {a}->{b}" for (a, b), c in sorted(changed.items())) +
             f" (conv_tf32={conv_tf32}, matmul_tf32={matmul_tf32}: PyTorch's defaults are "
             "True and False)")
+    return notes
+
+
+def _vendor_model(src: hw.Device, dst: hw.Device, a_s: dict[str, float],
+                  a_t: dict[str, float], dur: np.ndarray, local: np.ndarray,
+                  group: list[str], src_c: list[str], dst_c: list[str],
+                  ratio: np.ndarray, missing: dict[str, int],
+                  changed: dict[tuple[str, str], int], conv_tf32: bool,
+                  matmul_tf32: bool) -> GpuModel:
+    """Both GPUs in GPU_ACHIEVED: each kernel group's own fixed cost on each device and its
+    work at the achieved rates (``measured_ns``); RATIO already holds the achieved-rate
+    ratio."""
+    sel = local & np.asarray([bool(x) for x in group])
+    fs = np.asarray([a_s.get(f"{x}_fixed_ns", 0.0) if x else 0.0 for x in group])
+    ft = np.asarray([a_t.get(f"{x}_fixed_ns", 0.0) if x else 0.0 for x in group])
+    new = dur.copy()
+    new[sel] = measured_ns(dur[sel], fs[sel], ft[sel], ratio[sel])
+    how = (f"the source's memory kernels; per kernel group on {src.name} / {dst.name}: memory "
+           f"{a_s['memory_fixed_ns'] / 1e3:.2f} / {a_t['memory_fixed_ns'] / 1e3:.2f} us, matrix "
+           f"{a_s['matrix_fixed_ns'] / 1e3:.2f} / {a_t['matrix_fixed_ns'] / 1e3:.2f} us, "
+           f"attention {a_s['attention_fixed_ns'] / 1e3:.2f} / "
+           f"{a_t['attention_fixed_ns'] / 1e3:.2f} us; achieved fractions of peak memory "
+           f"{a_s['memory_fraction']:.2f} / {a_t['memory_fraction']:.2f}, matrix "
+           f"{a_s['matrix_fraction']:.2f} / {a_t['matrix_fraction']:.2f}, attention "
+           f"{a_s['attention_fraction']:.2f} / {a_t['attention_fraction']:.2f} "
+           "(transforms.constants.GPU_ACHIEVED)")
     return GpuModel(src, dst, np.rint(new).astype(np.int64), local, src_c, dst_c, ratio,
-                    t0, t0_how, notes)
+                    a_s["memory_fixed_ns"], how,
+                    _notes(dst, missing, changed, conv_tf32, matmul_tf32))
 
 
 @register("gpu", example="gpu(name=H100)")
@@ -166,7 +240,13 @@ def gpu(g: Graph, ctx: Context, *, name: str, conv_tf32: bool = True,
     matmul only with MATMUL_TF32 (torch.backends.cuda.matmul.allow_tf32, default False).
     Collectives and the CPU side keep their time. The source GPU is the trace's
     (deviceProperties); later optimizations of the chain see the new one. Put it before amp
-    (gpu(H100)+amp); it composes with batch either way."""
+    (gpu(H100)+amp); it composes with batch either way.
+
+    Between two GPUs with published achieved rates (transforms.constants.GPU_ACHIEVED: the
+    H100 SXM and the MI300X, either way) each kernel instead takes its group's fixed cost on
+    the target (memory, matrix or attention kernels: AMD and NVIDIA names classified alike)
+    plus its work beyond the source's fixed cost at the ratio of the rates the vendors'
+    libraries achieve (STREAM Triad, matmul MAMF, FlashAttention-2), docs/whatif-hw.md."""
     m = predict(g, ctx, name, conv_tf32, matmul_tf32)
     g2 = g.set_duration(m.gpu, m.new_dur_ns)
     old = float(g.task["dur_ns"].to_numpy()[m.gpu].sum())
