@@ -37,8 +37,11 @@ Sequence scaling (``seq``, for a sequence model whose length changes too): a non
 tensor also grows by the length ratio once per dim equal to the traced length (or to batch x
 length, a flattened ``[B*L, D]``): ``[B, L, D]`` once, attention scores ``[B, H, L, L]``
 twice; an op's FLOPs grow with its tensor that has the most such dims (``QK^T``: its output;
-``scores @ V``: its input). A weight or hidden dim that equals the length is taken for the
-length too (pass a length no dim of the model shares where it can be chosen).
+``scores @ V``: its input); a dim holding the sequence's pairs flattened (``L*L``, or a
+symmetric pair feature's triangle ``L(L+1)/2``) grows twice. A weight or hidden dim that equals
+the length is taken for the length too (pass a length no dim of the model shares where it can
+be chosen); where a parameter has a dim of the traced length, only the unambiguous forms
+(batch x length, the pairs) count, and ``batch`` says so.
 """
 
 from __future__ import annotations
@@ -191,16 +194,21 @@ def _conv_flops(x: Tensor, w: Tensor, groups: int = 1) -> tuple[float, list[int]
     return 2.0 * n * c_out * int(np.prod(spatial, dtype=np.int64)) * per_out, out
 
 
-def seq_dims(dims: Iterable[int], seq: int, batch: int | None) -> int:
-    """How many dims of a tensor run along the sequence of length SEQ: a dim equal to SEQ,
-    or to BATCH x SEQ (batch and sequence flattened into one, ``view(-1, D)``)."""
+def seq_dims(dims: Iterable[int], seq: int, batch: int | None, plain: bool = True) -> int:
+    """How many times a tensor's size follows the sequence of length SEQ: once per dim equal
+    to SEQ, or to BATCH x SEQ (batch and sequence flattened into one, ``view(-1, D)``); twice
+    per dim that holds the pairs of the sequence flattened (SEQ^2, or the triangle SEQ(SEQ+1)/2
+    or SEQ(SEQ-1)/2 of a symmetric pair feature). PLAIN false: a dim equal to SEQ itself does
+    not count (the model has a parameter dim of that size, so it may be a hidden size)."""
     flat = batch * seq if batch else -1
-    return sum(1 for d in dims if d == seq or d == flat)
+    pairs = {seq * seq, seq * (seq + 1) // 2, seq * (seq - 1) // 2} - {seq, flat}
+    return sum(1 if (d == seq and plain) or d == flat else 2 if d in pairs else 0
+               for d in dims)
 
 
 def op_work(name: str, dims_json: str | None, types_json: str | None,
             params: set[tuple[int, ...]], scale: float, batch: int | None = None,
-            seq: tuple[int, float] | None = None) -> Work | None:
+            seq: tuple[int, float] | tuple[int, float, bool] | None = None) -> Work | None:
     """The work of one op at the traced batch (BATCH, where known) and at SCALE times it;
     None where the op recorded no tensor input. SEQ: (traced length, new length over it) of
     a sequence model: a non-parameter tensor grows by that ratio once per dim along the
@@ -216,7 +224,8 @@ def op_work(name: str, dims_json: str | None, types_json: str | None,
         return t.key() in params
 
     def along(dims: Iterable[int]) -> int:
-        return 0 if seq is None else seq_dims(dims, seq[0], batch)
+        return 0 if seq is None else seq_dims(dims, seq[0], batch,
+                                              bool(seq[2]) if len(seq) > 2 else True)
 
     def grows(dims: Iterable[int]) -> float:
         """How much a non-parameter tensor of DIMS grows: the batch, and the sequence."""
@@ -386,7 +395,8 @@ def task_ops(task_kind: np.ndarray, task_range: np.ndarray, launch_api: np.ndarr
 
 def op_works(ranges: pa.Table, op_ids: Iterable[int], params: set[tuple[int, ...]],
              scale: float = 1.0, batch: int | None = None,
-             seq: tuple[int, float] | None = None) -> dict[int, Work]:
+             seq: tuple[int, float] | tuple[int, float, bool] | None = None
+             ) -> dict[int, Work]:
     """``op_work`` of each op OP_IDS (range ids) that recorded tensor inputs."""
     want = sorted({int(o) for o in op_ids if o >= 0})
     if not want or ranges is None or "input_dims" not in ranges.column_names:

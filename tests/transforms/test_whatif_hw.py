@@ -396,6 +396,20 @@ def test_op_work_along_the_sequence_by_hand():
                    {(128, 17), (17, 128), (128,)}, 4.0, 16, seq)
     assert w.flops_n == pytest.approx(2 * 8192 * 17 * 128)
     assert w.bytes_n == pytest.approx((8192 * 17 + 128 * 17 + 128 + 8192 * 128) * 4)
+    # the Particle Transformer's pair features: a 1x1 conv1d over [16, 64, 2211], 2211 =
+    # 66 x 67 / 2 pairs of 66 particles; at 128 particles 128 x 129 / 2 = 8256 pairs, the
+    # model's (128/66)^2 = 3.761x of 2211 (the triangle's exact ratio 3.734x)
+    w = wk.op_work("aten::conv1d", "[[16, 64, 2211], [64, 64, 1], [64]]",
+                   '["float", "float", "float"]', {(64, 64), (64,)}, 4.0, 16, seq)
+    grow = 4 * (128 / 66) ** 2
+    assert w.bytes_n == pytest.approx((16 * 64 * 2211 * 2 * grow + 64 * 64 + 64) * 4)
+    assert w.flops_n == pytest.approx(w.flops_b * grow)
+    assert wk.seq_dims((16, 64, 2211), 66, 16) == 2 and wk.seq_dims((66, 16, 17), 66, 16) == 1
+    # at 64 particles the model's 64-wide pair embedding has a dim of the length: only the
+    # pairs (64 x 65 / 2 = 2080) and batch x length (1024) are taken to follow it
+    assert wk.seq_dims((64, 64, 2080), 64, 16, plain=False) == 2
+    assert wk.seq_dims((1024, 64), 64, 16, plain=False) == 1
+    assert wk.seq_dims((64, 64, 2080), 64, 16) == 4
     # without a sequence the same op grows with the batch only
     w = wk.op_work("aten::linear", "[[1056, 17], [128, 17], [128]]", '["float", "float", "float"]',
                    {(128, 17), (17, 128), (128,)}, 4.0, 16)

@@ -165,6 +165,13 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
                       "no roofline, each kernel's work scales with its op's bytes")
     # -- the work of every op at b and at N
     params = wk.param_shapes(ranges) if ranges is not None else set()
+    if seq_arg is not None:
+        plain = not any(traced_seq in shape for shape in params)
+        seq_arg = (traced_seq, r, plain)
+        if not plain:
+            notes.append(f"batch: a parameter has a dim of {traced_seq}, the traced length: "
+                         f"a dim of {traced_seq} may be a hidden size, so only batch x length "
+                         "and the sequence's pairs are taken to grow with the length")
     works = wk.op_works(ranges, ops.op[local], params, s, b, seq_arg)
     if work_n:
         works = {r: (wk.Work(w.flops_b, w.bytes_b, float(work_n[r][0]), float(work_n[r][1]),
@@ -266,9 +273,11 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
     rn_all = np.full(n, np.nan)
     rb_all[idx], rn_all[idx] = r_b, r_n
     if seq_arg is not None:
-        notes.append(f"batch: sequence length {traced_seq} -> {seq} ({r:g}x): every "
-                     f"non-parameter dim of {traced_seq} (or {b * traced_seq}, batch and "
-                     "length flattened) grows with it, attention's square twice")
+        which = (f"every non-parameter dim of {traced_seq}, or {b * traced_seq} (batch and "
+                 "length flattened)" if seq_arg[2] else
+                 f"every non-parameter dim of {b * traced_seq} (batch and length flattened)")
+        notes.append(f"batch: sequence length {traced_seq} -> {seq} ({r:g}x): {which} grows "
+                     "with it, the sequence's pairs (attention scores, pair features) twice")
     return BatchModel(b, size, how, np.rint(new).astype(np.int64),
                       np.rint(new_bytes).astype(np.int64), (local & (has | scaled) & ~keep) | a2a,
                       math,
