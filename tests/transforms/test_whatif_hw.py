@@ -209,6 +209,30 @@ def test_batch_without_shapes_given_the_traced_batch(graphs):
     assert t1.filter(wu)["dur_ns"].equals(t0.filter(wu)["dur_ns"])
 
 
+def test_batch_scales_activation_collectives_not_gradient_ones(tmp_path):
+    """DLRM rank 0 of 8 (V100, a real trace without shapes; traced=B given): at twice the
+    batch its SendRecv kernels (the embeddings' all-to-all, activations) grow, at most 2x;
+    its AllReduce kernels (gradients, parameter-sized) keep their time."""
+    from daydream.graphstore.read import read_graph
+    f = DATA / "kineto" / "dlrm_8ranks" / "rank0.kineto.json.gz"
+    tid = stored_graphs([f], tmp_path)[f]
+    g = read_graph(tmp_path, tid)
+    notes: list[str] = []
+    t0 = pl.from_arrow(g["task"])
+    t1 = pl.from_arrow(rewrite(g, "batch(size=64, traced=32)",
+                               Context(device=V100, notes=notes))["task"])
+    comm = pl.col("kind") == "comm"
+    for part, grows in (("SendRecv", True), ("AllReduce", False)):
+        sel = comm & pl.col("name").str.contains(part)
+        a, b = t0.filter(sel)["dur_ns"].to_numpy(), t1.filter(sel)["dur_ns"].to_numpy()
+        assert len(a) > 0
+        if grows:
+            assert (b > a).all() and (b <= 2 * a).all()
+        else:
+            assert (b == a).all()
+    assert any("collectives that move activations" in n for n in notes)
+
+
 def test_batch_sequence_errors(particle):
     tables, ctx = particle
     with pytest.raises(DaydreamError, match="give both seq and traced_seq"):
