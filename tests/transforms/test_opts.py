@@ -1,5 +1,6 @@
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pytest
 
 from daydream.simulate.replay import replay
@@ -213,6 +214,36 @@ def test_cuda_graphs_predicts_a_slowdown_on_a_gpu_bound_step():
     g3 = rewrite(g, "cuda_graphs(static_inputs=false)")
     b3 = T(g3).filter(pl.col("name") == "bwd B")["task_id"][0]
     assert replay(g3).schedule.end_ns[b3] == 520_000
+
+
+def test_cuda_graphs_a_blocking_call_ends_a_graph():
+    """The toy with the backward's launch made a blocking call (an ``.item()`` between the
+    passes, hand-made): the forward is one graph and what follows the sync another, so two
+    cudaGraphLaunch calls; the blocking call keeps its cost."""
+    from daydream.transforms.opts.cuda_graphs import region_tasks, segments
+    g = _gpu_bound_toy()
+    t = g["task"].to_pylist()
+    t.insert(5, {**t[3], "task_id": None, "name": "cudaStreamSynchronize", "blocking": True,
+                 "phase": "backward"})
+    # renumber: a blocking call between the forward and the backward launch, on the thread
+    for i, row in enumerate(t):
+        row["task_id"] = i
+    e = g["edge"].to_pylist()
+    for row in e:  # ids at and after 5 shift by one
+        row["src"] += row["src"] >= 5
+        row["dst"] += row["dst"] >= 5
+    e = [r for r in e if not (r["src"] == 3 and r["dst"] == 6)]
+    e += [{"src": 3, "dst": 5, "kind": "thread", "anchor": "end_start", "lag_ns": 0,
+           "binding": True},
+          {"src": 5, "dst": 6, "kind": "thread", "anchor": "end_start", "lag_ns": 0,
+           "binding": True}]
+    g = {**g, "task": pa.Table.from_pylist(t, schema=g["task"].schema),
+         "edge": pa.Table.from_pylist(e, schema=g["edge"].schema)}
+    gr = Graph.from_tables(g)
+    assert len(segments(gr, region_tasks(gr))) == 2
+    t2 = T(rewrite(g, "cuda_graphs"))
+    assert t2.filter(pl.col("name") == "cudaGraphLaunch").height == 2
+    assert t2.filter(pl.col("name") == "cudaStreamSynchronize")["dur_ns"].to_list() == [5_000]
 
 
 def test_chain(graphs, baselines):
