@@ -228,6 +228,9 @@ DISTRIBUTED = {
                         "threshold): about a quarter of one pass of an optimizer step over the "
                         "gradients"},
     "dgc_min_kernel_ns": {"value": 5000, "source": "estimate: one small selection kernel"},
+    "qsgd_min_kernel_ns": {"value": 5000, "source": "estimate, as dgc_min_kernel_ns: the "
+                           "least one quantize or dequantize kernel takes (a launch and one "
+                           "small element-wise pass)"},
     "p3_slice_kb": {"value": 200, "source": "Jayarajan et al., 'Priority-based Parameter "
                     "Propagation for Distributed DNN Training', MLSys 2019: slices of 50,000 "
                     "parameters (200 KB of FP32) in their evaluation"},

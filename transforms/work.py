@@ -32,6 +32,16 @@ dimension of a product, never both operands' own); its output scales unless it h
 parameter's shape (a weight gradient ``mm``). A batch size that equals a parameter
 dimension can make a batch-sized activation look like a parameter (``[128, 128]`` at batch
 128); the count of such ambiguous tensors is reported.
+
+Sequence scaling (``seq``, for a sequence model whose length changes too): a non-parameter
+tensor also grows by the length ratio once per dim equal to the traced length (or to batch x
+length, a flattened ``[B*L, D]``): ``[B, L, D]`` once, attention scores ``[B, H, L, L]``
+twice; an op's FLOPs grow with its tensor that has the most such dims (``QK^T``: its output;
+``scores @ V``: its input); a dim holding the sequence's pairs flattened (``L*L``, or a
+symmetric pair feature's triangle ``L(L+1)/2``) grows twice. A weight or hidden dim that equals
+the length is taken for the length too (pass a length no dim of the model shares where it can
+be chosen); where a parameter has a dim of the traced length, only the unambiguous forms
+(batch x length, the pairs) count, and ``batch`` says so.
 """
 
 from __future__ import annotations
@@ -184,11 +194,26 @@ def _conv_flops(x: Tensor, w: Tensor, groups: int = 1) -> tuple[float, list[int]
     return 2.0 * n * c_out * int(np.prod(spatial, dtype=np.int64)) * per_out, out
 
 
+def seq_dims(dims: Iterable[int], seq: int, batch: int | None, plain: bool = True) -> int:
+    """How many times a tensor's size follows the sequence of length SEQ: once per dim equal
+    to SEQ, or to BATCH x SEQ (batch and sequence flattened into one, ``view(-1, D)``); twice
+    per dim that holds the pairs of the sequence flattened (SEQ^2, or the triangle SEQ(SEQ+1)/2
+    or SEQ(SEQ-1)/2 of a symmetric pair feature). PLAIN false: a dim equal to SEQ itself does
+    not count (the model has a parameter dim of that size, so it may be a hidden size)."""
+    flat = batch * seq if batch else -1
+    pairs = {seq * seq, seq * (seq + 1) // 2, seq * (seq - 1) // 2} - {seq, flat}
+    return sum(1 if (d == seq and plain) or d == flat else 2 if d in pairs else 0
+               for d in dims)
+
+
 def op_work(name: str, dims_json: str | None, types_json: str | None,
-            params: set[tuple[int, ...]], scale: float, batch: int | None = None
-            ) -> Work | None:
+            params: set[tuple[int, ...]], scale: float, batch: int | None = None,
+            seq: tuple[int, float] | tuple[int, float, bool] | None = None) -> Work | None:
     """The work of one op at the traced batch (BATCH, where known) and at SCALE times it;
-    None where the op recorded no tensor input."""
+    None where the op recorded no tensor input. SEQ: (traced length, new length over it) of
+    a sequence model: a non-parameter tensor grows by that ratio once per dim along the
+    sequence (``seq_dims``: attention scores ``[B, H, L, L]`` twice), and the op's FLOPs by
+    the largest growth of any of its tensors."""
     ins_all = tensors(dims_json, types_json)
     if not any(ins_all):
         return None
@@ -198,29 +223,44 @@ def op_work(name: str, dims_json: str | None, types_json: str | None,
     def is_param(t: Tensor) -> bool:
         return t.key() in params
 
+    def along(dims: Iterable[int]) -> int:
+        return 0 if seq is None else seq_dims(dims, seq[0], batch,
+                                              bool(seq[2]) if len(seq) > 2 else True)
+
+    def grows(dims: Iterable[int]) -> float:
+        """How much a non-parameter tensor of DIMS grows: the batch, and the sequence."""
+        return scale if seq is None else scale * seq[1] ** along(dims)
+
     in_b = in_n = 0.0
     any_scaled = False
     ambiguous = 0
+    k_top = 0  # the most sequence dims of any scaled tensor of the op: its FLOPs grow so
     for ts in ins_all:
         for t in ts or ():
             p = is_param(t)
             if p and batch is not None and batch > 1 and batch in t.dims:
                 ambiguous += 1
+            g = 1.0 if p or not t.dims else grows(t.dims)
             in_b += t.nbytes
-            in_n += t.nbytes * (1.0 if p or not t.dims else scale)
-            any_scaled |= (not p) and bool(t.dims)
+            in_n += t.nbytes * g
+            if not p and t.dims:
+                any_scaled = True
+                k_top = max(k_top, along(t.dims))
     out_b = 0.0
     out_scales = any_scaled
+    out_dims_k: Iterable[int] = ()
     flops = 0.0
     if name in _MATMUL:
         flops, out_dims = _matmul(name, firsts)
         if out_dims:
             out_b = float(np.prod(out_dims, dtype=np.int64)) * size0
             out_scales = any_scaled and tuple(d for d in out_dims if d != 1) not in params
+            out_dims_k = out_dims
     elif _CONV.match(name) and len(firsts) >= 2 and firsts[0] and firsts[1] and \
             len(firsts[0].dims) >= 3 and len(firsts[1].dims) >= 3:
         flops, out_dims = _conv_flops(firsts[0], firsts[1])
         out_b = float(np.prod(out_dims, dtype=np.int64)) * size0
+        out_dims_k = out_dims
     elif _CONV_BWD.match(name) and len(firsts) >= 3 and all(firsts[:3]) and \
             len(firsts[1].dims) >= 3 and len(firsts[2].dims) >= 3:
         grad_out, x, w = firsts[:3]
@@ -231,6 +271,7 @@ def op_work(name: str, dims_json: str | None, types_json: str | None,
         in_b += w_b
         in_n += w_b
         out_scales = any_scaled
+        out_dims_k = x.dims
     elif _REDUCTION.match(name):
         out_b, out_scales = 0.0, False
         flops = max((t.numel for t in firsts if t is not None), default=0)
@@ -240,11 +281,17 @@ def op_work(name: str, dims_json: str | None, types_json: str | None,
         if name.endswith("_") and not name.endswith("__"):
             out_b = 0.0 if name in _WRITE_ONLY else float(firsts[0].nbytes) if firsts[0] \
                 else 0.0
+            out_dims_k = firsts[0].dims if firsts[0] else ()
         else:
             out_b = float(big.numel) * size0
             out_scales = any_scaled and not is_param(big)
-    flops_n = flops * (scale if any_scaled else 1.0)
-    bytes_n = in_n + out_b * (scale if out_scales else 1.0)
+            out_dims_k = big.dims
+    out_dims_k = list(out_dims_k)
+    if out_scales:
+        k_top = max(k_top, along(out_dims_k))
+    seq_top = 1.0 if seq is None else seq[1] ** k_top
+    flops_n = flops * (scale * seq_top if any_scaled else 1.0)
+    bytes_n = in_n + out_b * (grows(out_dims_k) if out_scales else 1.0)
     return Work(flops, in_b + out_b, flops_n, bytes_n, ambiguous)
 
 
@@ -347,7 +394,9 @@ def task_ops(task_kind: np.ndarray, task_range: np.ndarray, launch_api: np.ndarr
 
 
 def op_works(ranges: pa.Table, op_ids: Iterable[int], params: set[tuple[int, ...]],
-             scale: float = 1.0, batch: int | None = None) -> dict[int, Work]:
+             scale: float = 1.0, batch: int | None = None,
+             seq: tuple[int, float] | tuple[int, float, bool] | None = None
+             ) -> dict[int, Work]:
     """``op_work`` of each op OP_IDS (range ids) that recorded tensor inputs."""
     want = sorted({int(o) for o in op_ids if o >= 0})
     if not want or ranges is None or "input_dims" not in ranges.column_names:
@@ -358,7 +407,7 @@ def op_works(ranges: pa.Table, op_ids: Iterable[int], params: set[tuple[int, ...
     out = {}
     for r, nm, d, ty in zip(sub["range_id"].to_pylist(), sub["name"].to_pylist(),
                             sub["input_dims"].to_pylist(), types, strict=True):
-        w = op_work(nm, d, ty, params, scale, batch)
+        w = op_work(nm, d, ty, params, scale, batch, seq)
         if w is not None:
             out[int(r)] = w
     return out

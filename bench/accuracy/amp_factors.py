@@ -254,9 +254,11 @@ def run(ctx: Context) -> Result:
               f"after amp the bandwidth-bound kernels hold most of the GPU time; and the "
               f"host's work (the profiled per-op cost included) comes close to the GPU's "
               f"(the floors above), so the step gains less than the GPU time. cuDNN's "
-              f"NCHW<->NHWC transposes around FP16 "
-              f"tensor-core convolutions are not modelled: they would lower the prediction "
-              f"towards the measured NCHW figures.", ""]
+              f"NCHW<->NHWC transposes around FP16 tensor-core convolutions "
+              f"(amp(layout=nchw)) are sized from recorded shapes, which this trace lacks: "
+              f"none are added here, so the prediction is an upper bound; on the V100 "
+              f"ResNet-50 trace with shapes they take ~14% of the FP32 GPU time "
+              f"(docs/whatif-hw.md, 'AMP like for like').", ""]
     data["within_nchw_range"] = within
     return Result(lines, data)
 

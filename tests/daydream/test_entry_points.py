@@ -28,7 +28,8 @@ DLRM = DATA / "kineto" / "dlrm_8ranks"
 SPECS = [
     "amp", "bn_restructure(conv_fusion=true)", "checkpointing", "cuda_graphs",
     "dataloader(workers=4)", "ddp(world=8)", "ddp(world=8)+p3", "ddp(world=8)+dgc",
-    "ddp(world=8)+blueconnect", "p3", "dgc", "blueconnect", "bandwidth(bw=\"2x\")",
+    "ddp(world=8)+blueconnect", "ddp(world=8)+qsgd(bits=8)", "ddp(world=8)+local_sgd(every=4)",
+    "p3", "dgc", "blueconnect", "qsgd", "local_sgd", "bandwidth(bw=\"2x\")",
     "world(n=16)", "no_straggler", "fused_adam", "fused_adamw", "fused_sgd", "fused_adagrad",
     "fused_optimizer(kind=sgd)", "fusion", "offload", "offload(layers=linear, layer_mb=4)",
     "scale(select=\"kind = 'kernel' AND name LIKE '%gemm%'\", factor=0.5)",

@@ -34,7 +34,7 @@ def test_shrinking_is_said_at_registration():
     from daydream.transforms.registry import opts, shrinking
     assert {n for n, o in opts().items() if o.shrinks} == {
         "amp", "fused_adam", "fused_adamw", "fused_sgd", "fused_adagrad", "fused_optimizer",
-        "cuda_graphs", "fusion", "bn_restructure", "dataloader", "p3", "dgc", "blueconnect",
+        "fusion", "bn_restructure", "dataloader", "p3", "dgc", "blueconnect", "local_sgd",
         "no_straggler", "no_profiler"}
     assert shrinking(["amp", "fusion"]) and not shrinking(["amp", "ddp"])
     assert not shrinking(["no_such_optimization"])

@@ -15,6 +15,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
+from daydream.base.errors import DaydreamError
 from daydream.simulate.replay import replay
 from daydream.transforms import Context, rewrite
 from daydream.transforms.comm import Link, collective_type, cost_terms, parse_bandwidth
@@ -394,3 +395,75 @@ def test_ddp_then_p3_takes_ddps_link_not_a_fit_to_its_buckets():
     assert not any("fitted bandwidth" in n for n in notes)
     assert any(n.startswith("comm: the link set earlier in the chain, 25GB/s as given") and
                "(25.00 GB/s" in n for n in notes)
+
+
+# ---- qsgd and local_sgd -------------------------------------------------------------------------
+
+def test_qsgd_on_the_toy_by_hand():
+    """Hand-made toy (exact figures), ddp over 8 ranks at 25 GB/s, buckets of 4 and 2 MB:
+    70 us of latency steps and 280 / 140 us of transfer each. qsgd(bits=4): all-gather steps
+    70 x 7/14 = 35 us; transfer x (4/32 x 8 x 7/8) / (14/8) = x 0.5: 140 and 70 us. Encode
+    (2 + 4/32) x bytes and decode (8 x 4/32 + 1) x bytes at 900 GB/s x 0.7 (the reference
+    V100's memory, no device given): 8.5 MB / 630 = 13,492 ns, 4.25 MB -> 6,746 ns; 8 MB ->
+    12,698 ns, 4 MB -> 6,349 ns."""
+    notes = []
+    g2 = rewrite(toy(comm=False, layer_bytes=SIZES), DDP8 + "+qsgd(bits=4)", Context(notes=notes))
+    t = pl.from_arrow(g2["task"])
+    assert t.filter(pl.col("kind") == "comm")["dur_ns"].to_list() == [175_000, 105_000]
+    enc = t.filter(pl.col("name").str.starts_with("qsgd: quantize"))
+    dec = t.filter(pl.col("name").str.starts_with("qsgd: dequantize"))
+    assert enc["dur_ns"].to_list() == [13_492, 6_746] and set(enc["unit_id"]) == {2}
+    assert dec["dur_ns"].to_list() == [12_698, 6_349]
+    comm_ids = t.filter(pl.col("kind") == "comm")["task_id"].to_list()
+    s = _starts(g2)
+    # each collective starts after its encode, each decode after its collective, and the
+    # optimizer after the last decode
+    e = pl.from_arrow(g2["edge"])
+    for q, c in zip(enc["task_id"].to_list(), comm_ids, strict=True):
+        assert s.start_ns[c] >= s.end_ns[q]
+    for d, c in zip(dec["task_id"].to_list(), comm_ids, strict=True):
+        assert s.start_ns[d] >= s.end_ns[c]
+    opt = t.filter(pl.col("name") == "multi_tensor_apply_kernel")["task_id"][0]
+    assert s.start_ns[opt] >= max(s.end_ns[d] for d in dec["task_id"].to_list())
+    assert e.filter(pl.col("dst") == opt, pl.col("src").is_in(dec["task_id"].to_list())).height
+    assert any(n.startswith("qsgd: 2 all-reduces quantized to 4 bits") for n in notes)
+    # 8 bits on 8 ranks: the all-gather of quarter-size messages moves what the ring did
+    t8 = pl.from_arrow(rewrite(toy(comm=False, layer_bytes=SIZES), DDP8 + "+qsgd(bits=8)")[
+        "task"])
+    assert t8.filter(pl.col("kind") == "comm")["dur_ns"].to_list() == [315_000, 175_000]
+
+
+def test_qsgd_and_local_sgd_that_do_not_apply():
+    for spec in ("qsgd(bits=32)", "local_sgd(every=1)"):
+        notes = []
+        g = toy(comm=False, layer_bytes=SIZES)
+        g1 = rewrite(g, DDP8, Context())
+        g2 = rewrite(g, DDP8 + "+" + spec, Context(notes=notes))
+        assert g2["task"]["dur_ns"].equals(g1["task"]["dur_ns"])
+        assert any("does not apply" in n for n in notes)
+    with pytest.raises(DaydreamError, match="bits must be >= 1"):
+        rewrite(toy(comm=False, layer_bytes=SIZES), DDP8 + "+qsgd(bits=0)")
+
+
+def test_qsgd_and_local_sgd_on_the_resnet50_ddp_trace(graphs):
+    """HTA ResNet-50 DDP, A100 rank 0 of 2 (a real trace, 7 gradient all-reduces per step with
+    their sizes). local_sgd(every=4): each all-reduce at a quarter of its time (rounded).
+    qsgd(bits=8) on 2 ranks: latency steps 2 -> 1 and the transfer x (8/32 x 2 x 1/2) / 1 =
+    x 1/4, the rest (waiting for rank 1) kept: every all-reduce between a quarter of its time
+    and its time, one encode and one decode kernel per all-reduce."""
+    g = graphs["a100"]
+    t0 = pl.from_arrow(g["task"])
+    ar = (pl.col("kind") == "comm") & pl.col("name").str.contains("AllReduce")
+    before = t0.filter(ar)["dur_ns"].to_list()
+    assert len(before) >= 7
+    t1 = pl.from_arrow(rewrite(g, "local_sgd(every=4)", Context(world_size=2))["task"])
+    assert t1.filter(ar)["dur_ns"].to_list() == [round(d / 4) for d in before]
+    other = (pl.col("kind") != "comm")
+    assert t1.filter(other)["dur_ns"].equals(t0.filter(other)["dur_ns"])
+    notes = []
+    t2 = pl.from_arrow(rewrite(g, "qsgd(bits=8)", Context(world_size=2, notes=notes))["task"])
+    after = t2.filter(ar)["dur_ns"].to_list()
+    assert all(d / 4 - 1 <= a <= d for a, d in zip(after, before, strict=True))
+    assert sum(after) < sum(before)
+    assert t2.filter(pl.col("name").str.starts_with("qsgd: quantize")).height <= len(before)
+    assert t2.filter(pl.col("name").str.starts_with("qsgd: dequantize")).height == len(before)

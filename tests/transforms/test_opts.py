@@ -1,5 +1,6 @@
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pytest
 
 from daydream.simulate.replay import replay
@@ -132,17 +133,117 @@ def test_cuda_graphs(graphs, baselines):
         pl.col("kind").is_in(["api", "host"]) & pl.col("phase").is_in(["forward", "backward"])
         & pl.col("iteration").is_not_null() & ~pl.col("blocking")).to_series().to_list()
     pairs = gr.task.filter(pl.Series(sel)).select("iteration", "unit_id").unique().height
-    g2 = rewrite(g, "cuda_graphs")
+    g2 = rewrite(g, "cuda_graphs", Context(device=V100))
     t1 = T(g2)
-    assert t1.height == gr.n_tasks + pairs
+    # no blocking call inside the region: one graph per iteration and thread; per step one
+    # static-input copy and the call that launches it
+    assert t1.height == gr.n_tasks + pairs + 2 * 6
     gl = t1.filter(pl.col("name") == "cudaGraphLaunch")
     assert gl.height == pairs and set(gl["dur_ns"]) == {CUDA_GRAPHS["graph_launch_ns"]["value"]}
+    # the step's inputs, 32 x 3 x 224 x 224 FP32 images and 32 int64 labels: 19,267,840
+    # bytes read and written at 900 GB/s x 0.7 (V100): 61,168 ns
+    cp = t1.filter(pl.col("name").str.starts_with("Memcpy DtoD (Device -> Device) static"))
+    assert cp["bytes"].to_list() == [19_267_840] * 6
+    assert cp["dur_ns"].to_list() == [61_168] * 6
     region = t1.filter(pl.col("kind").is_in(["api", "host"]), pl.col("phase").is_in(
         ["forward", "backward"]), pl.col("iteration").is_not_null(), ~pl.col("blocking"),
         pl.col("name") != "cudaGraphLaunch")
     assert region["dur_ns"].sum() == 0
     s = speedup(baselines["v100"], g2)
     assert 1.0 < s < 2.0
+
+
+def _gpu_bound_toy():
+    """Hand-made (an exact edge case): one GPU-bound step. Thread 1 copies 1.26 MB of inputs
+    to the GPU (100 us) and launches a forward kernel F and a backward kernel B (200 us each),
+    each call 5 us; the GPU runs them back to back."""
+    from tests.transforms.test_distributed import EDGE, ITER, LAYER, TASK, UNIT, _table
+    T_ = []
+
+    def t(kind, unit, name, start, dur, phase, nbytes=None):
+        T_.append({"task_id": len(T_), "kind": kind, "unit_id": unit, "name": name,
+                   "phase": phase, "iteration": 0 if T_ else None, "start_ns": start,
+                   "dur_ns": dur, "obs_dur_ns": dur, "bytes": nbytes, "blocking": False})
+        return len(T_) - 1
+
+    o = t("host", 0, "<trace start>", 0, 0, None)
+    lc = t("api", 1, "cudaMemcpyAsync", 10_000, 5_000, "other")
+    cp = t("memcpy", 2, "Memcpy HtoD (Pageable -> Device)", 20_000, 100_000, "other", 1_260_000)
+    lf = t("api", 1, "cudaLaunchKernel", 15_000, 5_000, "forward")
+    kf = t("kernel", 2, "fwd F", 120_000, 200_000, "forward")
+    lb = t("api", 1, "cudaLaunchKernel", 20_000, 5_000, "backward")
+    kb = t("kernel", 2, "bwd B", 320_000, 200_000, "backward")
+    E = [(o, lc, "origin", "end_start", 10_000), (lc, lf, "thread", "end_start", 0),
+         (lf, lb, "thread", "end_start", 0), (lc, cp, "launch", "start_start", 10_000),
+         (lf, kf, "launch", "start_start", 10_000), (lb, kb, "launch", "start_start", 10_000),
+         (cp, kf, "stream", "end_start", 0), (kf, kb, "stream", "end_start", 0)]
+    edges = [{"src": s_, "dst": d, "kind": k, "anchor": a, "lag_ns": lag, "binding": True}
+             for s_, d, k, a, lag in E]
+    units = [{"unit_id": 0, "kind": "thread", "name": "origin", "policy": "fixed"},
+             {"unit_id": 1, "kind": "thread", "pid": 1, "tid": 1, "name": "thread 1",
+              "policy": "fixed"},
+             {"unit_id": 2, "kind": "stream", "device": 0, "stream": 7, "name": "gpu 0 s 7",
+              "policy": "fixed"}]
+    return {"task": _table(T_, TASK), "edge": _table(edges, EDGE), "unit": _table(units, UNIT),
+            "iteration": _table([{"iteration": 0, "label": "step", "source": "ProfilerStep",
+                                  "start_ns": 10_000, "end_ns": 520_000}], ITER),
+            "layer": _table([], LAYER)}
+
+
+def test_cuda_graphs_predicts_a_slowdown_on_a_gpu_bound_step():
+    """By hand: the GPU runs the input copy 20..120 us, F 120..320, B 320..520 us; the host
+    calls are hidden behind it. With a graph the 10 us of forward/backward calls vanish (the
+    GPU did not wait for them), a cudaGraphLaunch (10 us) is added, and the replay first
+    copies the 1.26 MB of inputs into its static buffers: read and written at 900 GB/s x 0.7
+    (the reference V100, no device given), 2 x 1,260,000 / 630 = 4,000 ns, between the copy
+    from the host and F. B then ends at 524 us: 4 us slower. Without the static copy (the
+    loader writes into the static buffers) the step is unchanged."""
+    g = _gpu_bound_toy()
+    base = replay(g).schedule
+    kb = 6
+    assert base.end_ns[kb] == 520_000
+    notes = []
+    g2 = rewrite(g, "cuda_graphs", Context(notes=notes))
+    t2 = T(g2)
+    cp = t2.filter(pl.col("name").str.starts_with("Memcpy DtoD"))
+    assert cp["dur_ns"].to_list() == [4_000] and cp["bytes"].to_list() == [1_260_000]
+    s2 = replay(g2).schedule
+    b2 = t2.filter(pl.col("name") == "bwd B")["task_id"][0]
+    assert s2.end_ns[b2] == 524_000
+    assert any(n.startswith("cuda_graphs: 1 graph launches") for n in notes)
+    g3 = rewrite(g, "cuda_graphs(static_inputs=false)")
+    b3 = T(g3).filter(pl.col("name") == "bwd B")["task_id"][0]
+    assert replay(g3).schedule.end_ns[b3] == 520_000
+
+
+def test_cuda_graphs_a_blocking_call_ends_a_graph():
+    """The toy with the backward's launch made a blocking call (an ``.item()`` between the
+    passes, hand-made): the forward is one graph and what follows the sync another, so two
+    cudaGraphLaunch calls; the blocking call keeps its cost."""
+    from daydream.transforms.opts.cuda_graphs import region_tasks, segments
+    g = _gpu_bound_toy()
+    t = g["task"].to_pylist()
+    t.insert(5, {**t[3], "task_id": None, "name": "cudaStreamSynchronize", "blocking": True,
+                 "phase": "backward"})
+    # renumber: a blocking call between the forward and the backward launch, on the thread
+    for i, row in enumerate(t):
+        row["task_id"] = i
+    e = g["edge"].to_pylist()
+    for row in e:  # ids at and after 5 shift by one
+        row["src"] += row["src"] >= 5
+        row["dst"] += row["dst"] >= 5
+    e = [r for r in e if not (r["src"] == 3 and r["dst"] == 6)]
+    e += [{"src": 3, "dst": 5, "kind": "thread", "anchor": "end_start", "lag_ns": 0,
+           "binding": True},
+          {"src": 5, "dst": 6, "kind": "thread", "anchor": "end_start", "lag_ns": 0,
+           "binding": True}]
+    g = {**g, "task": pa.Table.from_pylist(t, schema=g["task"].schema),
+         "edge": pa.Table.from_pylist(e, schema=g["edge"].schema)}
+    gr = Graph.from_tables(g)
+    assert len(segments(gr, region_tasks(gr))) == 2
+    t2 = T(rewrite(g, "cuda_graphs"))
+    assert t2.filter(pl.col("name") == "cudaGraphLaunch").height == 2
+    assert t2.filter(pl.col("name") == "cudaStreamSynchronize")["dur_ns"].to_list() == [5_000]
 
 
 def test_chain(graphs, baselines):

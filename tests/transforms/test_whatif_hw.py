@@ -166,6 +166,79 @@ def test_batch_resnet_training(graphs, activity):
     assert any(n.startswith("memory after batch: predicted peak") for n in notes)
 
 
+def test_batch_holds_the_optimizer_fixed(graphs, activity, monkeypatch):
+    """The issue's case: batch 32 -> 2056 (64.25x) on the ResNet-50 training trace. The SGD
+    step's kernels (phase weight_update: add_, mul_, fill_ on parameters, gradients and
+    momentum) keep their time, also where the model's parameters are not recognised from
+    its shapes (an LSTM's or a raw ``x @ W``'s weights: here the weight shapes are withheld),
+    while the forward and backward grow."""
+    g = graphs["v100"]
+    t0 = pl.from_arrow(g["task"])
+    wu = (pl.col("phase") == "weight_update") & (pl.col("kind") == "kernel")
+    fwd = (pl.col("phase") == "forward") & (pl.col("kind") == "kernel")
+    assert t0.filter(wu).height == 3864  # 4 kernels for each of 161 parameter tensors, 6 steps
+    # without the parameters' shapes an optimizer op looks batch-sized: add_ of two [64, 3,
+    # 7, 7] tensors would grow 64.25x (what the model predicted before it kept the phase)
+    w = wk.op_work("aten::add_", "[[64, 3, 7, 7], [64, 3, 7, 7], []]",
+                   '["float", "float", "Scalar"]', set(), 2056 / 32)
+    assert w.bytes_n == pytest.approx(2056 / 32 * w.bytes_b)
+    for params in (None, set()):
+        if params is not None:
+            monkeypatch.setattr(wk, "param_shapes", lambda ranges: set())
+        ctx = Context(device=V100, notes=[], activity=activity["v100"])
+        t1 = pl.from_arrow(rewrite(g, "batch(size=2056)", ctx)["task"])
+        assert t1.filter(wu)["dur_ns"].equals(t0.filter(wu)["dur_ns"])
+        assert t1.filter(fwd)["dur_ns"].sum() > 30 * t0.filter(fwd)["dur_ns"].sum()
+
+
+def test_batch_without_shapes_given_the_traced_batch(graphs):
+    """A trace without recorded shapes (the HTA ResNet-50) runs with traced=B: every kernel
+    of the forward and backward scales its work above the fixed cost by N/b; the weight
+    update keeps its time (before, an empty class list made a float mask and the run
+    failed)."""
+    g = graphs["v100_hta"]
+    t0 = pl.from_arrow(g["task"])
+    t1 = pl.from_arrow(rewrite(g, "batch(size=64, traced=32)",
+                               Context(device=V100, notes=[]))["task"])
+    k = pl.col("kind") == "kernel"
+    for ph in ("forward", "backward"):
+        a = t0.filter(k, pl.col("phase") == ph)["dur_ns"].sum()
+        b = t1.filter(k, pl.col("phase") == ph)["dur_ns"].sum()
+        assert a > 0 and 1.8 * a < b <= 2 * a
+    wu = k & (pl.col("phase") == "weight_update")
+    assert t1.filter(wu)["dur_ns"].equals(t0.filter(wu)["dur_ns"])
+
+
+def test_batch_scales_activation_collectives_not_gradient_ones(tmp_path):
+    """DLRM rank 0 of 8 (V100, a real trace without shapes; traced=B given): at twice the
+    batch its SendRecv kernels (the embeddings' all-to-all, activations) grow, at most 2x;
+    its AllReduce kernels (gradients, parameter-sized) keep their time."""
+    from daydream.graphstore.read import read_graph
+    f = DATA / "kineto" / "dlrm_8ranks" / "rank0.kineto.json.gz"
+    tid = stored_graphs([f], tmp_path)[f]
+    g = read_graph(tmp_path, tid)
+    notes: list[str] = []
+    t0 = pl.from_arrow(g["task"])
+    t1 = pl.from_arrow(rewrite(g, "batch(size=64, traced=32)",
+                               Context(device=V100, notes=notes))["task"])
+    comm = pl.col("kind") == "comm"
+    for part, grows in (("SendRecv", True), ("AllReduce", False)):
+        sel = comm & pl.col("name").str.contains(part)
+        a, b = t0.filter(sel)["dur_ns"].to_numpy(), t1.filter(sel)["dur_ns"].to_numpy()
+        assert len(a) > 0
+        if grows:
+            assert (b > a).all() and (b <= 2 * a).all()
+        else:
+            assert (b == a).all()
+    assert any("collectives that move activations" in n for n in notes)
+
+
+def test_batch_sequence_errors(particle):
+    tables, ctx = particle
+    with pytest.raises(DaydreamError, match="give both seq and traced_seq"):
+        rewrite(tables, "batch(size=64, seq=128)", ctx())
+
+
 # --- gpu ------------------------------------------------------------------------------------
 
 def test_gpu_v100_to_a100(graphs, activity):
@@ -233,7 +306,8 @@ def test_gpu_properties_round_trip():
 
 def test_listed_by_opts():
     by = {o["name"]: o for o in list_opts()}
-    assert by["batch"]["signature"] == "batch(size: int, traced: int = 0)"
+    assert by["batch"]["signature"] == \
+        "batch(size: int, traced: int = 0, seq: int = 0, traced_seq: int = 0)"
     assert by["gpu"]["signature"] == ("gpu(name: str, conv_tf32: bool = True, "
                                       "matmul_tf32: bool = False)")
     assert by["batch"]["summary"].startswith("The same job at batch SIZE")
@@ -323,6 +397,47 @@ def test_op_work_by_hand():
                    '["c10::Half", "c10::Half", "Scalar"]', {(64,)}, 4.0)
     assert (w.bytes_b, w.bytes_n) == (9_056_384, 36_225_152)
     assert wk.op_work("aten::lt", "[[], []]", '["long int", "Scalar"]', set(), 2.0) is None
+
+
+def test_op_work_along_the_sequence_by_hand():
+    """Batch 16 -> 64 and length 66 -> 128 (the Particle Transformer's batches 16 and 64 ran
+    66 and 64 particles): 8 heads of 16 dims, FP32."""
+    seq = (66, 128 / 66)
+    f32 = '["float", "float"]'
+    # QK^T: bmm [128, 66, 16] x [128, 16, 66] -> [128, 66, 66]; at the new size [512, 128,
+    # 16] x [512, 16, 128] -> [512, 128, 128]: 2 * 512 * 128 * 16 * 128 FLOPs
+    w = wk.op_work("aten::bmm", "[[128, 66, 16], [128, 16, 66]]", f32, set(), 4.0, 16, seq)
+    assert w.flops_b == 2 * 128 * 66 * 16 * 66
+    assert w.flops_n == pytest.approx(2 * 512 * 128 * 16 * 128)
+    assert w.bytes_b == (2 * 128 * 66 * 16 + 128 * 66 * 66) * 4
+    assert w.bytes_n == pytest.approx((2 * 512 * 128 * 16 + 512 * 128 * 128) * 4)
+    # scores @ V: [128, 66, 66] x [128, 66, 16]: the same FLOPs, contracted over the length
+    w = wk.op_work("aten::bmm", "[[128, 66, 66], [128, 66, 16]]", f32, set(), 4.0, 16, seq)
+    assert w.flops_n == pytest.approx(2 * 512 * 128 * 128 * 16)
+    # a linear layer on batch and length flattened: [1056 = 16 x 66, 17] x w [128, 17] ->
+    # [8192 = 64 x 128, 17] x [128, 17]; the weight and bias stay
+    w = wk.op_work("aten::linear", "[[1056, 17], [128, 17], [128]]", '["float", "float", "float"]',
+                   {(128, 17), (17, 128), (128,)}, 4.0, 16, seq)
+    assert w.flops_n == pytest.approx(2 * 8192 * 17 * 128)
+    assert w.bytes_n == pytest.approx((8192 * 17 + 128 * 17 + 128 + 8192 * 128) * 4)
+    # the Particle Transformer's pair features: a 1x1 conv1d over [16, 64, 2211], 2211 =
+    # 66 x 67 / 2 pairs of 66 particles; at 128 particles 128 x 129 / 2 = 8256 pairs, the
+    # model's (128/66)^2 = 3.761x of 2211 (the triangle's exact ratio 3.734x)
+    w = wk.op_work("aten::conv1d", "[[16, 64, 2211], [64, 64, 1], [64]]",
+                   '["float", "float", "float"]', {(64, 64), (64,)}, 4.0, 16, seq)
+    grow = 4 * (128 / 66) ** 2
+    assert w.bytes_n == pytest.approx((16 * 64 * 2211 * 2 * grow + 64 * 64 + 64) * 4)
+    assert w.flops_n == pytest.approx(w.flops_b * grow)
+    assert wk.seq_dims((16, 64, 2211), 66, 16) == 2 and wk.seq_dims((66, 16, 17), 66, 16) == 1
+    # at 64 particles the model's 64-wide pair embedding has a dim of the length: only the
+    # pairs (64 x 65 / 2 = 2080) and batch x length (1024) are taken to follow it
+    assert wk.seq_dims((64, 64, 2080), 64, 16, plain=False) == 2
+    assert wk.seq_dims((1024, 64), 64, 16, plain=False) == 1
+    assert wk.seq_dims((64, 64, 2080), 64, 16) == 4
+    # without a sequence the same op grows with the batch only
+    w = wk.op_work("aten::linear", "[[1056, 17], [128, 17], [128]]", '["float", "float", "float"]',
+                   {(128, 17), (17, 128), (128,)}, 4.0, 16)
+    assert w.flops_n == 4 * w.flops_b
 
 
 # --- memory ------------------------------------------------------------------------------------

@@ -398,6 +398,42 @@ def matrix_work(kern: pl.DataFrame, prec: list[KernelPrecision], ops: Ops,
     return out
 
 
+def layout_transposes(kern: pl.DataFrame, prec: list[KernelPrecision], dt: list[str],
+                      region: np.ndarray, work: list[tuple[float, float, int] | None],
+                      ops: Ops, op_rid: list[int | None], bw: float
+                      ) -> tuple[np.ndarray, int, int]:
+    """Time (ns) the layout transposes of NCHW convolutions add to the kernels of KERN, the
+    convolution calls sized, and the convolution kernels without shapes.
+
+    cuDNN runs 16-bit convolutions on Tensor Cores in NHWC: with NCHW tensors it transposes
+    each call's inputs to NHWC and its output back (cuDNN Developer Guide, "Tensor
+    Transformations": NCHW-to-NHWC transformations to call the Tensor Core operations;
+    NVIDIA's channels-last guidance shows the transposes before and after every
+    convolution). A forward call moves x, w and y, a backward call's data-gradient pass dy, w
+    and dx and its weight-gradient pass x, dy and dw: each 16-bit element read and written,
+    4 bytes, so one pass transposes as many bytes as its operands hold in FP32, the op's
+    FP32 bytes B per pass (``op_work``). At the achieved memory bandwidth BW: passes x B /
+    BW, added once per convolution call, to its first kernel."""
+    add = np.zeros(kern.height, np.float64)
+    seen: set[int] = set()
+    done = missing = 0
+    for j, p in enumerate(prec):
+        if not (region[j] and dt[j] == "reduced" and p.math and not p.reduced
+                and p.precision in OLD_PEAK and op_class(ops, op_rid[j], p) == "conv"):
+            continue
+        w = work[j]
+        sop = ops.shape_op(op_rid[j]) if ops.ok else None
+        if w is None or sop is None:
+            missing += 1
+            continue
+        if sop in seen:
+            continue
+        seen.add(sop)
+        add[j] = w[2] * w[1] / bw * 1e9
+        done += 1
+    return np.rint(add).astype(np.int64), done, missing
+
+
 # ---- 2. what the trace computes in -------------------------------------------------------------
 
 def reduced_share(dur: np.ndarray, prec: list[KernelPrecision]) -> tuple[float, float]:
@@ -415,7 +451,7 @@ _SCALER_RE = re.compile(r"non_finite_check_and_unscale|amp_update_scale")
 
 @register("amp", shrinks=True)
 def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
-        loss_scaling: bool = True, gpu: str = "") -> Graph:
+        loss_scaling: bool = True, gpu: str = "", layout: str = "nchw") -> Graph:
     """Automatic mixed precision (torch.autocast to DTYPE fp16 or bf16, and GradScaler).
 
     Kernels of the ops autocast runs in reduced precision (its float16 list and their backward,
@@ -429,10 +465,15 @@ def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
     (forward) and gradient cast (backward) are inserted; with LOSS_SCALING, GradScaler's
     kernels and its found_inf read (a device-to-host copy and a stream sync, which makes the
     host wait for the GPU once per step). GPU: the GPU table's name of the device, where the
-    trace names none (or to predict on another GPU's peaks). A trace already in reduced
-    precision is left unchanged with a note."""
+    trace names none (or to predict on another GPU's peaks). LAYOUT nchw (PyTorch's default
+    memory format): the 16-bit tensor-core convolutions work in NHWC, so each convolution
+    call transposes its 16-bit inputs and outputs (``layout_transposes``); nhwc
+    (channels_last): none. A trace already in reduced precision is left unchanged with a
+    note."""
     if dtype not in DTYPES:
         raise DaydreamError(f"amp: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if layout not in ("nchw", "nhwc"):
+        raise DaydreamError(f"amp: layout must be nchw or nhwc, got {layout!r}")
     t = g.task.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
     kern = t.filter(pl.col("kind") == "kernel")
     if not kern.height:
@@ -490,6 +531,15 @@ def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
             ratio[j] = 1.0 / AMP["byte_ratio"]["value"]
             per_class.setdefault("bandwidth-bound", []).append(j)
     new = speedup(dur, ratio, t0)
+    tr_note = ""
+    if layout == "nchw":
+        add, done, missing = layout_transposes(kern, prec, dt, region, work, ops, op_rid,
+                                               pk["bw"] * AMP["achieved_bandwidth"]["value"])
+        new = new + add
+        tr_note = (f"; NCHW layout: cuDNN's transposes around its NHWC tensor-core "
+                   f"convolutions {add.sum() / 1e6:.2f} ms over {done} convolution calls "
+                   f"from their shapes" + (f", {missing} convolution kernels without shapes "
+                                           "get none (a lower bound)" if missing else ""))
     full = t["dur_ns"].to_numpy().copy()
     ids = kern["id"].to_numpy()
     full[ids] = new
@@ -510,7 +560,7 @@ def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
            f"({', '.join(f'{a} {b} {v:.2f}x' for (a, b), v in sorted(cls_r.items()))}; "
            f"{AMP_INTENSITY['conv']['source'][:60]}...)" if by_class else "")
         + ("; op ranges: autocast's op lists" if ops.ok else
-           "; no op ranges: the kernels' own classes stand in for their ops"))
+           "; no op ranges: the kernels' own classes stand in for their ops") + tr_note)
     if casts:
         g = _insert_casts(g, ctx, ops, pk, t0)
     if loss_scaling:

@@ -21,6 +21,16 @@ from daydream.transforms.registry import Context, register
 # has no host-to-device copy of its inputs: the first ops of the first iteration.
 FIRST_OPS = 8
 SCALED_PHASES = ("forward", "backward", "other", "data_loading")
+# The optimizer's phase: every tensor it touches is a parameter, a gradient or optimizer
+# state, each parameter-sized whatever the batch, so its tasks keep their time even where
+# their shapes are not recognised as parameters (graphstore.params knows the weights of
+# convolutions, linear layers, normalizations and embeddings, not an LSTM's or a raw
+# ``x @ W``'s).
+FIXED_PHASES = ("weight_update",)
+# Collectives that move activations (all-to-all of embeddings, point-to-point sends of a
+# pipeline) grow with the batch; the others (all-reduce, reduce-scatter, all-gather,
+# broadcast) move parameters or gradients under data parallelism and keep their time.
+PER_SAMPLE_COMM = ("alltoall", "all_to_all", "sendrecv", "send", "recv")
 
 
 def traced_batch(g: Graph, ranges: pa.Table | None) -> tuple[int | None, str]:
@@ -108,7 +118,7 @@ def _device(ctx: Context) -> Device | None:
 
 def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
             work_n: dict[int, tuple[float, float]] | None = None,
-            carry_fraction: bool = False) -> BatchModel:
+            carry_fraction: bool = False, seq: int = 0, traced_seq: int = 0) -> BatchModel:
     """The per-task durations of the job at batch SIZE (see ``batch``). ``work_n``: (FLOPs,
     bytes) at the new batch of some ops (range ids), instead of the batch scaling's; the
     accuracy harness gives the ops' real work in a trace at that batch, to judge the
@@ -120,12 +130,21 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
     if traced < 0:
         raise DaydreamError(f"batch: traced must be >= 0 (0: read it from the trace), got "
                             f"{traced}")
+    if seq < 0 or traced_seq < 0:
+        raise DaydreamError(f"batch: seq and traced_seq must be >= 0, got seq={seq}, "
+                            f"traced_seq={traced_seq}")
+    if bool(seq) != bool(traced_seq):
+        raise DaydreamError("batch: a new sequence length needs the traced one: give both "
+                            f"seq and traced_seq (got seq={seq}, traced_seq={traced_seq}); "
+                            "the trace cannot tell its length from its other dims")
     ranges = wk.ranges_of(ctx)
     b, how = (traced, "given") if traced else traced_batch(g, ranges)
     if not b:
         raise DaydreamError(f"batch: cannot tell the batch this trace ran at: {how}; give it "
                             f"as batch(size={size}, traced=B)")
     s = size / b
+    r = seq / traced_seq if seq else 1.0
+    seq_arg = (traced_seq, r) if seq and seq != traced_seq else None
     t = g.task
     n = g.n_tasks
     kind = t["kind"].to_numpy()
@@ -146,7 +165,14 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
                       "no roofline, each kernel's work scales with its op's bytes")
     # -- the work of every op at b and at N
     params = wk.param_shapes(ranges) if ranges is not None else set()
-    works = wk.op_works(ranges, ops.op[local], params, s, b)
+    if seq_arg is not None:
+        plain = not any(traced_seq in shape for shape in params)
+        seq_arg = (traced_seq, r, plain)
+        if not plain:
+            notes.append(f"batch: a parameter has a dim of {traced_seq}, the traced length: "
+                         f"a dim of {traced_seq} may be a hidden size, so only batch x length "
+                         "and the sequence's pairs are taken to grow with the length")
+    works = wk.op_works(ranges, ops.op[local], params, s, b, seq_arg)
     if work_n:
         works = {r: (wk.Work(w.flops_b, w.bytes_b, float(work_n[r][0]), float(work_n[r][1]),
                              w.ambiguous) if r in work_n else w) for r, w in works.items()}
@@ -191,7 +217,7 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
             notes.append(f"batch: {l2_src}")
     else:
         # no device: the op's bytes (FLOPs for matrix math) in arbitrary units
-        mm = np.asarray([m not in ("memory", "comm") for m in m_idx])
+        mm = np.asarray([m not in ("memory", "comm") for m in m_idx], bool)
         r_b = np.where(mm, fl_b, by_b)
         r_same = r_n = np.where(mm, fl_n, by_n)
     if carry_fraction:
@@ -200,7 +226,7 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
     f_c = np.asarray([frac.get(m, 1.0) for m in m_idx])
     sp = rf.split(dur[idx], r_b, t0, f_c)
     wave = np.ones(len(idx))
-    tiled = np.asarray([m not in ("memory", "comm") for m in m_idx]) & ~copy
+    tiled = np.asarray([m not in ("memory", "comm") for m in m_idx], bool) & ~copy
     grid = launch_grid(g, ctx, idx[tiled])
     if grid is not None and dev is not None and dev.sm_count:
         cap = dev.sm_count * rf.resident_blocks(ctx.device, grid["threads"], grid["regs"],
@@ -220,8 +246,23 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
         [kind[i] == "memcpy" and "dtoh" in names[i].lower().replace(" ", "")
          for i in range(n)], bool)
     fixed = np.minimum(dur, t0)
-    new[scaled] = fixed[scaled] + (dur[scaled] - fixed[scaled]) * s
-    new_bytes[scaled & (kind != "kernel")] *= s
+    new[scaled] = fixed[scaled] + (dur[scaled] - fixed[scaled]) * s * r
+    new_bytes[scaled & (kind != "kernel")] *= s * r
+    # the optimizer's tasks keep their time and bytes (FIXED_PHASES), whatever their shapes
+    # said (the roofline's calibration above still reads them)
+    keep = local & np.isin(phase, FIXED_PHASES)
+    new[keep] = dur[keep]
+    new_bytes[keep] = nbytes[keep]
+    # collectives of activations grow with the batch (PER_SAMPLE_COMM), the rest keep
+    low = [x.lower() for x in names]
+    a2a = (kind == "comm") & ~np.isin(phase, FIXED_PHASES) & np.asarray(
+        [any(k in x for k in PER_SAMPLE_COMM) for x in low], bool)
+    new[a2a] = fixed[a2a] + (dur[a2a] - fixed[a2a]) * s * r
+    new_bytes[a2a] *= s * r
+    if a2a.any():
+        notes.append(f"batch: {int(a2a.sum())} collectives that move activations (all-to-all, "
+                     "send/recv) scale their time above the fixed cost with the batch; "
+                     "all-reduce and the other parameter-sized collectives keep theirs")
     # -- the CPU side: data loading scales, every other op keeps its host cost
     dl = np.isin(kind, ["api", "host"]) & (phase == "data_loading")
     new[dl] = dur[dl] * s
@@ -231,27 +272,40 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
     rb_all = np.full(n, np.nan)
     rn_all = np.full(n, np.nan)
     rb_all[idx], rn_all[idx] = r_b, r_n
+    if seq_arg is not None:
+        which = (f"every non-parameter dim of {traced_seq}, or {b * traced_seq} (batch and "
+                 "length flattened)" if seq_arg[2] else
+                 f"every non-parameter dim of {b * traced_seq} (batch and length flattened)")
+        notes.append(f"batch: sequence length {traced_seq} -> {seq} ({r:g}x): {which} grows "
+                     "with it, the sequence's pairs (attention scores, pair features) twice")
     return BatchModel(b, size, how, np.rint(new).astype(np.int64),
-                      np.rint(new_bytes).astype(np.int64), local & (has | scaled), math,
+                      np.rint(new_bytes).astype(np.int64), (local & (has | scaled) & ~keep) | a2a,
+                      math,
                       has, t0, t0_how, frac, rb_all, rn_all, notes)
 
 
 @register("batch", example="batch(size=64)")
-def batch(g: Graph, ctx: Context, *, size: int, traced: int = 0) -> Graph:
+def batch(g: Graph, ctx: Context, *, size: int, traced: int = 0, seq: int = 0,
+          traced_seq: int = 0) -> Graph:
     """The same job at batch SIZE, from a trace at another batch (TRACED; 0: read from the
-    leading dimension of the inputs the trace recorded shapes for).
+    leading dimension of the inputs the trace recorded shapes for); for a sequence model
+    whose length changes too, at length SEQ from the traced length TRACED_SEQ (both or
+    neither).
 
     Every GPU kernel keeps its place; its time follows its own op's work (FLOPs and bytes
-    from the recorded input shapes: every non-parameter tensor scales with the batch) on a
-    roofline per kernel calibrated on the trace itself (transforms/roofline.py): a fixed
-    launch-to-finish cost, then the op's work at the fraction of its roofline the kernel
-    reached in the trace, bounded by the device memory's bandwidth where the op's working
-    set outgrows the L2 at the new batch. Kernels without shapes scale their work above the
-    fixed cost with the batch, except in the weight update; collectives (gradients) keep
-    their time. Copies scale with their op's bytes. The number of ops and the host cost of
-    each stay; data-loading CPU time scales with the batch. A note gives the predicted peak
-    device memory and says when it would not fit the GPU."""
-    m = predict(g, ctx, size, traced)
+    from the recorded input shapes: every non-parameter tensor scales with the batch, and
+    with the length once per dim along the sequence) on a roofline per kernel calibrated on
+    the trace itself (transforms/roofline.py): a fixed launch-to-finish cost, then the op's
+    work at the fraction of its roofline the kernel reached in the trace, bounded by the
+    device memory's bandwidth where the op's working set outgrows the L2 at the new batch.
+    Kernels without shapes scale their work above the fixed cost with the batch. What does
+    not grow with the batch keeps its time: the weight update (optimizer kernels work on
+    parameters, gradients and optimizer state), weight casts, and the parameter-sized
+    collectives (all-reduce, reduce-scatter, all-gather); all-to-all and send/recv move
+    activations and grow. Copies scale with their op's bytes. The number of ops and the host
+    cost of each stay; data-loading CPU time scales with the batch. A note gives the
+    predicted peak device memory and says when it would not fit the GPU."""
+    m = predict(g, ctx, size, traced, seq=seq, traced_seq=traced_seq)
     g2 = g.set_duration(m.gpu, m.new_dur_ns)
     dl = np.isin(g.task["kind"].to_numpy(), ["api", "host"]) & (
         g.task["phase"].fill_null("other").to_numpy() == "data_loading")

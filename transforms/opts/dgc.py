@@ -6,13 +6,13 @@ import numpy as np
 import polars as pl
 
 from daydream.base.errors import DaydreamError
-from daydream.graphstore.schema import LOCAL_GPU_KINDS
 from daydream.transforms import comm
 from daydream.transforms.constants import DISTRIBUTED as C
 from daydream.transforms.constants import GPU_MEMORY
 from daydream.transforms.devices import gpu
 from daydream.transforms.opts.distributed import (
     current_link,
+    feeders,
     gradient_allreduces,
     launch_calls,
     rows_frame,
@@ -51,20 +51,11 @@ def dgc(g: Graph, ctx: Context, *, ratio: float = 0.001) -> Graph:
         nbytes = parts["xfer_ns"].to_numpy() * cur.gbps / max(w_ar, 1e-9)
     sel_ns = np.maximum(np.rint(nbytes * C["dgc_select_frac"]["value"] / bw),
                         C["dgc_min_kernel_ns"]["value"]).astype(np.int64)
-    e = g.edge
     unit = g.task["unit_id"].to_numpy()
-    kinds = g.task["kind"].to_numpy()
-    # the local GPU task whose end made each collective's gradients ready: among its
-    # end_start predecessors (stream order on the comm stream, the compute stream's wait,
-    # ddp's inserted edge), the local GPU tasks, the one closest before it
-    feed = e.filter(pl.col("dst").is_in(c["task_id"].to_list()), pl.col("anchor") ==
-                    "end_start")
-    feed = feed.filter(pl.col("src").map_batches(
-        lambda s: pl.Series(np.isin(kinds[s.to_numpy()], LOCAL_GPU_KINDS))))
-    feed = feed.sort("src", descending=True).unique("dst", keep="first").select("src", "dst")
+    feed = feeders(g, c)
     sel = dict(zip(c["task_id"].to_list(), sel_ns.tolist(), strict=True))
     rows, edges = [], []
-    for j, (src, dst) in enumerate(feed.sort("dst").iter_rows()):
+    for j, (src, dst) in enumerate(feed.iter_rows()):
         rows.append({"at": src, "place": "after", "kind": "kernel", "unit_id": int(unit[src]),
                      "name": "dgc: top-k gradient selection (inserted)", "dur_ns": sel[dst]})
         edges.append((-1 - j, dst))

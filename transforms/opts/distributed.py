@@ -153,6 +153,19 @@ def optimizer_waits(g: Graph) -> Graph:
     return g.connect(e.with_columns(pl.lit("wait").alias("kind")))
 
 
+def feeders(g: Graph, c: pl.DataFrame) -> pl.DataFrame:
+    """(src, dst): for each collective of C, the local GPU task whose end made its gradients
+    ready: among its end_start predecessors (stream order on the comm stream, the compute
+    stream's wait, ddp's inserted edge), the local GPU tasks, the one closest before it."""
+    kinds = g.task["kind"].to_numpy()
+    feed = g.edge.filter(pl.col("dst").is_in(c["task_id"].to_list()), pl.col("anchor") ==
+                         "end_start")
+    feed = feed.filter(pl.col("src").map_batches(
+        lambda s: pl.Series(np.isin(kinds[s.to_numpy()], LOCAL_GPU_KINDS))))
+    return feed.sort("src", descending=True).unique("dst", keep="first").select(
+        "src", "dst").sort("dst")
+
+
 def set_comm(g: Graph, ids: np.ndarray, dur: np.ndarray) -> Graph:
     """New durations (own transfer time) of comm kernels. In a job graph a join holds each
     kernel's work back until the last rank has arrived (an END edge), and the kernel's
