@@ -38,7 +38,7 @@ def stuck(trace, store, opts=None):
 
 def test_registry_discovers_every_measure():
     names = list(acc.discover())
-    assert names[:5] == ["replay", "response", "pairs", "components", "gates"]
+    assert names[:6] == ["judge", "replay", "response", "pairs", "components", "gates"]
     with pytest.raises(ValueError):
         acc.section("replay", "again")(lambda ctx: None)
 
@@ -270,3 +270,36 @@ def test_amp_factors_reproduce_the_published_peak_ratios():
     assert by["a100-sxm4-80gb"]["compute_tf32"] == pytest.approx(2.0, rel=1e-3)
     assert by["rtx-2080-ti"]["compute_fp32"] == pytest.approx(56.9 / 14.2, rel=0.01)
     assert any("| NVIDIA Tesla V100 SXM2 32GB | 7.96x | 7.96x |" in x for x in lines)
+
+
+FAKE_JUDGE = """import json, sys
+assert "--json" in sys.argv and "--daydream" in sys.argv
+print(json.dumps({"passed": 1, "cases": 2, "rows": [
+    {"case": "a pair", "ok": True, "result": "step ms predicted 1.0, measured 1.0: +0.0%"},
+    {"case": "a bound", "ok": False, "result": "GPU x0.5: speedup 1.10x | physical 1.98x"}]}))
+print("judge: 1/2 cases pass")
+sys.exit(1)
+"""
+
+
+def test_judge_scorecard_heads_the_document(tmp_path, monkeypatch):
+    """The judge's JSON is read as it prints it (its exit status 1 on a failing case is a
+    result), its rows written down unchanged, first in the file."""
+    from bench.accuracy import __main__ as cli
+    from bench.accuracy import judge
+    fake = tmp_path / "score.py"
+    fake.write_text(FAKE_JUDGE)
+    monkeypatch.setattr(judge, "JUDGE", fake)
+    out = tmp_path / "acc.md"
+    ctx = acc.Context(tmp_path / "store", predict=stuck)
+    assert cli.main(["--only", "judge", "--only", "pairs", "--out", str(out)], ctx=ctx) == 0
+    text = out.read_text()
+    assert text.index("The judge's scorecard") < text.index("Real pairs")
+    assert "**judge: 1/2 cases pass**" in text
+    assert "| a bound | **FAIL** | GPU x0.5: speedup 1.10x \\| physical 1.98x |" in text
+    data = json.loads(out.with_suffix(".json").read_text())["sections"]["judge"]
+    assert data["passed"] == 1 and [r["ok"] for r in data["rows"]] == [True, False]
+    # a judge that prints no JSON is an error in the section, never a pass
+    fake.write_text("print('judge: 0/0 cases pass')")
+    r = acc.discover()["judge"].run(ctx)
+    assert r.data.get("error") and "could not run" in "\n".join(r.lines)
