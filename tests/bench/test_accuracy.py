@@ -143,6 +143,9 @@ def test_response_section_end_to_end_with_a_stuck_model(tmp_path, monkeypatch):
     assert "kept" in text and "Points out of bounds: **2**" in text
     data = json.loads(out.with_suffix(".json").read_text())["sections"]["response"]
     assert data["failures"] == 2 and data["loose"] == 0
+    # the stuck model is "no change": the naive column scores it the same
+    assert data["naive"]["no_change"] == {"failures": 2, "loose": 0}
+    assert "| clipped Amdahl |" in text
     pts = data["traces"]["toy A"]["points"]
     assert sorted((p["which"], p["f"]) for p in pts if not p["ok"]) == [("cpu", 0.25),
                                                                        ("gpu", 0.25)]
@@ -303,3 +306,23 @@ def test_judge_scorecard_heads_the_document(tmp_path, monkeypatch):
     fake.write_text("print('judge: 0/0 cases pass')")
     r = acc.discover()["judge"].run(ctx)
     assert r.data.get("error") and "could not run" in "\n".join(r.lines)
+
+
+def test_naive_predictors_by_hand():
+    """The clipped-Amdahl formula and "no change", judged by the same edges and rules."""
+    row = {"T_ms": 100.0, "G_ms": 95.0, "G_all_ms": 95.0, "G_stream_ms": 95.0,
+           "C_max_ms": 20.0, "C_sum_ms": 30.0, "W_ms": 1.0}
+    b = {"mean": row, "median": row, "gpu_bound": True, "cpu_bound": False}
+    # GPU x 0.5: max(100 - 47.5, 20, 47.5) = 52.5 in [47.5, 78.5], above 1.1 x 47.5 = 52.25
+    n = response.naive(b, "gpu", 0.5)
+    assert n["amdahl_ms"] == pytest.approx(52.5)
+    assert (n["amdahl_out"], n["amdahl_loose"]) == (0, 1)
+    assert (n["no_change_ms"], n["no_change_out"], n["no_change_loose"]) == (100.0, 1, 0)
+    # GPU x 0.9: max(90.5, 20, 85.5) = 90.5 in [85.5, 116.5], within 10% of 85.5
+    n = response.naive(b, "gpu", 0.9)
+    assert n["amdahl_ms"] == pytest.approx(90.5) and not n["amdahl_out"] \
+        and not n["amdahl_loose"]
+    # CPU x 0.5: max(100 - 10, 95, 10) = 95; bounds [95, 95 + 15 + 1]: in, and not CPU-bound
+    n = response.naive(b, "cpu", 0.5)
+    assert n["amdahl_ms"] == pytest.approx(95.0) and not n["amdahl_out"]
+    assert response.amdahl(row, "cpu", 1.2) == pytest.approx(104.0)
