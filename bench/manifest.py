@@ -82,21 +82,21 @@ TRACES: dict[str, Entry] = {
     "param/dlrm_8ranks": Entry(JUDGED, (_T,), "DLRM job, 8 ranks, V100 (param)",
                                "kineto/dlrm_8ranks"),
     # ---- calibration: never judged -----------------------------------------------------------
-    **{f"hta/small/{n}": Entry(CALIBRATE, ("latency",)) for n in (
+    **{f"hta/small/{n}": Entry(CALIBRATE, ("latency", "edges")) for n in (
         "alexnet_fwd_a100.json.gz", "simple_add_a100.json.gz",
         "event_sync_single_stream.json.gz", "event_sync_multi_stream.json.gz",
         "mi250_toy_train_rocm.json.gz", "backward_thread.json", "triton_example.json.gz")},
     # sampled (HTA's trace_filter data): their GPU gaps are not kernel-to-kernel gaps, so they
     # calibrate no stream latency (calibrate_latency.SAMPLED); their GEMMs record shapes
-    "hta/ads_sampled_rank0_of128.json.gz": Entry(CALIBRATE, ("latency", "amp.gemm")),
-    "hta/ads_sampled_rank1_of128.json.gz": Entry(CALIBRATE, ("latency", "amp.gemm")),
+    "hta/ads_sampled_rank0_of128.json.gz": Entry(CALIBRATE, ("latency", "amp.gemm", "edges")),
+    "hta/ads_sampled_rank1_of128.json.gz": Entry(CALIBRATE, ("latency", "amp.gemm", "edges")),
     # the convolutions with recorded shapes: taken out of every judged set (it was a replay,
     # response and gates trace, the noise floor's first run and the source of a gpu() row).
     # Left as it is: it is the same network and GPU as the judged AMP check's trace
     # (hta/resnet50_v100_rank0, at CIFAR-10 size, batch 32); the only other unjudged
     # convolutions with shapes are those of tracelens/, whose judge cases rule the folder out.
     "kineto-tb-plugin/resnet50_v100_nw0_run1.json.gz": Entry(
-        CALIBRATE, ("latency", "amp.conv"),
+        CALIBRATE, ("latency", "amp.conv", "edges"),
         note="same network and GPU as the AMP check's trace: its intensities are those of "
         "CIFAR-10 images, batch 32"),
 }
@@ -120,6 +120,9 @@ FITS: dict[str, dict] = {
                  "script": "bench/amp_calibration.py"},
     "amp.gemm": {"what": "transforms/constants.py AMP_INTENSITY['gemm']",
                  "script": "bench/amp_calibration.py"},
+    "edges": {"what": "the rules that infer edges (graphstore/build.py: sync, wait, queue, "
+                      "wake, contention), checked against the raw trace's own records",
+              "script": "bench/edge_evidence.py"},
     "WAIT_TOL_NS": {
         "what": "graphstore/build.py WAIT_TOL_NS (an inferred cross-stream wait: the other "
                 "stream's task ended at most this long before the waiting task started)",

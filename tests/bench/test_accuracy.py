@@ -153,13 +153,19 @@ def test_response_section_end_to_end_with_a_stuck_model(tmp_path, monkeypatch):
 
 
 def test_replay_section_says_not_available(tmp_path, monkeypatch):
+    from bench import edge_evidence
     path = toy.write_kineto(tmp_path / "a.json", toy.toy_a_events())
     monkeypatch.setattr(tr, "training", lambda: [("toy A", path)])
+    monkeypatch.setattr(edge_evidence, "evidence", lambda store: {
+        "total": {k: {"instances": 4, "confirmed": 1, "contradicted": 0, "no_record": 3}
+                  for k in edge_evidence.KINDS},
+        "evidence": {k: {"rule": "r", "confirmed_by": "c"} for k in edge_evidence.KINDS}})
     ctx = acc.Context(tmp_path / "store", predict=stuck)
     r = acc.discover()["replay"].run(ctx)
     row = next(line for line in r.lines if line.startswith("| toy A"))
     assert row.count(acc.NA) == 4 and "0.00%" in row
     assert r.data["traces"]["toy A"]["explained_mean_pct"] is None
+    assert "| wake | r | c | 4 | 1 | 0 | 3 | 25% |" in r.lines
 
     def explained(trace, store, opts=None):
         d = fake_result(None)

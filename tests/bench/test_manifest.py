@@ -13,7 +13,7 @@ from bench import manifest as m
 from tests.conftest import ROOT
 
 JUDGE_CASES = ROOT.parent / "shared" / "judge" / "cases.json"
-FITTING = ("bench/calibrate_latency.py", "bench/amp_calibration.py")
+FITTING = ("bench/calibrate_latency.py", "bench/amp_calibration.py", "bench/edge_evidence.py")
 TRACE_RE = re.compile(r"^(hta|param|particle|tracelens|kineto-tb-plugin|nsys)/[\w./-]+"
                       r"(\.json\.gz|\.json|\.sqlite|dlrm_8ranks)$")
 
@@ -61,6 +61,10 @@ def test_a_fitting_script_refuses_a_judged_trace(tmp_path, monkeypatch):
     monkeypatch.setattr(amp_calibration, "CALIBRATION", {"conv": [judged]})
     with pytest.raises(m.RoleError):
         amp_calibration.main(["--store", str(tmp_path)])
+    from bench import edge_evidence
+    monkeypatch.setitem(m.FITS["edges"], "traces", [judged])
+    with pytest.raises(m.RoleError):
+        edge_evidence.evidence(tmp_path)
     # and neither script opens a shared trace by any other route than the manifest's
     for f in FITTING:
         src = (ROOT / f).read_text()
