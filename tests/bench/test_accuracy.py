@@ -38,7 +38,7 @@ def stuck(trace, store, opts=None):
 
 def test_registry_discovers_every_measure():
     names = list(acc.discover())
-    assert names[:6] == ["judge", "replay", "response", "pairs", "components", "gates"]
+    assert names[:7] == ["judge", "roles", "replay", "response", "pairs", "components", "gates"]
     with pytest.raises(ValueError):
         acc.section("replay", "again")(lambda ctx: None)
 
