@@ -130,7 +130,12 @@ FITS: dict[str, dict] = {
                   "- end of the recorded one)",
         "set_from": ["hta/torchrec_a100_rank0_of16.json.gz"],
         "note": "raised from 3 to 10 us for TorchRec's optimizer kernels starting 4-7 us after "
-                "the NCCL kernel they wait for (0daec46): a judged trace"},
+                "the NCCL kernel they wait for (0daec46): a judged trace",
+        "checked": "2026-12-04 on the calibration traces: 1 recorded wait decided its task's "
+                   "start (1.00 us after the recorded work); the 9 waits inferred by this "
+                   "tolerance (the sampled ads traces) start 1-9 us after the other stream's "
+                   "task (4 beyond 3 us), and no record there confirms or contradicts them: "
+                   "the calibration traces neither confirm nor refute 10 us"},
     "UNSEEN_RELEASE_TOL_NS": {
         "what": "graphstore/build.py UNSEEN_RELEASE_TOL_NS (a launch whose work ran after the "
                 "window counts as released by a stream task that ended at most this long "
@@ -138,7 +143,10 @@ FITS: dict[str, dict] = {
         "script": "bench/calibrate_latency.py (the queue edges read from a trace: blocked call "
                   "end - end of its releasing task)",
         "set_from": ["hta/resnet50_v100_rank0.json.gz"],
-        "note": "5 us median, 81 us max there: a judged trace (the judge's GPU-bound case)"},
+        "note": "5 us median, 81 us max there: a judged trace (the judge's GPU-bound case)",
+        "checked": "2026-12-04 on the calibration traces: none fills its launch queue (no "
+                   "blocked call released by a task the trace shows): not checkable on "
+                   "calibration traces alone until one that fills its queue is added"},
     "LAUNCH_QUEUE_DEPTH": {
         "what": "graphstore/latency.py LAUNCH_QUEUE_DEPTH",
         "script": None,

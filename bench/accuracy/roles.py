@@ -21,8 +21,9 @@ def run(ctx: Context) -> Result:
         cal = ", ".join(f.get("traces") or []) or "-"
         if "check_on" in f and not f.get("traces"):
             cal = "checked on: " + ", ".join(f["check_on"])
+        note = "; checked ".join(x for x in (f.get("note", ""), f.get("checked", "")) if x)
         lines.append(f"| {name}: {f['what']} | {f.get('script') or '-'} | {cal} | "
-                     f"{', '.join(f.get('set_from', [])) or '-'} | {f.get('note', '')} |")
+                     f"{', '.join(f.get('set_from', [])) or '-'} | {note} |")
     lines += ["", "### The traces", ""] + manifest.table()
     data = {"traces": {rel: {"role": e.role, "uses": list(e.uses)}
                        for rel, e in manifest.TRACES.items()},
