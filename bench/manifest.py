@@ -196,8 +196,7 @@ def relative(path: str | Path) -> str | None:
         same = [rel for rel in (*TRACES, *UNUSED) if Path(rel).name == p.name]
         if len(same) == 1:
             return same[0]
-        return f"tests/data/{f}"  # a copy of no shared trace: declared nowhere
-    return None
+    return None  # the project's own data (tests/data/whatif: the CPU pairs), or elsewhere
 
 
 def calibration(fit: str) -> list[str]:

@@ -116,3 +116,6 @@ def test_relative_maps_copies_to_the_shared_trace_they_stand_in_for():
         "param/dlrm_8ranks/rank3.kineto.json.gz"
     assert m.role("param/dlrm_8ranks/rank3.kineto.json.gz") == m.JUDGED
     assert m.relative(ROOT / "README.md") is None
+    # the project's own recordings (the CPU pairs) are no shared trace: the harness's own
+    assert m.relative(data / "whatif" / "sgd_foreach.json.gz") is None
+    m.check_judged(data / "whatif" / "sgd_foreach.json.gz")
