@@ -33,8 +33,9 @@ EVIDENCE = {
     "sync": ("a blocking call without a record of what it waited for is tied to the GPU task "
              "that ended last inside it", "a cuda_sync record of the call (its correlation id) "
              "naming the task's stream, or a device-wide sync"),
-    "wait": ("a GPU task that starts later than its stream and launch allow is tied to another "
-             "stream's task that ended within WAIT_TOL_NS before it", "a cuda_sync "
+    "wait": ("a GPU task is tied to another stream's task: by the order of a wait call and "
+             "the launches around it on its thread, or, starting later than its stream and "
+             "launch allow, to a task that ended within WAIT_TOL_NS before it", "a cuda_sync "
              "'Stream Wait Event' record on the waiting stream naming the other stream "
              "(wait_on_stream), issued between the two tasks' launches"),
     "queue": ("a launch that ran long near its stream's queue depth is tied to the task whose "
