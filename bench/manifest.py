@@ -153,6 +153,17 @@ FITS: dict[str, dict] = {
         "set_from": ["hta/resnet50_v100_rank0.json.gz"],
         "note": "1024 from NVIDIA's forums and stackoverflow; the judged HTA V100 trace "
                 "(1,022 outstanding) is cited as agreeing, not fitted"},
+    # graphstore/build.py's other thresholds: estimates whose comments name no trace (kept
+    # here so that a later fit says where it came from)
+    **{k: {"what": f"graphstore/build.py {k}", "script": None,
+           "note": f"estimate ({why}); no calibration trace fitted"}
+       for k, why in (("UNEXPLAINED_NS", "a GPU task this late is looked at for a wait"),
+                      ("CONTENTION_TAIL_NS", "about one thread block's run time"),
+                      ("MIN_WAIT_NS", "a host stretch this long may be a wait on a thread"),
+                      ("WAKE_TOL_NS", "a wait ends this soon after the other thread's task"),
+                      ("FIRST_WAKE_TOL_NS", "the autograd thread's first op ~0.5 ms after "
+                       "backward()"),
+                      ("QUEUE_BLOCK_SPAN", "event records take queue slots too"))},
 }
 for _k, _v in FITS.items():
     _v["traces"] = [p for p, e in TRACES.items() if e.role == CALIBRATE and _k in e.uses]
