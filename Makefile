@@ -49,8 +49,10 @@ ingest: $(CORE) $(KERNELS)
 predict: $(CORE) $(KERNELS)
 	$(VENV)/bin/daydream predict $(TRACE) --store $(STORE) --opt '$(OPT)'
 
-# The accuracy harness (bench/accuracy/: one module per measure of ACCURACY.md), written to
-# docs/accuracy.md and docs/accuracy.json; make accuracy ONLY=response reruns one section
+# The accuracy harness (bench/accuracy/: the judge's scorecard, ../shared/judge/score.py run
+# against .venv/bin/daydream, first; then one module per measure of ACCURACY.md, on the judged
+# traces of bench/manifest.py), written to docs/accuracy.md and docs/accuracy.json;
+# make accuracy ONLY=response reruns one section
 accuracy: $(STAMP) $(KERNELS)
 	$(PY) -m bench.accuracy $(if $(ONLY),--only $(ONLY))
 

@@ -11,8 +11,9 @@ forward and backward whose op's shapes are recorded, intensity = F / B (transfor
 
     .venv/bin/python bench/amp_calibration.py [--store DIR]
 
-The calibration traces are none that the AMP check of bench/accuracy judges
-(hta/resnet50_v100_rank0, which records no shapes).
+The calibration traces are bench/manifest.py's for "amp.conv" and "amp.gemm", read through
+``manifest.calibration_path`` (which refuses a judged trace): none that the AMP check of
+bench/accuracy (hta/resnet50_v100_rank0, which records no shapes) or any other measure judges.
 """
 
 from __future__ import annotations
@@ -27,12 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-SHARED = ROOT.parent / "shared" / "traces"
-CALIBRATION = {
-    "conv": ["kineto-tb-plugin/resnet50_v100_nw0_run1.json.gz"],
-    "gemm": ["hta/recsys_a100_rank3_of8.json.gz", "hta/torchrec_a100_rank0_of16.json.gz"]
-    + [f"param/dlrm_8ranks/rank{r}.kineto.json.gz" for r in range(8)],
-}
+from bench import manifest  # noqa: E402
+
+SHARED = manifest.SHARED
+CALIBRATION = {"conv": manifest.calibration("amp.conv"), "gemm": manifest.calibration("amp.gemm")}
 BINS_PER_DECADE = 4
 
 
@@ -88,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     for cls, files in CALIBRATION.items():
         pts: list[tuple[float, float]] = []
         for rel in files:
-            p = SHARED / rel
+            p = manifest.calibration_path(rel)
             if not p.exists():
                 print(f"# {rel}: not here, skipped", file=sys.stderr)
                 continue

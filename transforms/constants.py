@@ -42,13 +42,17 @@ AMP_INTENSITY = {
                        (749.89, 0.0532), (1333.52, 0.0285)],
              "source": "bench/amp_calibration.py: the convolutions of "
              "kineto-tb-plugin/resnet50_v100_nw0_run1 (ResNet-50, batch 32, V100, "
-             "record_shapes; 750 kernels), work = duration minus the fixed cost; run 2026-12-01"},
-    "gemm": {"value": [(0.42, 0.0015), (4.22, 0.0256), (7.5, 0.0803), (13.34, 0.2921),
-                       (23.71, 0.0502), (42.17, 0.1501), (74.99, 0.0663), (133.35, 0.19),
-                       (237.14, 0.1439)],
-             "source": "bench/amp_calibration.py: the GEMMs (addmm, mm, bmm, "
-             "linear) of hta/recsys_a100_rank3_of8, hta/torchrec_a100_rank0_of16 and "
-             "param/dlrm_8ranks (record_shapes; 1875 kernels); run 2026-12-01"},
+             "record_shapes; 750 kernels), work = duration minus the fixed cost; run 2026-12-01, "
+             "unchanged 2026-12-04; a calibration trace of bench/manifest.py, judged by no "
+             "section since"},
+    "gemm": {"value": [(0.42, 0.0007), (2.37, 0.0432), (4.22, 0.1525), (7.5, 0.2592),
+                       (13.34, 0.149), (23.71, 0.0067), (42.17, 0.0798), (74.99, 0.0367),
+                       (133.35, 0.0855), (237.14, 0.1866)],
+             "source": "bench/amp_calibration.py: the GEMMs (addmm, mm, bmm, linear) of "
+             "hta/ads_sampled_rank0_of128 and rank1 (record_shapes; 670 kernels), the "
+             "calibration traces of bench/manifest.py; run 2026-12-04 (until then from "
+             "hta/recsys_a100_rank3_of8, hta/torchrec_a100_rank0_of16 and param/dlrm_8ranks, "
+             "which the accuracy sections judge)"},
 }
 
 # Passes over parameter-sized tensors of one optimizer step in torch.optim's for-loop (and

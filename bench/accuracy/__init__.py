@@ -26,6 +26,8 @@ OUT_JSON = ROOT / "docs" / "accuracy.json"
 PLOTS = ROOT / "docs" / "accuracy"
 STORE = ROOT / ".daydream-accuracy"
 
+from bench import manifest  # noqa: E402
+
 NA = "not available yet"
 
 
@@ -107,6 +109,7 @@ class Context:
         an exception is raised again on every ask."""
         key = (str(trace), tuple(opts or ()))
         if key not in self._memo:
+            manifest.check_judged(trace)  # a measure judges judged traces only
             fn = self._predict
             if fn is None:
                 from daydream import api
@@ -127,6 +130,7 @@ class Context:
         trace's graph is read and its baseline replayed once for all of them (the api's
         ``predictions`` shares them too, but stops at the first spec that fails). A spec
         that fails gives its exception."""
+        manifest.check_judged(trace)
         todo = [s for s in specs if (str(trace), (s,)) not in self._memo]
         if todo and self._predict is None:
             from daydream import pipeline
@@ -157,6 +161,7 @@ class Context:
         """bench/bounds.py's figures for one trace file (memoized)."""
         from bench import bounds
         k = str(trace)
+        manifest.check_judged(trace)
         if k not in self._bounds:
             self._bounds[k] = bounds.bounds(trace)
         return self._bounds[k]

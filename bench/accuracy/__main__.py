@@ -23,10 +23,12 @@ from bench.accuracy import _doc as doc
 def head() -> str:
     return "\n".join([
         "# Accuracy", "",
-        f"Written by `make accuracy` (`python -m bench.accuracy`) on {dt.date.today()}; one "
-        "section per measure of ACCURACY.md, each rerun alone by `--only NAME` and merged "
-        "back. Traces from ../shared/traces (see its README); the store is kept in "
-        "`.daydream-accuracy/` between runs; the numbers are also in docs/accuracy.json.", ""])
+        f"Written by `make accuracy` (`python -m bench.accuracy`) on {dt.date.today()}; the "
+        "judge's scorecard (../shared/judge/score.py) first, then the roles of the traces "
+        "(bench/manifest.py) and one section per measure of ACCURACY.md, each rerun alone by "
+        "`--only NAME` and merged back. Traces from ../shared/traces (see its README), the "
+        "judged ones only; the store is kept in `.daydream-accuracy/` between runs; the "
+        "numbers are also in docs/accuracy.json.", ""])
 
 
 def main(argv: list[str] | None = None, ctx: Context | None = None) -> int:

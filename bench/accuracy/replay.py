@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from bench.accuracy import NA, Context, Result, reason, section
+from bench.accuracy import NA, ROOT, Context, Result, reason, section
 from bench.accuracy import traces as tr
 
 
@@ -178,4 +178,22 @@ def run(ctx: Context) -> Result:
     lines += ["", "### Edges inferred from coincidence (counts by kind)", ""]
     lines += (["| trace | inferred edges |", "|---|---|"] + inferred_rows if inferred_rows
               else [f"{NA}: the api's predict result has no `inferred_edges` field."])
+    lines += ["", "### The evidence of each inferred kind, on the calibration traces", "",
+              "What each kind is inferred from, and the share of its instances that the raw "
+              "trace confirms by a record of its own, on the calibration traces of "
+              "bench/manifest.py (bench/edge_evidence.py; never a judged trace): \"no "
+              "record\" where the trace holds nothing that could decide it. The explained "
+              "replay above is reported with these edges and without them (`without inferred "
+              "edges`).", ""]
+    try:
+        from bench import edge_evidence
+        ev = edge_evidence.evidence(EVIDENCE_STORE)
+        lines += edge_evidence.lines(ev)
+        data["inferred_evidence"] = ev
+    except Exception as e:
+        lines.append(f"The check failed: {reason(e)}")
     return Result(lines + [""], data)
+
+
+# the store of the calibration traces (bench/calibrate_latency.py's), apart from the harness's
+EVIDENCE_STORE = ROOT / ".daydream-calibration"

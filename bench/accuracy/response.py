@@ -76,6 +76,31 @@ def match(b: dict, d: dict) -> list[tuple[dict, dict]]:
     return out
 
 
+def amdahl(row: dict, which: str, f: float) -> float:
+    """The clipped-Amdahl formula on a step's figures: the scaled side's time scaled, the rest
+    kept, clipped below by the other side and by the scaled side itself. GPU scaled:
+    max(T - (1 - f) G, C_max, f G); CPU scaled: max(T - (1 - f) C_max, G, f C_max)."""
+    t, g, c = row["T_ms"], row["G_ms"], row["C_max_ms"]
+    if which == "gpu":
+        return max(t - (1 - f) * g, c, f * g)
+    return max(t - (1 - f) * c, g, f * c)
+
+
+def naive(b: dict, which: str, f: float) -> dict:
+    """The naive predictors' points, judged by the same edges and rules as Daydream's: the
+    clipped-Amdahl formula and "no change" (T). A measure they pass shows nothing."""
+    row = b["mean"]
+    a, z = bnd.edges({"median": row, "peers_in_trace": b.get("peers_in_trace", False)},
+                     which, f)
+    out = {}
+    for name, v in (("amdahl", amdahl(row, which, f)), ("no_change", row["T_ms"])):
+        out[f"{name}_ms"] = v
+        out[f"{name}_out"] = int(v < a * (1 - TOL) or v > z * (1 + TOL))
+        out[f"{name}_loose"] = int(not out[f"{name}_out"] and tight_applies(row, which, f, b)
+                                   and v > a * (1 + TIGHT))
+    return out
+
+
 def judge(b: dict, matched: list[tuple[dict, dict]], d: dict | None, which: str, f: float,
           key: str = "predicted_ms") -> dict:
     """One point of a curve: the prediction's headline (the steady-state step, completion to
@@ -103,6 +128,7 @@ def judge(b: dict, matched: list[tuple[dict, dict]], d: dict | None, which: str,
     pt.update(single_steps=len(per), single_steps_out=out)
     pt["ok"] = v is not None and pt["steps_out"] == 0
     pt["tight"] = v is not None and pt["steps_loose"] == 0
+    pt.update(naive(b, which, f))
     return pt
 
 
@@ -143,7 +169,8 @@ def curve(ctx: Context, path: Path) -> dict:
                 d = ctx.predict(path, [spec(which, f)])
             except Exception as e:
                 out["points"].append({"f": f, "which": which, "predicted_ms": None,
-                                      "ok": False, "tight": False, "error": reason(e)})
+                                      "ok": False, "tight": False, "error": reason(e),
+                                      **naive(b, which, f)})
                 continue
             m = match(b, d) if b["steps"] else []
             out["points"].append(judge(b, m, d, which, f))
@@ -165,6 +192,9 @@ def _plot(label: str, c: dict, path: Path) -> None:
                         color="tab:green", alpha=0.2, label="bounds")
         ax.plot(fs, [p["predicted_ms"] for p in pts], "o-", color="tab:blue",
                 label="predicted")
+        if all(p.get("amdahl_ms") is not None for p in pts):
+            ax.plot(fs, [p["amdahl_ms"] for p in pts], "--", color="tab:orange",
+                    label="clipped Amdahl")
         bad = [p for p in pts if not p["ok"]]
         ax.plot([p["f"] for p in bad], [p["predicted_ms"] for p in bad], "x", color="tab:red",
                 ms=10, label="out of bounds")
@@ -192,6 +222,18 @@ def _cell(p: dict) -> str:
     if p.get("single_steps"):
         mark += f"; single steps out {p['single_steps_out']}/{p['single_steps']}"
     return f"{p['predicted_ms']:.2f} | [{p['lo_ms']:.2f}, {p['hi_ms']:.2f}] | {mark}"
+
+
+def _naive_cells(p: dict) -> str:
+    """The formula's and "no change"'s points, marked as Daydream's are."""
+    cells = []
+    for k in ("amdahl", "no_change"):
+        if p.get(f"{k}_ms") is None:
+            cells.append(NA)
+            continue
+        mark = " **out**" if p[f"{k}_out"] else " **loose**" if p[f"{k}_loose"] else ""
+        cells.append(f"{p[f'{k}_ms']:.2f}{mark}")
+    return " | ".join(cells)
 
 
 @section("response", "Response to the hardware (measure 2)", order=20)
@@ -234,7 +276,8 @@ def run(ctx: Context) -> Result:
         "no change in bounds at f=0.5 |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     detail: list[str] = []
-    data: dict = {"factors": list(FACTORS), "traces": {}, "failures": 0, "loose": 0}
+    data: dict = {"factors": list(FACTORS), "traces": {}, "failures": 0, "loose": 0,
+                  "naive": {k: {"failures": 0, "loose": 0} for k in ("amdahl", "no_change")}}
     for label, path in tr.training():
         try:
             c = curve(ctx, path)
@@ -245,8 +288,22 @@ def run(ctx: Context) -> Result:
             continue
         lines.append(row)
         detail += more
+    n = sum(2 * len(FACTORS) for t in data["traces"].values() if "points" in t)
+    nv = data["naive"]
     lines += ["", f"Points out of bounds: **{data['failures']}**; in bounds but loose: "
-              f"**{data['loose']}** (of {2 * len(FACTORS)} per trace).", ""]
+              f"**{data['loose']}** (of {2 * len(FACTORS)} per trace, {n} in all).", "",
+              "The same bounds and rules applied to two predictors without a model, on the "
+              "same figures (the mean steady step's T, G and C_max): the clipped-Amdahl "
+              "formula, GPU x f: max(T - (1 - f) G, C_max, f G), CPU x f: max(T - (1 - f) "
+              "C_max, G, f C_max); and \"no change\" (T). These bounds are information, not a "
+              "verdict: where the formula scores as well as Daydream they show nothing (the "
+              "judge's bound cases are the sharp form).", "",
+              "| predictor | points out | in bounds but loose | of |", "|---|---|---|---|",
+              f"| Daydream | {data['failures']} | {data['loose']} | {n} |",
+              f"| clipped Amdahl | {nv['amdahl']['failures']} | {nv['amdahl']['loose']} | "
+              f"{n} |",
+              f"| no change | {nv['no_change']['failures']} | {nv['no_change']['loose']} | "
+              f"{n} |", ""]
     return Result(lines + detail, data)
 
 
@@ -261,6 +318,9 @@ def _trace_rows(label: str, c: dict, data: dict) -> tuple[str, list[str]]:
            for w in ("gpu", "cpu")}
     data["failures"] += cnt["gpu"][0] + cnt["cpu"][0]
     data["loose"] += cnt["gpu"][1] + cnt["cpu"][1]
+    for k in ("amdahl", "no_change"):
+        data["naive"][k]["failures"] += sum(p.get(f"{k}_out", 0) for p in c["points"])
+        data["naive"][k]["loose"] += sum(p.get(f"{k}_loose", 0) for p in c["points"])
     lo, hi = bnd.edges(c["bounds"], "gpu", 0.5)
     nochange = "yes" if lo <= m["T_ms"] <= hi else "no"
     row = (
@@ -282,11 +342,13 @@ def _trace_rows(label: str, c: dict, data: dict) -> tuple[str, list[str]]:
                       f"{bl['by']} over {bl['steps']} steady steps matched of "
                       f"{c['bounds']['steady']}).")
         detail.append("")
-    detail += ["| f | GPU x f: predicted ms | bounds ms | | CPU x f: predicted ms | "
-               "bounds ms | |", "|---|---|---|---|---|---|---|"]
+    detail += ["| f | GPU x f: predicted ms | bounds ms | | clipped Amdahl | no change | "
+               "CPU x f: predicted ms | bounds ms | | clipped Amdahl | no change |",
+               "|---|---|---|---|---|---|---|---|---|---|---|"]
     by = {(p["which"], p["f"]): p for p in c["points"]}
     for f in FACTORS:
-        detail.append(f"| {f} | {_cell(by[('gpu', f)])} | {_cell(by[('cpu', f)])} |")
+        detail.append(f"| {f} | {_cell(by[('gpu', f)])} | {_naive_cells(by[('gpu', f)])} | "
+                      f"{_cell(by[('cpu', f)])} | {_naive_cells(by[('cpu', f)])} |")
     detail += [f"- {n}" for n in c["notes"]]
     detail.append("")
     data["traces"][label] = c

@@ -40,10 +40,7 @@ RESNET = [  # (label, source trace, fallback, GPU to predict, label, measured tr
      "kineto/resnet50_v100_rank0.json.gz", "a100-sxm4-40gb",
      "ResNet-50 DDP A100 (HTA)", "hta/resnet50_ddp_a100_rank0.json.gz",
      "kineto/resnet50_ddp_a100_rank0.json.gz"),
-    ("ResNet-50 V100 nw0 (kineto, batch 32) -> A100",
-     "kineto-tb-plugin/resnet50_v100_nw0_run1.json.gz", "kineto/resnet50_v100_nw0_run1.json.gz",
-     "a100-sxm4-40gb", "ResNet-50 DDP A100 (HTA)", "hta/resnet50_ddp_a100_rank0.json.gz",
-     "kineto/resnet50_ddp_a100_rank0.json.gz"),
+    # (the kineto-tb-plugin nw0 run 1 -> A100 row left: that trace calibrates, bench/manifest.py)
     ("ResNet-50 DDP A100 (HTA) -> V100", "hta/resnet50_ddp_a100_rank0.json.gz",
      "kineto/resnet50_ddp_a100_rank0.json.gz", "v100-sxm2-32gb",
      "ResNet-50 V100 (HTA)", "hta/resnet50_v100_rank0.json.gz",

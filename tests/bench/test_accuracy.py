@@ -38,7 +38,7 @@ def stuck(trace, store, opts=None):
 
 def test_registry_discovers_every_measure():
     names = list(acc.discover())
-    assert names[:5] == ["replay", "response", "pairs", "components", "gates"]
+    assert names[:7] == ["judge", "roles", "replay", "response", "pairs", "components", "gates"]
     with pytest.raises(ValueError):
         acc.section("replay", "again")(lambda ctx: None)
 
@@ -143,6 +143,9 @@ def test_response_section_end_to_end_with_a_stuck_model(tmp_path, monkeypatch):
     assert "kept" in text and "Points out of bounds: **2**" in text
     data = json.loads(out.with_suffix(".json").read_text())["sections"]["response"]
     assert data["failures"] == 2 and data["loose"] == 0
+    # the stuck model is "no change": the naive column scores it the same
+    assert data["naive"]["no_change"] == {"failures": 2, "loose": 0}
+    assert "| clipped Amdahl |" in text
     pts = data["traces"]["toy A"]["points"]
     assert sorted((p["which"], p["f"]) for p in pts if not p["ok"]) == [("cpu", 0.25),
                                                                        ("gpu", 0.25)]
@@ -150,13 +153,19 @@ def test_response_section_end_to_end_with_a_stuck_model(tmp_path, monkeypatch):
 
 
 def test_replay_section_says_not_available(tmp_path, monkeypatch):
+    from bench import edge_evidence
     path = toy.write_kineto(tmp_path / "a.json", toy.toy_a_events())
     monkeypatch.setattr(tr, "training", lambda: [("toy A", path)])
+    monkeypatch.setattr(edge_evidence, "evidence", lambda store: {
+        "total": {k: {"instances": 4, "confirmed": 1, "contradicted": 0, "no_record": 3}
+                  for k in edge_evidence.KINDS},
+        "evidence": {k: {"rule": "r", "confirmed_by": "c"} for k in edge_evidence.KINDS}})
     ctx = acc.Context(tmp_path / "store", predict=stuck)
     r = acc.discover()["replay"].run(ctx)
     row = next(line for line in r.lines if line.startswith("| toy A"))
     assert row.count(acc.NA) == 4 and "0.00%" in row
     assert r.data["traces"]["toy A"]["explained_mean_pct"] is None
+    assert "| wake | r | c | 4 | 1 | 0 | 3 | 25% |" in r.lines
 
     def explained(trace, store, opts=None):
         d = fake_result(None)
@@ -270,3 +279,56 @@ def test_amp_factors_reproduce_the_published_peak_ratios():
     assert by["a100-sxm4-80gb"]["compute_tf32"] == pytest.approx(2.0, rel=1e-3)
     assert by["rtx-2080-ti"]["compute_fp32"] == pytest.approx(56.9 / 14.2, rel=0.01)
     assert any("| NVIDIA Tesla V100 SXM2 32GB | 7.96x | 7.96x |" in x for x in lines)
+
+
+FAKE_JUDGE = """import json, sys
+assert "--json" in sys.argv and "--daydream" in sys.argv
+print(json.dumps({"passed": 1, "cases": 2, "rows": [
+    {"case": "a pair", "ok": True, "result": "step ms predicted 1.0, measured 1.0: +0.0%"},
+    {"case": "a bound", "ok": False, "result": "GPU x0.5: speedup 1.10x | physical 1.98x"}]}))
+print("judge: 1/2 cases pass")
+sys.exit(1)
+"""
+
+
+def test_judge_scorecard_heads_the_document(tmp_path, monkeypatch):
+    """The judge's JSON is read as it prints it (its exit status 1 on a failing case is a
+    result), its rows written down unchanged, first in the file."""
+    from bench.accuracy import __main__ as cli
+    from bench.accuracy import judge
+    fake = tmp_path / "score.py"
+    fake.write_text(FAKE_JUDGE)
+    monkeypatch.setattr(judge, "JUDGE", fake)
+    out = tmp_path / "acc.md"
+    ctx = acc.Context(tmp_path / "store", predict=stuck)
+    assert cli.main(["--only", "judge", "--only", "pairs", "--out", str(out)], ctx=ctx) == 0
+    text = out.read_text()
+    assert text.index("The judge's scorecard") < text.index("Real pairs")
+    assert "**judge: 1/2 cases pass**" in text
+    assert "| a bound | **FAIL** | GPU x0.5: speedup 1.10x \\| physical 1.98x |" in text
+    data = json.loads(out.with_suffix(".json").read_text())["sections"]["judge"]
+    assert data["passed"] == 1 and [r["ok"] for r in data["rows"]] == [True, False]
+    # a judge that prints no JSON is an error in the section, never a pass
+    fake.write_text("print('judge: 0/0 cases pass')")
+    r = acc.discover()["judge"].run(ctx)
+    assert r.data.get("error") and "could not run" in "\n".join(r.lines)
+
+
+def test_naive_predictors_by_hand():
+    """The clipped-Amdahl formula and "no change", judged by the same edges and rules."""
+    row = {"T_ms": 100.0, "G_ms": 95.0, "G_all_ms": 95.0, "G_stream_ms": 95.0,
+           "C_max_ms": 20.0, "C_sum_ms": 30.0, "W_ms": 1.0}
+    b = {"mean": row, "median": row, "gpu_bound": True, "cpu_bound": False}
+    # GPU x 0.5: max(100 - 47.5, 20, 47.5) = 52.5 in [47.5, 78.5], above 1.1 x 47.5 = 52.25
+    n = response.naive(b, "gpu", 0.5)
+    assert n["amdahl_ms"] == pytest.approx(52.5)
+    assert (n["amdahl_out"], n["amdahl_loose"]) == (0, 1)
+    assert (n["no_change_ms"], n["no_change_out"], n["no_change_loose"]) == (100.0, 1, 0)
+    # GPU x 0.9: max(90.5, 20, 85.5) = 90.5 in [85.5, 116.5], within 10% of 85.5
+    n = response.naive(b, "gpu", 0.9)
+    assert n["amdahl_ms"] == pytest.approx(90.5) and not n["amdahl_out"] \
+        and not n["amdahl_loose"]
+    # CPU x 0.5: max(100 - 10, 95, 10) = 95; bounds [95, 95 + 15 + 1]: in, and not CPU-bound
+    n = response.naive(b, "cpu", 0.5)
+    assert n["amdahl_ms"] == pytest.approx(95.0) and not n["amdahl_out"]
+    assert response.amdahl(row, "cpu", 1.2) == pytest.approx(104.0)

@@ -1,0 +1,60 @@
+"""The judge's scorecard, first in docs/accuracy.md (../shared/ACCURACY.md: the judge comes
+first). ../shared/judge/score.py is a fixed yardstick outside the project: it is run here as it
+is, as a subprocess against the installed command line (.venv/bin/daydream), with ``--json``,
+and its rows are written down unchanged. Nothing of its logic is copied into the project."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from bench.accuracy import NA, ROOT, Context, Result, reason, section
+
+JUDGE = ROOT.parent / "shared" / "judge" / "score.py"
+DAYDREAM = ROOT / ".venv" / "bin" / "daydream"
+TIMEOUT_S = 4 * 3600
+
+
+def scorecard(judge: Path | None = None, daydream: Path | None = None) -> dict:
+    """The judge's JSON: {passed, cases, rows: [{case, ok, result}]}. It prints its summary
+    line after the JSON; its exit status is 1 when a case fails, which is a result, not an
+    error."""
+    judge, daydream = judge or JUDGE, daydream or DAYDREAM
+    r = subprocess.run([sys.executable, str(judge), "--json", "--daydream", str(daydream)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    out = r.stdout
+    if "{" not in out:
+        raise RuntimeError(((r.stderr or out).strip().splitlines() or ["no output"])[-1][:200])
+    d = orjson.loads(out[out.index("{"):out.rindex("}") + 1])
+    if not isinstance(d.get("rows"), list) or "passed" not in d:
+        raise RuntimeError("the judge's JSON has no rows")
+    return d
+
+
+def lines_of(d: dict) -> list[str]:
+    out = [f"**judge: {d['passed']}/{d['cases']} cases pass**", "",
+           "| case | | result |", "|---|---|---|"]
+    for r in d["rows"]:
+        res = str(r.get("result", "")).replace("|", "\\|")
+        out.append(f"| {r['case']} | {'pass' if r.get('ok') else '**FAIL**'} | {res} |")
+    return out
+
+
+@section("judge", "The judge's scorecard", order=0)
+def run(ctx: Context) -> Result:
+    lines = ["## The judge's scorecard", "",
+             "`python3 ../shared/judge/score.py --json` (../shared/judge/README.md: real "
+             "recorded pairs, GPU-bound premises read from the raw traces, optimizations that "
+             "must change nothing), run as it is against `.venv/bin/daydream`; its cases are "
+             "judged traces of bench/manifest.py, none of them a calibration trace.", ""]
+    if not JUDGE.exists():
+        return Result(lines + [f"{NA}: ../shared/judge is not here.", ""], {"available": False})
+    try:
+        d = scorecard()
+    except Exception as e:
+        return Result(lines + [f"The judge could not run: {reason(e)}", ""],
+                      {"error": reason(e)})
+    return Result(lines + lines_of(d) + [""], d)
