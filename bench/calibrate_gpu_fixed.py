@@ -11,7 +11,8 @@ GEMMs and convolutions; transforms.kernel_class ``classify``).
 
 The calibration traces are the shared H100 and MI300X traces that no GPU-model case judges:
 nsys/fsdp_t5_2xh100_1s (Nsight Systems export) and tracelens/resnet_actckpt_mi300x_rank0_of8
-(Kineto JSON). The tracelens inference pairs (../shared/judge) are judged and never read here.
+(Kineto JSON), read through bench/manifest.py's calibration_path (the manifest gives them no other
+role). The tracelens inference pairs (../shared/judge) are judged and never read here.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import manifest  # noqa: E402
 from daydream.transforms import kernel_class as K  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "traces"
@@ -57,7 +59,7 @@ def group(name: str) -> str | None:
 
 def main() -> int:
     for dev, rel in CALIBRATION.items():
-        path = SHARED / rel
+        path = manifest.calibration_path(rel)
         if not path.exists():
             print(f"{dev}: {rel} not found (../shared/traces)")
             continue
