@@ -1,0 +1,87 @@
+"""The local worker pool ends with its driver, however the driver ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DATA
+
+# Real traces big enough that converting them keeps both workers busy for a while.
+TRACES = [DATA / "kineto" / n for n in (
+    "resnet50_jan21_nw0.json.gz", "resnet50_jan21_nw4.json.gz",
+    "resnet50_v100_nw0_run1.json.gz", "resnet50_v100_rank0.json.gz",
+    "resnet_actckpt_mi300x_rank0_of8.json.gz", "resnet50_ddp_a100_rank0.json.gz")]
+
+
+def _procs() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, state, start time) of every process."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        f = stat[stat.rindex(")") + 2:].split()
+        out[int(d.name)] = (int(f[1]), f[0], f[19])
+    return out
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Every process under ``root``: pid -> start time (to tell a reused pid)."""
+    procs = _procs()
+    found, todo = {}, [root]
+    while todo:
+        p = todo.pop()
+        for c, (pp, _, st) in procs.items():
+            if pp == p and c not in found:
+                found[c] = st
+                todo.append(c)
+    return found
+
+
+def _alive(pids: dict[int, str]) -> list[int]:
+    procs = _procs()
+    return [p for p, st in pids.items()
+            if p in procs and procs[p][2] == st and procs[p][1] not in "ZX"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigkilled_driver_leaves_no_worker(tmp_path):
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "daydream", "ingest", *map(str, TRACES), "--store",
+         str(tmp_path / "store"), "--jobs", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and driver.poll() is None:
+            kids = _descendants(driver.pid)
+            # the resource tracker and the two workers, the workers started on their traces
+            if len(kids) >= 3:
+                time.sleep(1.0)
+                break
+            time.sleep(0.05)
+        assert driver.poll() is None, "the ingest ended before its workers could be seen"
+        kids = _descendants(driver.pid)
+        assert len(kids) >= 3
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        deadline = time.monotonic() + 5
+        while _alive(kids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _alive(kids)
+        for p in left:  # leave the machine clean whatever the outcome
+            os.kill(p, signal.SIGKILL)
+        assert not left, f"{len(left)} of the killed driver's processes still run after 5 s"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
