@@ -166,7 +166,9 @@ def exit_with_parent(parent: int) -> None:
     SIGKILL or an out-of-memory kill run no cleanup, so the driver cannot stop its workers):
     on Linux the kernel sends it SIGKILL (prctl PR_SET_PDEATHSIG); everywhere, a daemon thread
     sees it adopted by another process (its parent id changed) within PARENT_POLL_S and exits.
-    Without it a killed driver's workers and multiprocessing's resource tracker lived on."""
+    Without it a killed driver's workers and multiprocessing's resource tracker lived on.
+    (Ray needs none of this: a raylet started by a driver dies with it, by Ray's own
+    parent-death signal, and its workers with the raylet.)"""
     if sys.platform.startswith("linux"):
         import ctypes
         import signal

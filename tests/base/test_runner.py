@@ -85,3 +85,54 @@ def test_sigkilled_driver_leaves_no_worker(tmp_path):
         if driver.poll() is None:
             driver.kill()
             driver.wait()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigkilled_driver_leaves_no_ray_task_worker(tmp_path):
+    """Under a local Ray cluster (started by the driver) the workers running its tasks end with
+    it too: Ray's doing (its raylet dies with the driver, its workers with the raylet), which
+    daydream relies on, held here. Ray's own agents (dashboard, runtime env) are not counted:
+    they outlive a SIGKILLed driver by tens of seconds, Ray's to stop."""
+    pytest.importorskip("ray")
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "daydream", "ingest", *map(str, TRACES), "--store",
+         str(tmp_path / "store"), "--ray", "auto"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_ADDRESS": ""})
+    try:
+        deadline = time.monotonic() + 120
+        tasks: dict[int, str] = {}
+        everything: dict[int, str] = {}
+        while time.monotonic() < deadline and driver.poll() is None and not tasks:
+            tasks = {p: st for p, st in _descendants(driver.pid).items()
+                     if _cmdline(p).startswith("ray::") and "Agent" not in _cmdline(p)
+                     and "IDLE" not in _cmdline(p)}
+            time.sleep(0.1)
+        assert tasks, "no Ray task worker was seen running the ingest"
+        time.sleep(0.5)
+        everything = _descendants(driver.pid)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        deadline = time.monotonic() + 5
+        while _alive(tasks) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _alive(tasks)
+        for p in left:
+            os.kill(p, signal.SIGKILL)
+        assert not left, f"{len(left)} Ray task workers of the killed driver still run after 5 s"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        for p in _alive(everything):  # the local cluster's own processes
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
