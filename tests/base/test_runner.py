@@ -13,11 +13,20 @@ import pytest
 
 from tests.conftest import DATA
 
-# Real traces big enough that converting them keeps both workers busy for a while.
-TRACES = [DATA / "kineto" / n for n in (
-    "resnet50_jan21_nw0.json.gz", "resnet50_jan21_nw4.json.gz",
-    "resnet50_v100_nw0_run1.json.gz", "resnet50_v100_rank0.json.gz",
+# Real traces big enough that converting them keeps both workers busy for a while; the
+# fleet is made of distinct copies of them (tests/daydream/variants.py), many enough that a
+# fast machine is still converting when the driver is killed.
+SOURCES = [DATA / "kineto" / n for n in (
+    "resnet50_jan21_nw0.json.gz", "resnet50_v100_rank0.json.gz",
     "resnet_actckpt_mi300x_rank0_of8.json.gz", "resnet50_ddp_a100_rank0.json.gz")]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory) -> Path:
+    from tests.daydream.variants import make_variants
+    d = tmp_path_factory.mktemp("fleet")
+    make_variants(SOURCES, 16, d)
+    return d
 
 
 def _procs() -> dict[int, tuple[int, str, str]]:
@@ -55,9 +64,9 @@ def _alive(pids: dict[int, str]) -> list[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_sigkilled_driver_leaves_no_worker(tmp_path):
+def test_sigkilled_driver_leaves_no_worker(tmp_path, fleet):
     driver = subprocess.Popen(
-        [sys.executable, "-m", "daydream", "ingest", *map(str, TRACES), "--store",
+        [sys.executable, "-m", "daydream", "ingest", str(fleet), "--store",
          str(tmp_path / "store"), "--jobs", "2"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -66,7 +75,7 @@ def test_sigkilled_driver_leaves_no_worker(tmp_path):
             kids = _descendants(driver.pid)
             # the resource tracker and the two workers, the workers started on their traces
             if len(kids) >= 3:
-                time.sleep(1.0)
+                time.sleep(0.5)
                 break
             time.sleep(0.05)
         assert driver.poll() is None, "the ingest ended before its workers could be seen"
@@ -95,14 +104,14 @@ def _cmdline(pid: int) -> str:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_sigkilled_driver_leaves_no_ray_task_worker(tmp_path):
+def test_sigkilled_driver_leaves_no_ray_task_worker(tmp_path, fleet):
     """Under a local Ray cluster (started by the driver) the workers running its tasks end with
     it too: Ray's doing (its raylet dies with the driver, its workers with the raylet), which
     daydream relies on, held here. Ray's own agents (dashboard, runtime env) are not counted:
     they outlive a SIGKILLed driver by tens of seconds, Ray's to stop."""
     pytest.importorskip("ray")
     driver = subprocess.Popen(
-        [sys.executable, "-m", "daydream", "ingest", *map(str, TRACES), "--store",
+        [sys.executable, "-m", "daydream", "ingest", str(fleet), "--store",
          str(tmp_path / "store"), "--ray", "auto"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "RAY_ADDRESS": ""})
