@@ -136,7 +136,70 @@ class _Function:
 
     def jit(self):
         import numba
+        if not _building:  # (the ahead-of-time build says what it compiles itself)
+            announce_compiles()
         return numba.njit(cache=True, **self.options)(self.func)
+
+
+@functools.cache
+def announce_compiles() -> None:
+    """Say on stderr when numba compiles one of daydream's kernels (on first use, where they
+    were not compiled ahead of time and numba's cache has none): at the first, what it is
+    doing; at exit, what it compiled and how long it took. Silently, the first ``daydream
+    ingest`` after a plain ``pip install`` took 17 s against the next one's 3. Loads from
+    numba's cache say nothing (numba fires no compile event for them). Called by every
+    module that compiles kernels with numba, once numba is imported."""
+    import atexit
+    import time
+
+    from numba.core import event
+
+    done: dict[str, int] = {}
+    state = {"depth": 0, "t0": 0.0, "total": 0.0}
+
+    class Announce(event.Listener):
+        # numba calls these under its global compiler lock: one compile at a time; a kernel's
+        # helpers compile inside it (depth > 1) and are counted as part of it
+        def on_start(self, ev):
+            state["depth"] += 1
+            if state["depth"] > 1:
+                return
+            if not done and not state["total"]:
+                print("daydream: numba is compiling the kernels this command needs, once "
+                      "(cached for later runs; `python -m daydream.warmup` compiles them all "
+                      "now) ...", file=sys.stderr, flush=True)
+            state["t0"] = time.perf_counter()
+
+        def on_end(self, ev):
+            state["depth"] -= 1
+            if state["depth"]:
+                return
+            state["total"] += time.perf_counter() - state["t0"]
+            f = getattr(ev.data.get("dispatcher"), "py_func", None)
+            mod = getattr(f, "__module__", "?").removeprefix("daydream.")
+            done[mod] = done.get(mod, 0) + 1
+
+    def summary() -> None:
+        if done:
+            what = ", ".join(f"{m} {n}" for m, n in sorted(done.items()))
+            n = sum(done.values())
+            print(f"daydream: numba compiled {n} kernel{'s' if n != 1 else ''} ({what}) in "
+                  f"{state['total']:.1f} s", file=sys.stderr, flush=True)
+            done.clear()
+
+    _summaries.append(summary)
+    event.register("numba:compile", Announce())
+    atexit.register(summary)
+
+
+_summaries: list[Callable[[], None]] = []
+
+
+def say_compiled() -> None:
+    """Print what numba compiled in this process so far (announce_compiles), now: for a
+    process that ends without running its exit handlers (``daydream``'s ``os._exit``)."""
+    for f in _summaries:
+        f()
 
 
 def _parse_arg(arg: str) -> tuple[np.dtype, int, bool]:

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
@@ -73,8 +76,11 @@ class PoolRunner(Runner):
         self.workers = workers
         # spawned, not forked: a forked child inherits the locks of the parent's thread pools
         # (polars', Arrow's) in whatever state they were and can hang on its first query
+        # (tasks are submitted from the thread that made the runner, which spawns the workers
+        # and outlives them: a Linux parent-death signal is bound to that thread)
         self._pool = ProcessPoolExecutor(max_workers=workers,
-                                         mp_context=multiprocessing.get_context("spawn"))
+                                         mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=exit_with_parent, initargs=(os.getpid(),))
         self._futs: dict[Future, Any] = {}
 
     def submit(self, tag, fn, *args) -> None:
@@ -148,6 +154,38 @@ class RayRunner(Runner):
             except Exception:  # already finished or gone: nothing to cancel
                 pass
         self._refs.clear()
+
+
+# How often a worker looks for its driver where the kernel cannot tell it (see exit_with_parent)
+PARENT_POLL_S = 0.5
+_PR_SET_PDEATHSIG = 1
+
+
+def exit_with_parent(parent: int) -> None:
+    """Make this worker process end when ``parent``, its driver, ends, however it ends (a
+    SIGKILL or an out-of-memory kill run no cleanup, so the driver cannot stop its workers):
+    on Linux the kernel sends it SIGKILL (prctl PR_SET_PDEATHSIG); everywhere, a daemon thread
+    sees it adopted by another process (its parent id changed) within PARENT_POLL_S and exits.
+    Without it a killed driver's workers and multiprocessing's resource tracker lived on.
+    (Ray needs none of this: a raylet started by a driver dies with it, by Ray's own
+    parent-death signal, and its workers with the raylet.)"""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL),
+                                                    0, 0, 0)
+        except (OSError, AttributeError):  # no prctl: the thread below still watches
+            pass
+    if os.getppid() != parent:  # the driver died before the signal was asked for
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _failed(e: BaseException) -> dict:

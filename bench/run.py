@@ -3,7 +3,8 @@
 Benchmarks, not tests: nothing here fails on a slow machine; the numbers and their ratios are
 written down with the machine they were measured on.
 
-    python bench/run.py [--quick] [--only ingest,graph,memory,simulate,replay,job,fleet,startup]
+    python bench/run.py [--quick]
+        [--only ingest,graph,memory,simulate,replay,job,fleet,fleet_real,startup]
 """
 
 from __future__ import annotations
@@ -391,9 +392,16 @@ def bench_fleet(n: int) -> list[str]:
     return fleet.section(n)
 
 
+def bench_fleet_real(quick: bool) -> list[str]:
+    """Fleets of the real shared traces, 2.5k to 1M events, whole processes; a prediction's
+    CPU by part (bench/fleet_real.py)."""
+    import fleet_real
+    return fleet_real.section("small" if quick else "full")
+
+
 SECTIONS = {"ingest": bench_ingest, "graph": bench_graph, "replay": bench_replay,
             "simulate": bench_simulate, "job": bench_job, "memory": bench_memory,
-            "fleet": bench_fleet, "startup": bench_startup}
+            "fleet": bench_fleet, "fleet_real": bench_fleet_real, "startup": bench_startup}
 
 
 def _sections(text: str) -> tuple[str, dict[str, str]]:
@@ -439,6 +447,8 @@ def main() -> None:
             out += fn(256 if a.quick else 1024)
         elif name == "fleet":
             out += fn(200 if a.quick else 1000)
+        elif name == "fleet_real":
+            out += fn(a.quick)
         elif name in ("ingest", "graph", "replay", "simulate", "job", "startup"):
             out += fn(repeats)
         else:

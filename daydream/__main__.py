@@ -63,6 +63,9 @@ def _ingest(argv: list[str]) -> NoReturn:
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)  # as SystemExit prints a message
         code = 1
+    compiled = sys.modules.get("daydream.base.compiled")
+    if compiled is not None:  # what numba compiled on first use, said before the exit
+        compiled.say_compiled()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code or 0)

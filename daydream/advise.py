@@ -12,6 +12,7 @@ trace are listed with the error each raised.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from daydream import gates, pipeline
@@ -124,9 +125,16 @@ def _required(name: str, param: str) -> bool:
 
 
 def advise(target: str, store=None, *, param_bytes: int | None = None,
-           specs: list[str] | None = None) -> dict:
+           specs: list[str] | None = None,
+           on_plan: Callable[..., None] | None = None,
+           on_step: Callable[..., None] | None = None) -> dict:
     """Where TARGET's iteration time goes, and every optimization (SPECS: default, all
-    registered) predicted and ranked by speedup, or listed with why it does not apply."""
+    registered) predicted and ranked by speedup, or listed with why it does not apply.
+    ``on_plan(steps, first)`` is told how many steps there are (the replay, then each spec),
+    ``on_step(next)`` when one is done (a progress bar: ``report.fleet_progress``)."""
+    tried, skipped = candidates() if specs is None else (specs, [])
+    if on_plan is not None:
+        on_plan(1 + len(tried), "replaying the trace")
     st = open_store(store)
     s = pipeline.resolve(target, st)
     base = pipeline.predict(s, None)
@@ -134,10 +142,12 @@ def advise(target: str, store=None, *, param_bytes: int | None = None,
     # a job: the phase breakdown of its ranks
     phases = (pipeline.phase_ms(s.tables, base.base, len(s.job.members))
               if s.job is not None else None)
+    del base  # its graphs and schedules: each prediction below holds its own
     where, basis = where_time_goes(d, phases)
-    tried, skipped = candidates() if specs is None else (specs, [])
     ranked, not_applicable = [], list(skipped)
     for spec in tried:
+        if on_step is not None:
+            on_step(f"predicting {spec}")
         try:
             r = pipeline.predict(s, spec, param_bytes=param_bytes).result
         except DaydreamError as e:
@@ -147,6 +157,8 @@ def advise(target: str, store=None, *, param_bytes: int | None = None,
                        "predicted_interval_ms": _pair(r.predicted_interval_ms),
                        "speedup": r.speedup, "speedup_interval": _pair(r.speedup_interval),
                        "gates": [g.as_dict() for g in r.gates], "notes": list(r.notes)})
+    if on_step is not None:
+        on_step()
     ranked.sort(key=lambda r: -(r["speedup"] or 0.0))
     top = max(where, key=lambda r: r["ms"])["category"] if where else None
     return {"trace_id": d.trace_id, "file": d.file,

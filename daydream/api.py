@@ -176,9 +176,12 @@ def predictions(trace: str, store: str | Path | None = None,
 
 def run(trace: str, store: str | Path | None = None, specs: str | list[str] | None = None, *,
         timeline: str | Path | None = None, plot: str | Path | None = None,
-        param_bytes: int | None = None) -> list[pipeline.Prediction]:
+        param_bytes: int | None = None, on_plan=None, on_step=None,
+        steps_after: int = 0) -> list[pipeline.Prediction]:
     """``predictions`` with the pipeline's ``Prediction`` objects (the graphs and schedules
-    behind each result, which the HTML report draws)."""
+    behind each result, which the HTML report draws). ``on_plan(steps, first)``, ``on_step(
+    next)``: progress over the predictions, as ``advise.advise`` gives it (with STEPS_AFTER
+    steps of the caller's after them)."""
     from daydream import jobs as _jobs
     from daydream import pipeline
     from daydream.transforms.registry import check
@@ -187,7 +190,14 @@ def run(trace: str, store: str | Path | None = None, specs: str | list[str] | No
         check(spec)  # every spec error before any work
     st = open_store(store)
     s = pipeline.resolve(trace, st)
-    ps = [pipeline.predict(s, spec, param_bytes=param_bytes) for spec in specs or [None]]
+    todo = specs or [None]
+    if on_plan is not None:
+        on_plan(len(todo) + steps_after, f"predicting {todo[0] or 'the replay'}")
+    ps = []
+    for k, spec in enumerate(todo):
+        ps.append(pipeline.predict(s, spec, param_bytes=param_bytes))
+        if on_step is not None and (k + 1 < len(todo) or not steps_after):
+            on_step(f"predicting {todo[k + 1]}" if k + 1 < len(todo) else None)
     seen: set[int] = set()
     for p in ps:
         for jg in p.job_graphs:

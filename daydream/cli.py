@@ -305,8 +305,10 @@ def advise(
     registered optimization that applies is predicted with its default parameters and ranked
     by its speedup, with its interval; those that do not apply are listed with the reason."""
     from daydream import advise as adv
+    from daydream.report import fleet_progress
     fmt = _fmt(json, fmt)
-    d = adv.advise(trace, store, param_bytes=param_bytes)
+    with fleet_progress(enabled=sys.stderr.isatty(), description="advising") as (plan, tick):
+        d = adv.advise(trace, store, param_bytes=param_bytes, on_plan=plan, on_step=tick)
     _emit(fmt, d, adv.to_csv_text, adv.print_advice)
 
 
@@ -348,7 +350,10 @@ def report(
     timeline before and after, the critical path, the top kernels and layers, the notes and
     the gates, with styles and pictures inside it."""
     from daydream import html
-    path = html.write_report(trace, out, opt or [], store, param_bytes=param_bytes)
+    from daydream.report import fleet_progress
+    with fleet_progress(enabled=sys.stderr.isatty(), description="reporting") as (plan, tick):
+        path = html.write_report(trace, out, opt or [], store, param_bytes=param_bytes,
+                                 on_plan=plan, on_step=tick)
     print(f"report written to {path}", file=sys.stderr, flush=True)
 
 

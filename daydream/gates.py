@@ -81,22 +81,31 @@ def grown(base_tables: dict[str, pa.Table], base, tables: dict[str, pa.Table], p
     """The task names whose time per used iteration grew most, ms: a GPU task's simulated
     work, a CPU task's held time (its work and its waits: a sync that now waits longer)."""
     def per_name(t, rep):
+        # by the names' dictionary, never a string per task: as fixed-width numpy strings
+        # (as wide as the longest kernel name) the transformer trace's 224k names took 3 GB,
+        # the peak of a whole advise
         mask, n = _used(rep, t)
         name = t["task"]["name"]
-        if pa.types.is_dictionary(name.type):
-            name = name.cast(pa.string())
-        arr = pc.fill_null(name.combine_chunks(), "?").to_numpy(zero_copy_only=False)
+        if isinstance(name, pa.ChunkedArray):
+            name = (name.unify_dictionaries() if pa.types.is_dictionary(name.type)
+                    else name).combine_chunks()
+        if not pa.types.is_dictionary(name.type):
+            name = pc.dictionary_encode(name)
+        idx = name.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        words = name.dictionary.to_pylist()
+        # the tasks a rewrite repeats (checkpointing's recomputed forward) count as one
+        keys = ["?" if w is None else "every recomputed task" + RECOMPUTE
+                if w.endswith(RECOMPUTE) else w for w in words] + ["?"]
+        idx[idx < 0] = len(words)
+        uniq, key_of = np.unique(np.array(keys, dtype=object), return_inverse=True)
         cpu = np.isin(_kinds(t), CPU_KINDS)
         held = (rep.schedule.end_ns - rep.schedule.start_ns).astype(np.float64)
         work = (np.asarray(rep.work_ns, np.float64) if rep.work_ns is not None else held)
         w = np.where(cpu, held, work)
-        names = arr[mask].astype(str)
-        # the tasks a rewrite repeats (checkpointing's recomputed forward) count as one
-        marked = np.char.endswith(names, RECOMPUTE)
-        names = np.where(marked, "every recomputed task" + RECOMPUTE, names)
-        uniq, inv = np.unique(names, return_inverse=True)
-        s = np.bincount(inv, weights=w[mask]) / n / 1e6 if len(uniq) else np.zeros(0)
-        return dict(zip(uniq.tolist(), s.tolist(), strict=True))
+        k = key_of[idx[mask]]
+        s = np.bincount(k, weights=w[mask], minlength=len(uniq)) / n / 1e6
+        seen = np.bincount(k, minlength=len(uniq)) > 0
+        return dict(zip(uniq[seen].tolist(), s[seen].tolist(), strict=True))
     a, b = per_name(base_tables, base), per_name(tables, pred)
     d = sorted(((k, v - a.get(k, 0.0)) for k, v in b.items()), key=lambda kv: -kv[1])
     return [(k, v) for k, v in d[:top] if v > 0]

@@ -144,9 +144,13 @@ def build(ps: list, png: bytes) -> str:
 
 
 def write_report(target: str, out: str | Path, specs: list[str], store=None, *,
-                 param_bytes: int | None = None) -> Path:
-    """Predict TARGET with every spec of SPECS (separate predictions) and write the report."""
-    ps = api.run(target, store, specs, param_bytes=param_bytes)
+                 param_bytes: int | None = None, on_plan=None, on_step=None) -> Path:
+    """Predict TARGET with every spec of SPECS (separate predictions) and write the report.
+    ``on_plan``, ``on_step``: progress, as ``advise.advise`` gives it."""
+    ps = api.run(target, store, specs, param_bytes=param_bytes, on_plan=on_plan,
+                 on_step=on_step, steps_after=1)
+    if on_step is not None:
+        on_step("writing the report")
     buf = io.BytesIO()
     it = api.draw_plot(buf, ps)
     for p in ps:
@@ -156,4 +160,6 @@ def write_report(target: str, out: str | Path, specs: list[str], store=None, *,
     tmp = out.with_name(out.name + ".part")
     tmp.write_text(build(ps, buf.getvalue()), encoding="utf-8")
     tmp.replace(out)
+    if on_step is not None:
+        on_step()
     return out

@@ -353,10 +353,12 @@ def prediction_csv(results: list[PredictionResult]) -> str:
 
 
 @contextlib.contextmanager
-def fleet_progress(enabled: bool) -> Iterator[tuple[Callable[[int], None], Callable[[], None]]]:
-    """A progress bar over (trace, spec) pairs: yields ``plan(total)`` and ``tick()``."""
+def fleet_progress(enabled: bool, description: str = "predicting"
+                   ) -> Iterator[tuple[Callable[[int], None], Callable[..., None]]]:
+    """A progress bar on stderr over steps ((trace, spec) pairs, or one trace's predictions):
+    yields ``plan(total)`` and ``tick(next=None)``, ``next`` naming the step that starts."""
     if not enabled:
-        yield (lambda n: None), (lambda: None)
+        yield (lambda n, first=None: None), (lambda next=None: None)
         return
     from rich.console import Console
     from rich.progress import (
@@ -369,9 +371,16 @@ def fleet_progress(enabled: bool) -> Iterator[tuple[Callable[[int], None], Calla
     progress = Progress("[progress.description]{task.description}", BarColumn(),
                         MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
                         transient=True, console=Console(stderr=True))
-    task = progress.add_task("predicting", total=None)
+    task = progress.add_task(description, total=None)
+
+    def tick(next: str | None = None) -> None:
+        progress.update(task, advance=1, **({"description": next} if next else {}))
+
+    def plan(n: int, first: str | None = None) -> None:
+        progress.update(task, total=n, **({"description": first} if first else {}))
+
     with progress:
-        yield (lambda n: progress.update(task, total=n)), (lambda: progress.advance(task))
+        yield plan, tick
 
 
 def fleet_table(t, top: int) -> tuple[Table, int]:

@@ -946,6 +946,8 @@ def _queue_edges(start, end, per_stream, launch_of):
             continue
         call = launch_of[ids]
         j = np.flatnonzero(call >= 0)
+        if not len(j):  # none of the stream's tasks was launched in the trace
+            continue
         c = call[j]
         done = np.maximum.accumulate(end[ids])  # tasks of a stream finish in order
         open_ = j - np.searchsorted(done, start[c], side="right")
@@ -1418,7 +1420,7 @@ def _last_launched_stream(calls_, unit, start, launch_of, gpu_mask) -> np.ndarra
     began (-1: none)."""
     g = np.flatnonzero(gpu_mask & (launch_of >= 0))
     out = np.full(len(calls_), -1, np.int64)
-    if not len(g):
+    if not len(g) or not len(calls_):  # (no call ran long enough to have waited: none)
         return out
     c = launch_of[g]
     base = int(min(start[c].min(), start[calls_].min()))

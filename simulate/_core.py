@@ -37,6 +37,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from daydream.base.compiled import announce_compiles
+
 # The unit policies and edge kinds by their codes (declared in simulate.codes): module globals,
 # which numba compiles in as constants.
 from daydream.simulate.codes import END as _END
@@ -44,6 +46,8 @@ from daydream.simulate.codes import FCFS as _FCFS
 from daydream.simulate.codes import FIXED as _FIXED
 from daydream.simulate.codes import START as _START
 from daydream.simulate.codes import START_START as _START_START
+
+announce_compiles()  # the first prediction after a plain install compiles these
 
 _QUEUED = -3  # state of a task waiting in its FCFS/PRIORITY unit's queue
 # Lags may be negative (a kernel may start shortly before its launching call returns, as the

@@ -114,3 +114,53 @@ def test_advise_cli_text_json_and_csv(store):
         run(app, ["advise", str(TOY), "--store", str(store), "--format", "csv"]).stdout)))
     assert {r["status"] for r in rows} == {"predicted", "not applicable"}
     assert len(rows) == len(d["predictions"]) + len(d["not_applicable"])
+
+
+def test_advise_reports_progress_by_step(store):
+    """advise tells a progress bar its steps: the replay, then each optimization by name."""
+    plans, steps = [], []
+    d = advise(str(TOY), store, specs=["amp", "cuda_graphs"],
+               on_plan=lambda n, first=None: plans.append((n, first)),
+               on_step=lambda nxt=None: steps.append(nxt))
+    assert plans == [(3, "replaying the trace")]
+    assert steps == ["predicting amp", "predicting cuda_graphs", None]
+    assert [r["spec"] for r in d["predictions"]] or d["not_applicable"]
+
+
+def _on_a_terminal(args: list[str]) -> tuple[str, str]:
+    """Run the CLI with stderr on a pseudo-terminal: (stdout, what the terminal showed)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    main, sub = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "daydream", *args], stdout=subprocess.PIPE,
+                         stderr=sub, env={**os.environ, "COLUMNS": "100"})
+    os.close(sub)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the other end closed
+            break
+        if not chunk:
+            break
+        shown += chunk
+    out = p.stdout.read().decode()
+    p.wait()
+    os.close(main)
+    return out, shown.decode(errors="replace")
+
+
+def test_advise_and_report_show_progress_on_a_terminal_only(store, tmp_path):
+    out, shown = _on_a_terminal(["advise", str(TOY), "--store", str(store)])
+    assert "What to try first" in out
+    assert "advising" in shown or "predicting" in shown or "replaying" in shown
+    r = CliRunner().invoke(app, ["advise", str(TOY), "--store", str(store)])
+    assert r.exit_code == 0, r.stderr
+    assert "replaying the trace" not in r.stderr and "predicting" not in r.stderr
+    out, shown = _on_a_terminal(["report", str(TOY), "--store", str(store), "--opt", "amp",
+                                 "--out", str(tmp_path / "r.html")])
+    assert "predicting" in shown or "writing the report" in shown
+    assert (tmp_path / "r.html").exists()

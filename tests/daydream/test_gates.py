@@ -38,3 +38,56 @@ def test_shrinking_is_said_at_registration():
         "no_straggler", "no_profiler"}
     assert shrinking(["amp", "fusion"]) and not shrinking(["amp", "ddp"])
     assert not shrinking(["no_such_optimization"])
+
+
+def _tasks(names: list[str | None], kinds: list[str], its: list[int]) -> dict:
+    import pyarrow as pa
+    return {"task": pa.table({"name": pa.array(names).dictionary_encode(),
+                              "kind": pa.array(kinds).dictionary_encode(),
+                              "iteration": pa.array(its, pa.int64())})}
+
+
+def _replay(start, end, work, used=(0, 1)):
+    from types import SimpleNamespace as NS
+
+    import numpy as np
+    return NS(iterations=[NS(index=i, used=i in used) for i in range(3)],
+              schedule=NS(start_ns=np.asarray(start, np.int64), end_ns=np.asarray(end, np.int64)),
+              work_ns=np.asarray(work, np.int64))
+
+
+def test_grown_sums_by_name_as_a_reference_does():
+    """Per name and used iteration: GPU work, CPU held time; recomputed tasks as one name,
+    null names as '?', the unused iteration left out."""
+    from daydream.gates import RECOMPUTE, grown
+    base = _tasks(["k", "k", "call", None], ["kernel", "kernel", "api", "kernel"], [0, 1, 0, 0])
+    b = _replay([0, 0, 0, 0], [10, 10, 10, 10], [4_000_000, 4_000_000, 1, 2_000_000])
+    names = ["k", "k", "call", None, "k" + RECOMPUTE, "j" + RECOMPUTE, "k"]
+    after = _tasks(names, ["kernel", "kernel", "api", "kernel", "kernel", "kernel", "kernel"],
+                   [0, 1, 0, 0, 0, 1, 2])
+    p = _replay([0, 0, 0, 0, 0, 0, 0], [10, 10, 3_000_010, 10, 10, 10, 10],
+                [6_000_000, 6_000_000, 1, 2_000_000, 1_000_000, 3_000_000, 9_000_000])
+    got = dict(grown(base, b, after, p, top=10))
+    # per used iteration (2): k 4 -> 6 ms, call's held time 5e-6 -> 1.5 ms, recomputed 2 ms
+    assert got == {"k": 2.0, "every recomputed task" + RECOMPUTE: 2.0,
+                   "call": (3_000_010 - 10) / 2 / 1e6}
+
+
+def test_grown_holds_no_string_per_task():
+    """Long kernel names (templated CUDA names run to thousands of characters) on many tasks:
+    the names are summed through their dictionary, not copied per task as fixed-width
+    strings (as wide as the longest: the transformer trace's advise peaked at 3.4 GB there)."""
+    import tracemalloc
+
+    from daydream.gates import grown
+    n = 10_000
+    names = [("x" * 5_000 if i % 100 == 0 else f"kernel_{i % 100}") for i in range(n)]
+    t = _tasks(names, ["kernel"] * n, [i % 2 for i in range(n)])
+    r = _replay([0] * n, [10] * n, list(range(n)))
+    tracemalloc.start()
+    try:
+        grown(t, r, t, r)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 << 20, f"{peak >> 20} MB for {n} tasks"  # per task strings: 200 MB

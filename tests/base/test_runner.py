@@ -1,0 +1,147 @@
+"""The local worker pool ends with its driver, however the driver ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DATA
+
+# Real traces big enough that converting them keeps both workers busy for a while; the
+# fleet is made of distinct copies of them (tests/daydream/variants.py), many enough that a
+# fast machine is still converting when the driver is killed.
+SOURCES = [DATA / "kineto" / n for n in (
+    "resnet50_jan21_nw0.json.gz", "resnet50_v100_rank0.json.gz",
+    "resnet_actckpt_mi300x_rank0_of8.json.gz", "resnet50_ddp_a100_rank0.json.gz")]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory) -> Path:
+    from tests.daydream.variants import make_variants
+    d = tmp_path_factory.mktemp("fleet")
+    make_variants(SOURCES, 16, d)
+    return d
+
+
+def _procs() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, state, start time) of every process."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        f = stat[stat.rindex(")") + 2:].split()
+        out[int(d.name)] = (int(f[1]), f[0], f[19])
+    return out
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Every process under ``root``: pid -> start time (to tell a reused pid)."""
+    procs = _procs()
+    found, todo = {}, [root]
+    while todo:
+        p = todo.pop()
+        for c, (pp, _, st) in procs.items():
+            if pp == p and c not in found:
+                found[c] = st
+                todo.append(c)
+    return found
+
+
+def _alive(pids: dict[int, str]) -> list[int]:
+    procs = _procs()
+    return [p for p, st in pids.items()
+            if p in procs and procs[p][2] == st and procs[p][1] not in "ZX"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigkilled_driver_leaves_no_worker(tmp_path, fleet):
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "daydream", "ingest", str(fleet), "--store",
+         str(tmp_path / "store"), "--jobs", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and driver.poll() is None:
+            kids = _descendants(driver.pid)
+            # the resource tracker and the two workers, the workers started on their traces
+            if len(kids) >= 3:
+                time.sleep(0.5)
+                break
+            time.sleep(0.05)
+        assert driver.poll() is None, "the ingest ended before its workers could be seen"
+        kids = _descendants(driver.pid)
+        assert len(kids) >= 3
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        deadline = time.monotonic() + 5
+        while _alive(kids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _alive(kids)
+        for p in left:  # leave the machine clean whatever the outcome
+            os.kill(p, signal.SIGKILL)
+        assert not left, f"{len(left)} of the killed driver's processes still run after 5 s"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigkilled_driver_leaves_no_ray_task_worker(tmp_path, fleet):
+    """Under a local Ray cluster (started by the driver) the workers running its tasks end with
+    it too: Ray's doing (its raylet dies with the driver, its workers with the raylet), which
+    daydream relies on, held here. Ray's own agents (dashboard, runtime env) are not counted:
+    they outlive a SIGKILLed driver by tens of seconds, Ray's to stop."""
+    pytest.importorskip("ray")
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "daydream", "ingest", str(fleet), "--store",
+         str(tmp_path / "store"), "--ray", "auto"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "RAY_ADDRESS": ""})
+    try:
+        deadline = time.monotonic() + 120
+        tasks: dict[int, str] = {}
+        everything: dict[int, str] = {}
+        while time.monotonic() < deadline and driver.poll() is None and not tasks:
+            tasks = {p: st for p, st in _descendants(driver.pid).items()
+                     if _cmdline(p).startswith("ray::") and "Agent" not in _cmdline(p)
+                     and "IDLE" not in _cmdline(p)}
+            time.sleep(0.1)
+        assert tasks, "no Ray task worker was seen running the ingest"
+        time.sleep(0.5)
+        everything = _descendants(driver.pid)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        deadline = time.monotonic() + 5
+        while _alive(tasks) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _alive(tasks)
+        for p in left:
+            os.kill(p, signal.SIGKILL)
+        assert not left, f"{len(left)} Ray task workers of the killed driver still run after 5 s"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        for p in _alive(everything):  # the local cluster's own processes
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
