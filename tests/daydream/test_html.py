@@ -100,15 +100,16 @@ def test_one_self_contained_file(made):
 def test_prediction_table_is_the_json(made):
     _, _, p, d = made
     t = p.tables["predictions"]
-    assert t["head"][1:] == ["optimization", "predicted ms", "interval ms", "speedup",
-                             "speedup interval"]
+    assert t["head"][1:] == ["optimization", "reference", "reference ms", "predicted ms",
+                             "interval ms", "speedup", "speedup interval"]
     assert len(t["rows"]) == len(d)
     for row, r in zip(t["rows"], d, strict=True):
         assert row[1] == r["opts"]
-        assert row[2] == f"{r['predicted_ms']:.3f}"
+        assert row[3] == f"{r['reference_ms']:.3f}"
+        assert row[4] == f"{r['predicted_ms']:.3f}"
         lo, hi = r["predicted_interval_ms"]
-        assert row[3] in (f"{lo:.3f}-{hi:.3f}", f"{lo:.3f}")
-        assert row[4] == f"{r['speedup']:.3f}x"
+        assert row[5] in (f"{lo:.3f}-{hi:.3f}", f"{lo:.3f}")
+        assert row[6] == f"{r['speedup']:.3f}x"
 
 
 def test_iterations_phases_and_critical_path_are_the_json(made):
