@@ -305,8 +305,12 @@ def advise(
     registered optimization that applies is predicted with its default parameters and ranked
     by its speedup, with its interval; those that do not apply are listed with the reason."""
     from daydream import advise as adv
+    from daydream.report import fleet_progress
     fmt = _fmt(json, fmt)
-    d = adv.advise(trace, store, param_bytes=param_bytes)
+    # a bar over the optimizations on a terminal (advise predicts some twenty of them)
+    with fleet_progress(enabled=sys.stderr.isatty(), what="predicting") as (plan, tick):
+        d = adv.advise(trace, store, param_bytes=param_bytes,
+                       tick=lambda total, done: plan(total) if done == 0 else tick())
     _emit(fmt, d, adv.to_csv_text, adv.print_advice)
 
 

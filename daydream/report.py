@@ -376,8 +376,10 @@ def prediction_csv(results: list[PredictionResult]) -> str:
 
 
 @contextlib.contextmanager
-def fleet_progress(enabled: bool) -> Iterator[tuple[Callable[[int], None], Callable[[], None]]]:
-    """A progress bar over (trace, spec) pairs: yields ``plan(total)`` and ``tick()``."""
+def fleet_progress(enabled: bool, what: str = "predicting"
+                   ) -> Iterator[tuple[Callable[[int], None], Callable[[], None]]]:
+    """A progress bar (on stderr, gone when done) over (trace, spec) pairs or any other
+    count of steps: yields ``plan(total)`` and ``tick()``."""
     if not enabled:
         yield (lambda n: None), (lambda: None)
         return
@@ -392,7 +394,7 @@ def fleet_progress(enabled: bool) -> Iterator[tuple[Callable[[int], None], Calla
     progress = Progress("[progress.description]{task.description}", BarColumn(),
                         MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
                         transient=True, console=Console(stderr=True))
-    task = progress.add_task("predicting", total=None)
+    task = progress.add_task(what, total=None)
     with progress:
         yield (lambda n: progress.update(task, total=n)), (lambda: progress.advance(task))
 
