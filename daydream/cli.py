@@ -334,6 +334,8 @@ def compare(
     from daydream import compare as cmp
     fmt = _fmt(json, fmt)
     d = cmp.compare(trace, opt, after, store, param_bytes=param_bytes)
+    if not d["same_job"]["ok"]:  # on stderr, whatever the format
+        cmp.warn(d["same_job"]["why"])
     _emit(fmt, d, cmp.to_csv_text, cmp.print_comparison)
 
 
