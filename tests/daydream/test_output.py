@@ -565,4 +565,24 @@ def test_plain_ingest_command_lines_are_answered_without_typer(tmp_path):
     assert "daydream.ingest.batch_ingest" in imported and not imported & {"typer", "pydantic"}
     p = subprocess.run([sys.executable, "-m", "daydream", "ingest", str(good), "-j", "x"],
                        capture_output=True, text=True, cwd=ROOT)
-    assert p.returncode == 2 and "Input should be a valid integer" in p.stderr, p.stderr
+    assert p.returncode == 1 and "Input should be a valid integer" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("args, says, helps", [
+    (["predict", "--bogus", "x"], "error: no such option: --bogus (see ", "daydream predict"),
+    (["frob"], "error: no such command 'frob' (see ", "daydream"),
+    (["compare", "a", "b"], "error: missing option '--opt' (see ", "daydream compare"),
+    (["ingest", "a.json", "-j", "x"], "error: invalid value for '--workers'", "daydream ingest"),
+])
+def test_usage_errors_are_one_line_and_exit_1(args, says, helps):
+    """A usage error reads as every other error (README: one line, `error: ...`, exit code
+    1, no traceback), not in click's style with status 2; it names the command's help."""
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "daydream", *args], capture_output=True,
+                       text=True, cwd=ROOT)
+    assert p.returncode == 1, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(says), p.stderr
+    assert lines[0].endswith(f"{helps} --help)"), p.stderr
+    assert "Usage:" not in p.stderr and "Traceback" not in p.stderr and not p.stdout
