@@ -52,6 +52,7 @@ def table_html(t: Table, ident: str) -> str:
             out.append(f"<td{cls}>{html.escape(v)}</td>")
         out.append("</tr>")
     out.append("</tbody></table>")
+    out += [f'<p class="note">{html.escape(n)}</p>' for n in t.notes]
     return "".join(out)
 
 

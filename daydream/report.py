@@ -122,7 +122,12 @@ def iterations_table(results: list[PredictionResult]) -> Table:
             p, ref = by_spec[0].get(it.index), one_ref.get(it.index)
             row.append(times(ref / p) if p and ref else "")
         if notes:
-            row.append((it.note or "") if not it.used else "")
+            # the kind of note in the cell ("warm-up", "drain"), the note itself under the
+            # table: a sentence in a column is a column of single words on a terminal
+            kind, _, rest = (it.note or "").partition(":") if not it.used else ("", "", "")
+            row.append(kind if rest else (it.note or "") if not it.used else "")
+            if rest:
+                t.notes.append(f"iteration {it.index} ({kind}):{rest}")
         t.add(*row)
     row = ["", "steady state", ms(d.measured_ms), ms(d.baseline_ms),
            pct(d.baseline_error_pct), ms(d.explained_ms)]
