@@ -185,7 +185,10 @@ def sql(
     if query == "-":
         query = sys.stdin.read()
     from daydream.graphstore import sql_query
-    text = sql_query.query(store, query, fmt, out)
+    from daydream.text_table import fit_rows, width
+    w = width()  # a terminal's or COLUMNS: fitted as every other table; a pipe: whole
+    text = sql_query.query(store, query, fmt, out, fit=None if w is None or out is not None
+                           else lambda h, n, rows: fit_rows(h, n, rows, w))
     if out is None:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -245,3 +245,13 @@ def paragraph(text: str, limit: int | None, indent: str = "") -> str:
         return text
     return "\n".join(textwrap.wrap(text, limit, subsequent_indent=indent,
                                    break_on_hyphens=False, break_long_words=True))
+
+
+def fit_rows(header: list[str], numeric: list[bool], rows: list[list[str]],
+             limit: int | None) -> str:
+    """HEADER and ROWS (text cells; NUMERIC: right-aligned) as a table fitted to LIMIT
+    (``daydream sql``: a query's result laid out as every other table of the CLI)."""
+    t = Table("", [Column(h, "right" if n else "left") for h, n in zip(header, numeric,
+                                                                       strict=True)])
+    t.rows = [list(r) for r in rows]
+    return render(t, limit)

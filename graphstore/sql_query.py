@@ -100,7 +100,7 @@ def _named_tables(sql: str) -> set[str]:
 
 def query(store_root: str | Path, sql: str, fmt: str = "table", out: str | Path | None = None,
           *, activity: bool = True, max_rows: int | None = TABLE_MAX_ROWS,
-          timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
+          timeout_s: float = DEFAULT_TIMEOUT_S, fit=None) -> str:
     """Run ``sql`` on a read-only connection to the store and render the result.
 
     ``fmt``: ``table`` (aligned text with a row-count footer, at most ``max_rows`` rows shown),
@@ -108,6 +108,9 @@ def query(store_root: str | Path, sql: str, fmt: str = "table", out: str | Path 
     ``out`` the result is written there and a one-line summary is returned; otherwise the text.
     With ``activity`` the raw activity tables are views too (:func:`register_activity`). A store
     with activity tables but no graph yet is queried over the activity views alone.
+    ``fit(header, numeric, rows)`` lays out a ``table``'s header and text rows (the CLI's:
+    fitted to the terminal as its other tables, ``daydream.text_table``); without it every
+    column takes the width it needs.
     """
     if fmt not in FORMATS:
         raise DaydreamError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -130,7 +133,7 @@ def query(store_root: str | Path, sql: str, fmt: str = "table", out: str | Path 
         except OSError as e:
             raise DaydreamError(f"cannot write {out}: {e}") from None
         return f"{_rows(len(result.rows))} -> {out}"
-    return render(result, fmt, max_rows=max_rows)
+    return render(result, fmt, max_rows=max_rows, fit=fit)
 
 
 def run_sql(store_root: str | Path, sql: str, *, activity: bool = True,
@@ -232,10 +235,10 @@ def _rows(n: int) -> str:
     return f"{n} row" if n == 1 else f"{n} rows"
 
 
-def render(t: Result, fmt: str, max_rows: int | None = TABLE_MAX_ROWS) -> str:
-    """Render a query's result as ``table``, ``csv`` or ``json`` text."""
+def render(t: Result, fmt: str, max_rows: int | None = TABLE_MAX_ROWS, fit=None) -> str:
+    """Render a query's result as ``table``, ``csv`` or ``json`` text (FIT: see ``query``)."""
     if fmt == "table":
-        return _text_table(t, max_rows)
+        return _text_table(t, max_rows, fit)
     if fmt == "csv":
         return _csv(t)
     if fmt == "json":
@@ -263,7 +266,7 @@ def _cell(v) -> str:
     return str(v).replace("\n", "\\n")
 
 
-def _text_table(t: Result, max_rows: int | None) -> str:
+def _text_table(t: Result, max_rows: int | None, fit=None) -> str:
     if not t.columns:
         return "(0 rows)\n"
     header = t.columns
@@ -274,8 +277,11 @@ def _text_table(t: Result, max_rows: int | None) -> str:
         return "  ".join(c.rjust(w) if num else c.ljust(w)
                          for c, w, num in zip(cells, widths, t.numeric, strict=True)).rstrip()
 
-    out = [line(header), "  ".join("-" * w for w in widths)]
-    out += [line(r) for r in rows]
+    if fit is not None and rows:
+        out = fit(list(header), list(t.numeric), rows).rstrip("\n").split("\n")
+    else:
+        out = [line(header), "  ".join("-" * w for w in widths)]
+        out += [line(r) for r in rows]
     foot = f"({_rows(len(t.rows))}"
     if len(rows) < len(t.rows):
         foot += f", first {len(rows)} shown; use --format csv or --out for all"

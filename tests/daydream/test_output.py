@@ -586,3 +586,19 @@ def test_usage_errors_are_one_line_and_exit_1(args, says, helps):
     assert len(lines) == 1 and lines[0].startswith(says), p.stderr
     assert lines[0].endswith(f"{helps} --help)"), p.stderr
     assert "Usage:" not in p.stderr and "Traceback" not in p.stderr and not p.stdout
+
+
+def test_sql_fits_columns_like_the_other_tables(store):
+    """`daydream sql` printed lines of 650-800 characters at COLUMNS=100 (issue 37): it fits
+    the terminal or COLUMNS as every other table does, and prints whole names into a pipe."""
+    q = ("SELECT name, kind, dur_ns FROM task WHERE kind = 'kernel' "
+         "ORDER BY length(name) DESC, name LIMIT 5")
+    piped = cli("sql", q, "--store", store)
+    assert piped.exit_code == 0, piped.stderr
+    longest = max(len(x) for x in piped.stdout.splitlines())
+    assert longest > 100  # kernel names longer than the terminal, whole in a pipe
+    for cols in (60, 100):
+        out = cli("sql", q, "--store", store, columns=cols).stdout
+        assert max(len(x) for x in out.splitlines()) <= cols, out
+        assert out.rstrip().endswith("(5 rows)")
+        assert "kernel" in out
