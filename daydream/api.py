@@ -165,18 +165,23 @@ def predict(trace: str, store: str | Path | None = None, *,
 
 def predictions(trace: str, store: str | Path | None = None,
                 specs: str | list[str] | None = None, *, timeline: str | Path | None = None,
-                plot: str | Path | None = None, param_bytes: int | None = None
+                plot: str | Path | None = None, param_bytes: int | None = None,
+                timeline_iterations: str | None = None, timeline_window: str | None = None
                 ) -> list[PredictionResult]:
     """One prediction per spec of SPECS (each a chain of ``+``), all of one trace or job, its
     baseline replayed once; the replay alone when SPECS is empty. ``timeline`` and ``plot``
-    hold every one of them (see ``predict``)."""
+    hold every one of them (see ``predict``); ``timeline_iterations`` ("N" or "A-B") and
+    ``timeline_window`` ("START-END", ms from the trace start) cut the timeline."""
     return [p.result for p in run(trace, store, specs, timeline=timeline, plot=plot,
-                                  param_bytes=param_bytes)]
+                                  param_bytes=param_bytes,
+                                  timeline_iterations=timeline_iterations,
+                                  timeline_window=timeline_window)]
 
 
 def run(trace: str, store: str | Path | None = None, specs: str | list[str] | None = None, *,
         timeline: str | Path | None = None, plot: str | Path | None = None,
-        param_bytes: int | None = None) -> list[pipeline.Prediction]:
+        param_bytes: int | None = None, timeline_iterations: str | None = None,
+        timeline_window: str | None = None) -> list[pipeline.Prediction]:
     """``predictions`` with the pipeline's ``Prediction`` objects (the graphs and schedules
     behind each result, which the HTML report draws)."""
     from daydream import jobs as _jobs
@@ -195,7 +200,9 @@ def run(trace: str, store: str | Path | None = None, specs: str | list[str] | No
                 seen.add(id(jg))
                 _jobs.store_collectives(st, jg)
     if timeline is not None:
-        _timeline(timeline, ps)
+        _timeline(timeline, ps, iterations=_span(timeline_iterations, "--timeline-iterations",
+                                                 int),
+                  window=_span(timeline_window, "--timeline-window", float))
     if plot is not None:
         draw_plot(plot, ps)
     return ps
@@ -208,9 +215,27 @@ def _specs(opts: str | list[str] | None) -> list[str]:
     return [o.strip() for o in opts if o and o.strip()]
 
 
-def _timeline(path: str | Path, ps: list[pipeline.Prediction]) -> None:
+def _span(text: str | None, what: str, kind) -> tuple | None:
+    """'N' or 'A-B' as (A, B) of KIND; None for None; an error naming WHAT otherwise."""
+    if text is None:
+        return None
+    a, sep, b = text.strip().partition("-")
+    try:
+        lo = kind(a)
+        hi = kind(b) if sep else lo
+    except ValueError:
+        raise DaydreamError(f"{what} {text!r}: give N or A-B") from None
+    if hi < lo or lo < 0:
+        raise DaydreamError(f"{what} {text!r}: A-B with 0 <= A <= B")
+    return lo, hi
+
+
+def _timeline(path: str | Path, ps: list[pipeline.Prediction], *,
+              iterations: tuple[int, int] | None = None,
+              window: tuple[float, float] | None = None) -> None:
     """One Chrome trace: the measured schedule, its replay and every prediction, each a
-    process of its own (a rewritten graph has its own tasks, so it carries its graph)."""
+    process of its own (a rewritten graph has its own tasks, so it carries its graph).
+    ITERATIONS (first, last) or WINDOW (ms from the trace start): only those tasks."""
     from daydream.simulate.timeline import write_timeline
 
     p0 = ps[0]
@@ -222,7 +247,12 @@ def _timeline(path: str | Path, ps: list[pipeline.Prediction]) -> None:
               ("replayed (baseline)", p0.base.schedule.start_ns, p0.base.schedule.end_ns, g)]
     scheds += [(f"predicted: {p.result.spec}", p.pred.schedule.start_ns,
                 p.pred.schedule.end_ns, p.rewritten) for p in ps if p.pred is not None]
-    write_timeline(path, g, scheds)
+    its = None if iterations is None else list(range(iterations[0], iterations[1] + 1))
+    if its is not None and not any(i.index in its for i in p0.result.iterations):
+        raise DaydreamError(f"--timeline-iterations: the trace has iterations 0-"
+                            f"{len(p0.result.iterations) - 1}")
+    win = None if window is None else (int(window[0] * 1e6), int(window[1] * 1e6))
+    write_timeline(path, g, scheds, iterations=its, window_ns=win)
     for p in ps:
         p.result = replace(p.result, timeline_path=str(path))
 

@@ -215,6 +215,12 @@ def predict(
     timeline: Annotated[Path | None, Option(help="Write the measured, replayed and "
                                             "predicted schedules into one Chrome trace "
                                             "for Perfetto.")] = None,
+    timeline_iterations: Annotated[str | None, Option(
+        help="With --timeline: only these iterations, N or A-B (each schedule's own "
+        "extent of them).")] = None,
+    timeline_window: Annotated[str | None, Option(
+        help="With --timeline: only the tasks overlapping START-END, in ms from the trace's "
+        "start, e.g. 100-250.")] = None,
     plot: Annotated[Path | None, Option(help="Draw the phase breakdown and one "
                                         "iteration's timeline, before and after, as a "
                                         "PNG.")] = None,
@@ -249,8 +255,13 @@ def predict(
     if where is not None:
         raise DaydreamError("--where selects traces for --all")
     from daydream import api
+    if timeline is None and (timeline_iterations or timeline_window):
+        raise DaydreamError("--timeline-iterations and --timeline-window go with "
+                            "--timeline FILE")
     results = api.predictions(trace, store, opt or [], timeline=timeline, plot=plot,
-                              param_bytes=param_bytes)
+                              param_bytes=param_bytes,
+                              timeline_iterations=timeline_iterations,
+                              timeline_window=timeline_window)
     from daydream import report
     if fmt == "json":
         _json(results[0].as_dict() if len(results) == 1 else [r.as_dict() for r in results])
