@@ -158,16 +158,36 @@ def _run(store_root: str | Path, sql: str, fetch, *, activity: bool, timeout_s: 
         else:
             con = instance().cursor()  # the process's instance: no second catalog to build
             stack.callback(con.close)
+        show = SHOW_TABLES.fullmatch(sql) is not None
         if activity or not has_graph:
-            register_activity(con, root, sql)
+            register_activity(con, root, None if show else sql)
         try:
-            return fetch(con, con.sql(sql))
+            return fetch(con, con.sql(_show_tables() if show else sql))
         except duckdb.Error as e:
             msg = first_line(str(e))
             if not has_graph and any(v in msg for v in (*GRAPH_TABLES, *VIEWS)):
                 msg += (f" (the graph of {root} is not built yet: only the activity tables "
                         "can be queried)")
             raise DaydreamError(f"sql: {msg}") from None
+
+
+# ``SHOW TABLES`` answered by ``_show_tables``: DuckDB's lists a graph table twice where a
+# view over its Parquet partitions shadows it, and omits the activity tables' views
+SHOW_TABLES = re.compile(r"\s*show\s+(all\s+)?tables\s*;?\s*", re.IGNORECASE)
+
+
+def _show_tables() -> str:
+    """Every table and view a query can name, once each, with what it is."""
+    def kinds(names, kind: str) -> str:
+        return " UNION ALL ".join(f"SELECT {sql_literal(n)} AS name, {sql_literal(kind)} AS k"
+                                  for n in names)
+    known = " UNION ALL ".join([kinds(GRAPH_TABLES, "graph table"), kinds(VIEWS, "view"),
+                                kinds(COMMIT_ORDER, "activity table")])
+    return ("WITH present AS (SELECT table_name AS name FROM duckdb_tables() UNION "
+            "SELECT view_name FROM duckdb_views() WHERE NOT internal), "
+            f"known AS ({known}) "
+            "SELECT p.name, coalesce(k.k, 'table') AS kind FROM present p "
+            "LEFT JOIN known k USING (name) ORDER BY p.name")
 
 
 def _arrow(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
