@@ -13,6 +13,7 @@ import base64
 import datetime as dt
 import html
 import io
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,9 +26,14 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
 h1 { font-size: 1.5em; margin-bottom: 0.2em; }
 h2 { font-size: 1.15em; margin-top: 1.8em; border-bottom: 1px solid #ddd; }
 p.sub { color: #555; margin-top: 0; }
-table { border-collapse: collapse; margin: 0.6em 0 1.2em; }
+table { border-collapse: collapse; margin: 0.6em 0 1.2em; display: block; max-width: 100%;
+        overflow-x: auto; }
 caption { text-align: left; font-weight: 600; padding: 0.3em 0; }
-th, td { border-bottom: 1px solid #e4e4e4; padding: 0.25em 0.7em; vertical-align: top; }
+th, td { border-bottom: 1px solid #e4e4e4; padding: 0.25em 0.7em; vertical-align: top;
+         overflow-wrap: normal; word-break: normal; }
+td { min-width: 4em; } td.r { white-space: nowrap; }
+p.note { color: #444; font-size: 0.92em; margin: 0.2em 0 0.8em; max-width: 60em; }
+h3 { font-size: 1em; margin: 1em 0 0.3em; }
 th { background: #f4f6f8; text-align: left; }
 td.r, th.r { text-align: right; font-variant-numeric: tabular-nums; }
 tr.total td { font-weight: 600; border-top: 2px solid #999; }
@@ -56,15 +62,36 @@ def table_html(t: Table, ident: str) -> str:
     return "".join(out)
 
 
-def top_kernels(p, top: int = 15) -> Table:
+def top_kernels(p, top: int = 15, after: list | None = None) -> Table:
+    """The replay's top kernels by GPU time per iteration, each with its share of the GPU
+    work, and its time in each prediction of AFTER (``pipeline.Prediction``s: a kernel a
+    rewrite renamed or removed shows no time there)."""
     ranks = len(p.subject.job.members) if p.subject.job is not None else 1
     ks = breakdown.by_kernel(p.subject.tables, p.base, ranks)
-    t = Table(f"Top {top} GPU kernels in the replay (ms per iteration)",
-              [Column("kernel"), Column("class"),
-               Column("ms", "right"), Column("calls", "right")])
+    total = sum(k["ms"] for k in ks.values())
+    preds = [q for q in after or [] if q.pred is not None]
+    later = [breakdown.by_kernel(q.rewritten, q.pred, ranks) for q in preds]
+    many = len(preds) > 1
+    t = Table(f"Top {top} GPU kernels in the replay (ms per iteration; share of the GPU "
+              "work; after: with each prediction)",
+              [Column("kernel"), Column("class"), Column("ms", "right"),
+               Column("share", "right"), Column("calls", "right")] +
+              [Column(f"after ({k})" if many else f"after {q.result.spec}", "right")
+               for k, q in enumerate(preds, 1)])
     for name, k in sorted(ks.items(), key=lambda kv: -kv[1]["ms"])[:top]:
-        t.add(name, k["class"], report.ms(k["ms"]), f"{k['count']:.0f}")
+        t.add(name, k["class"], report.ms(k["ms"]),
+              f"{100 * k['ms'] / total:.1f}%" if total else "", f"{k['count']:.0f}",
+              *[report.ms(m[name]["ms"]) if name in m else "" for m in later])
     return t
+
+
+ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)")
+
+
+def clean_note(note: str) -> str:
+    """A note as the report shows it: an absolute path of the machine that wrote it (a
+    constants file, a store) reduced to its file name."""
+    return ABSOLUTE_PATH.sub(lambda m: m.group(1), note)
 
 
 def top_layers(p, top: int = 15) -> Table:
@@ -83,7 +110,7 @@ def build(ps: list, png: bytes) -> str:
     results = [p.result for p in ps]
     d = results[0]
     preds = [r for r in results if r.predicted]
-    name = (d.job.name if d.job is not None else None) or d.trace_id
+    name = (d.job.name if d.job is not None else None) or report.short(d.file) or d.trace_id
     title = f"Daydream report: {name}"
     sub = (f"{html.escape(d.file or '')} &middot; trace {html.escape(d.trace_id)}"
            f" &middot; written {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}")
@@ -124,17 +151,18 @@ def build(ps: list, png: bytes) -> str:
         section("Ranks", "s-ranks", table_html(report.ranks_table(results), "ranks") +
                 (f'<ul class="notes">{lines}</ul>' if lines else ""))
     section("Top kernels and layers", "s-top",
-            table_html(top_kernels(ps[0]), "top-kernels") +
+            table_html(top_kernels(ps[0], after=ps), "top-kernels") +
             table_html(top_layers(ps[0]), "top-layers"))
     if d.trace is not None and d.trace.unit_load:
-        section("Unit load", "s-units", table_html(report.units_table(d.trace.unit_load),
-                                                   "units"))
+        section("Unit load", "s-units", table_html(report.units_table(
+            d.trace.unit_load, iterations=len(d.iterations)), "units"))
     notes = []
     for r in preds or results:
-        for n in r.notes:
-            notes.append(f"<li><b>{html.escape(r.spec or 'replay')}</b>: "
-                         f"{html.escape(n)}</li>")
-    section("Notes", "s-notes", f'<ul class="notes">{"".join(notes)}</ul>' if notes else
+        if r.notes:  # each note names the optimization it is of already ("amp: ...")
+            notes.append(f"<h3>{html.escape(r.spec or 'replay')}</h3><ul class=\"notes\">" +
+                         "".join(f"<li>{html.escape(clean_note(n))}</li>" for n in r.notes) +
+                         "</ul>")
+    section("Notes", "s-notes", "".join(notes) if notes else
             "<p>No notes: the predictions made no modelling choice worth a note.</p>")
     gates = [report.gates_table(r) for r in preds]
     gates_body = "".join(table_html(g, f"gates-{k}") for k, g in enumerate(gates, 1) if g)

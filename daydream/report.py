@@ -253,11 +253,21 @@ def critical_path_table(cp: dict, title: str = "") -> Table:
     return t
 
 
-def units_table(units: list[dict], top: int = 12) -> Table:
-    t = Table("Unit load in the replay (share of the simulated span)",
-              [Column("unit"), Column("busy ms", "right"), Column("busy", "right")])
+def units_table(units: list[dict], top: int = 12, iterations: int | None = None) -> Table:
+    """The busiest units of the replay: busy time over the whole replay, and with ITERATIONS
+    (how many it holds) per iteration as the other tables are, and share of the span."""
+    per = bool(iterations)
+    t = Table("Unit load in the replay (busy: share of the simulated span" +
+              (f"; ms per iteration: the whole replay's over its {iterations} iterations)"
+               if per else ")"),
+              [Column("unit"), Column("busy ms (whole replay)" if per else "busy ms",
+                                      "right")] +
+              ([Column("ms per iteration", "right")] if per else []) +
+              [Column("busy", "right")])
     for r in sorted(units, key=lambda r: -r["busy_share"])[:top]:
-        t.add(r["unit"], ms(r["busy_ns"] / 1e6, 2), f"{100 * r['busy_share']:.1f}%")
+        t.add(r["unit"], ms(r["busy_ns"] / 1e6, 2),
+              *([ms(r["busy_ns"] / 1e6 / iterations, 2)] if per else []),
+              f"{100 * r['busy_share']:.1f}%")
     return t
 
 

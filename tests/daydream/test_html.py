@@ -170,3 +170,43 @@ def test_a_browser_renders_it(made, tmp_path):
     ink = (rgb < 0.9).any(axis=1).mean()  # share of pixels that are not (near) white
     assert ink > 0.02
     assert len(np.unique((rgb[::37] * 255).astype(np.uint8), axis=0)) > 20
+
+
+def test_the_title_is_the_file_and_notes_say_their_optimization_once(made):
+    """The title was the trace's hash, and notes read "amp: amp: ..." (issue 37)."""
+    _, page, p, d = made
+    title = re.search(r"<title>(.*?)</title>", page).group(1)
+    assert title == f"Daydream report: {TOY.name}"
+    assert "amp: amp:" not in page and "<b>amp</b>" not in page
+    notes = page[page.index('id="s-notes"'):]
+    notes = notes[:notes.index("</section>")]
+    for spec in SPECS:
+        assert f"<h3>{spec}</h3>" in notes
+
+
+def test_top_kernels_show_their_share_and_the_time_after(made):
+    _, _, p, d = made
+    t = p.tables["top-kernels"]
+    assert t["head"][:5] == ["kernel", "class", "ms", "share", "calls"]
+    assert t["head"][5:] == ["after (1)", "after (2)"]
+    gpu = sum(v["gpu_ms"] for v in d[0]["phases"]["baseline"].values())
+    for r in t["rows"]:
+        share = float(r[3].rstrip("%"))
+        assert 0 < share <= 100
+        # the share is of the replay's GPU work (its kernels are most of it)
+        assert share / 100 * gpu >= float(r[2]) - 1e-3
+
+
+def test_a_path_in_a_note_is_cut_to_its_file_name():
+    from daydream.html import clean_note
+    assert clean_note("amp: speedups from /home/me/repo/transforms/constants.py (V100)") == \
+        "amp: speedups from constants.py (V100)"
+    assert clean_note("ratio 1/2 and a/b stay") == "ratio 1/2 and a/b stay"
+
+
+def test_the_unit_table_is_per_iteration_too():
+    from daydream.report import units_table
+    t = units_table([{"unit": "gpu 0 stream 7", "busy_ns": 600_000_000, "busy_share": 0.5}],
+                    iterations=6)
+    assert t.rows == [["gpu 0 stream 7", "600.00", "100.00", "50.0%"]]
+    assert [c.header for c in t.columns][2] == "ms per iteration"
