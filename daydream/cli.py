@@ -258,10 +258,12 @@ def predict(
     if timeline is None and (timeline_iterations or timeline_window):
         raise DaydreamError("--timeline-iterations and --timeline-window go with "
                             "--timeline FILE")
-    results = api.predictions(trace, store, opt or [], timeline=timeline, plot=plot,
-                              param_bytes=param_bytes,
-                              timeline_iterations=timeline_iterations,
-                              timeline_window=timeline_window)
+    from daydream.report import busy
+    with busy(f"predicting {', '.join(opt)}" if opt else "replaying"):
+        results = api.predictions(trace, store, opt or [], timeline=timeline, plot=plot,
+                                  param_bytes=param_bytes,
+                                  timeline_iterations=timeline_iterations,
+                                  timeline_window=timeline_window)
     from daydream import report
     if fmt == "json":
         _json(results[0].as_dict() if len(results) == 1 else [r.as_dict() for r in results])
@@ -347,7 +349,9 @@ def compare(
     so that you see where the prediction missed."""
     from daydream import compare as cmp
     fmt = _fmt(json, fmt)
-    d = cmp.compare(trace, opt, after, store, param_bytes=param_bytes)
+    from daydream.report import busy
+    with busy(f"predicting {opt} and replaying the trace after"):
+        d = cmp.compare(trace, opt, after, store, param_bytes=param_bytes)
     if not d["same_job"]["ok"]:  # on stderr, whatever the format
         cmp.warn(d["same_job"]["why"])
     _emit(fmt, d, cmp.to_csv_text, cmp.print_comparison)
@@ -368,7 +372,9 @@ def report(
     timeline before and after, the critical path, the top kernels and layers, the notes and
     the gates, with styles and pictures inside it."""
     from daydream import html
-    path = html.write_report(trace, out, opt or [], store, param_bytes=param_bytes)
+    from daydream.report import busy
+    with busy("writing the report"):
+        path = html.write_report(trace, out, opt or [], store, param_bytes=param_bytes)
     print(f"report written to {path}", file=sys.stderr, flush=True)
 
 

@@ -390,6 +390,15 @@ def prediction_csv(results: list[PredictionResult]) -> str:
     return to_csv([t])
 
 
+def busy(what: str, enabled: bool | None = None):
+    """A spinner on stderr saying WHAT runs (gone when done), on a terminal only (ENABLED:
+    None asks whether stderr is one): for a command that may run more than a few seconds."""
+    if not (sys.stderr.isatty() if enabled is None else enabled):
+        return contextlib.nullcontext()
+    from rich.console import Console
+    return Console(stderr=True).status(what)
+
+
 @contextlib.contextmanager
 def fleet_progress(enabled: bool, what: str = "predicting"
                    ) -> Iterator[tuple[Callable[[int], None], Callable[[], None]]]:

@@ -602,3 +602,19 @@ def test_sql_fits_columns_like_the_other_tables(store):
         assert max(len(x) for x in out.splitlines()) <= cols, out
         assert out.rstrip().endswith("(5 rows)")
         assert "kernel" in out
+
+
+def test_long_commands_show_progress_on_a_terminal_only(capsys):
+    """predict, report, compare and advise say they are working on a terminal (a spinner or
+    a bar on stderr, gone when done), and write nothing extra into a pipe."""
+    import rich.status
+
+    from daydream.report import busy, fleet_progress
+    with busy("predicting", enabled=False):
+        pass
+    with fleet_progress(enabled=False) as (plan, tick):
+        plan(3)
+        tick()
+    assert capsys.readouterr().err == ""
+    assert isinstance(busy("predicting", enabled=True), rich.status.Status)
+    assert busy("predicting").__class__.__name__ == "nullcontext"  # pytest's stderr: no tty
