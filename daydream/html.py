@@ -105,6 +105,35 @@ def top_layers(p, top: int = 15) -> Table:
     return t
 
 
+def overview(d, preds: list) -> str:
+    """The verdict (GPU-, CPU-, data- or communication-bound, ``daydream advise``'s), the GPU's
+    utilization, where an iteration's time goes, and the best of the predictions asked for
+    with its interval."""
+    from daydream.advise import gpu_utilization, verdict, where_time_goes
+    where, basis = where_time_goes(d)
+    util = gpu_utilization(d)
+    bound, why = verdict(where, util)
+    out = [f'<p id="verdict"><b>{html.escape(bound)}</b>: {html.escape(why)}.</p>']
+    w = Table(f"Where an iteration's time goes (from {basis})",
+              [Column("category"), Column("ms", "right"), Column("share", "right")])
+    for r in where:
+        w.add(r["category"], report.ms(r["ms"]),
+              "" if r["share"] is None else f"{100 * r['share']:.1f}%")
+    out.append(table_html(w, "where"))
+    best = max(preds, key=lambda r: r.speedup or 0.0, default=None)
+    if best is not None:
+        out.append(f'<p id="best">Best of the predictions asked for: <b>'
+                   f"{html.escape(best.spec)}</b>, {report.times(best.speedup)} "
+                   f"(interval {report.interval(best.speedup_interval, report.times)}): "
+                   f"{report.ms(best.predicted_ms)} ms against "
+                   f"{html.escape(report.reference_name(best))} {report.ms(best.reference_ms)}"
+                   " ms. <code>daydream advise</code> ranks every optimization.</p>")
+    else:
+        out.append("<p>Give --opt to predict an optimization; <code>daydream advise</code> "
+                   "ranks every one.</p>")
+    return "".join(out)
+
+
 def build(ps: list, png: bytes) -> str:
     """The report's HTML for the predictions PS (``api.run``) and the plot PNG."""
     results = [p.result for p in ps]
@@ -122,6 +151,7 @@ def build(ps: list, png: bytes) -> str:
     def section(h: str, ident: str, body: str) -> None:
         parts.append(f'<section id="{ident}"><h2>{html.escape(h)}</h2>{body}</section>')
 
+    section("Overview", "s-overview", overview(d, preds))
     if preds:
         section("Predictions", "s-predictions",
                 table_html(report.predictions_table(results), "predictions"))

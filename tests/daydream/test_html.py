@@ -210,3 +210,14 @@ def test_the_unit_table_is_per_iteration_too():
                     iterations=6)
     assert t.rows == [["gpu 0 stream 7", "600.00", "100.00", "50.0%"]]
     assert [c.header for c in t.columns][2] == "ms per iteration"
+
+
+def test_the_overview_gives_the_verdict_and_the_best_prediction(made):
+    _, page, p, d = made
+    verdict = re.search(r'<p id="verdict"><b>(.*?)</b>', page).group(1)
+    assert verdict in ("GPU-bound", "CPU-bound", "data-bound", "communication-bound")
+    assert p.tables["where"]["rows"]
+    best = max(d, key=lambda r: r["speedup"])
+    said = re.search(r'<p id="best">(.*?)</p>', page).group(1)
+    assert f"<b>{best['opts']}</b>, {best['speedup']:.3f}x" in said
+    assert f"{best['reference_ms']:.3f} ms" in said
