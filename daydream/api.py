@@ -230,6 +230,38 @@ def _span(text: str | None, what: str, kind) -> tuple | None:
     return lo, hi
 
 
+def _ops(s, g: dict, t0: int) -> dict | None:
+    """The trace's CPU operators (``cpu_op`` and ``user_annotation`` ranges) for the measured
+    schedule of the timeline: each on the unit of its thread, times from T0; None for a job
+    or a trace without ranges."""
+    if s.job is not None or s.activity is None:
+        return None
+    try:
+        r = s.activity("range")
+    except DaydreamError:
+        return None
+    if r is None or r.num_rows == 0:
+        return None
+    import numpy as np
+    import pyarrow.compute as pc
+    r = r.filter(pc.is_in(r["kind"].cast("string"),
+                          value_set=pa_array(["cpu_op", "user_annotation"])))
+    units = {n: i for i, n in enumerate(g["unit"]["name"].to_pylist())}
+    pid, tid = r["pid"].to_pylist(), r["tid"].to_pylist()
+    unit = np.array([units.get(f"thread {a}:{b}", -1) for a, b in zip(pid, tid, strict=True)],
+                    np.int64)
+    name = r["name"]
+    if hasattr(name.type, "value_type"):
+        name = name.cast(name.type.value_type)
+    return {"unit": unit, "start_ns": r["start_ns"].to_numpy() - t0,
+            "dur_ns": r["dur_ns"].to_numpy(), "name": name.to_pylist()}
+
+
+def pa_array(values: list[str]):
+    import pyarrow as pa
+    return pa.array(values, pa.string())
+
+
 def _timeline(path: str | Path, ps: list[pipeline.Prediction], *,
               iterations: tuple[int, int] | None = None,
               window: tuple[float, float] | None = None) -> None:
@@ -252,7 +284,8 @@ def _timeline(path: str | Path, ps: list[pipeline.Prediction], *,
         raise DaydreamError(f"--timeline-iterations: the trace has iterations 0-"
                             f"{len(p0.result.iterations) - 1}")
     win = None if window is None else (int(window[0] * 1e6), int(window[1] * 1e6))
-    write_timeline(path, g, scheds, iterations=its, window_ns=win)
+    write_timeline(path, g, scheds, iterations=its, window_ns=win,
+                   ops=_ops(p0.subject, g, t0))
     for p in ps:
         p.result = replace(p.result, timeline_path=str(path))
 

@@ -51,13 +51,17 @@ def iteration_spans(iters: np.ndarray, start: np.ndarray, end: np.ndarray,
 
 def write_timeline(path: Path | str, g: dict[str, pa.Table],
                    schedules: list[tuple], *, window_ns: tuple[int, int] | None = None,
-                   iterations: list[int] | None = None, flows: bool = True) -> int:
+                   iterations: list[int] | None = None, flows: bool = True,
+                   ops: dict | None = None) -> int:
     """schedules: (process name, start_ns, end_ns) with times relative to the trace start, of
     the tasks of G; or (process name, start_ns, end_ns, graph) for a schedule of another graph
     (a rewritten one, whose tasks are not G's). Units that run no task in a schedule (the
     origin marker's) get no track. WINDOW_NS: only the tasks overlapping [lo, hi) (ns from the
     trace start) of each schedule; ITERATIONS: only those iterations' extent in each schedule.
-    FLOWS: arrows from launch calls to their GPU work. Returns the number of events written."""
+    FLOWS: arrows from launch calls to their GPU work. OPS: the measured operators (the
+    trace's CPU ranges, nested as recorded) for the first schedule: arrays ``unit`` (the
+    thread's unit), ``start_ns`` (from the trace start), ``dur_ns``, ``name``, drawn on an
+    "ops" track beside each thread's tasks. Returns the number of events written."""
     n = 0
     path = Path(path)
     tmp = path.with_name(path.name + ".part")
@@ -135,6 +139,8 @@ def write_timeline(path: Path | str, g: dict[str, pa.Table],
                     if args:
                         ev["args"] = args
                     emit(ev)
+            if ops is not None and pid == 1:
+                _ops(emit, ops, pid, unit_names, lo_hi)
             if flows and "edge" in gs:
                 _flows(emit, gs, pid, start, units, keep)
         f.write(b"\n]}\n")
@@ -171,3 +177,31 @@ def _flows(emit, gs: dict[str, pa.Table], pid: int, start: np.ndarray, units: np
               "pid": pid, "tid": int(units[d]), "ts": int(start[d]) / 1000.0})
         k += 1
     return k
+
+
+# The ops track of unit U is thread OPS_TID + U of its process
+OPS_TID = 1_000_000
+
+
+def _ops(emit, ops: dict, pid: int, unit_names: list[str],
+         lo_hi: tuple[int, int] | None) -> None:
+    """The operators of the measured schedule, each on its thread's ops track (ranges nest
+    as recorded; a thread's tasks, which may cross an operator's edge, keep their own)."""
+    u = np.asarray(ops["unit"], np.int64)
+    s = np.asarray(ops["start_ns"], np.int64)
+    d = np.asarray(ops["dur_ns"], np.int64)
+    names = ops["name"]
+    keep = u >= 0
+    if lo_hi is not None:
+        keep &= (s + d > lo_hi[0]) & (s < lo_hi[1])
+    for x in np.unique(u[keep]).tolist():
+        emit({"ph": "M", "name": "thread_name", "pid": pid, "tid": OPS_TID + x,
+              "args": {"name": f"{unit_names[x]} ops"}})
+        emit({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": OPS_TID + x,
+              "args": {"sort_index": x}})
+    idx = np.flatnonzero(keep)
+    # parents first at equal starts, so that a viewer nests them as recorded
+    idx = idx[np.lexsort((-d[idx], s[idx]))]
+    for i in idx.tolist():
+        emit({"ph": "X", "name": names[i], "cat": "op", "pid": pid,
+              "tid": OPS_TID + int(u[i]), "ts": int(s[i]) / 1000.0, "dur": int(d[i]) / 1000.0})

@@ -94,3 +94,25 @@ def test_one_iteration_or_a_window_on_request(store, tmp_path):
         assert e["ts"] < mark["ts"] + mark["dur"] + 1e-9 and e["ts"] + e["dur"] > mark["ts"] - 1e-9
     with pytest.raises(DaydreamError, match="--timeline-iterations 'x': give N or A-B"):
         api.predictions(str(TOY), store, [], timeline=one, timeline_iterations="x")
+
+
+def test_the_measured_operators_keep_their_nesting(store, tmp_path):
+    """The trace's CPU operators (cpu_op and user_annotation ranges) are drawn on an ops
+    track beside their thread in the measured process, at their recorded times, so a viewer
+    nests them as the profiler recorded them (issue 37: nesting was flattened)."""
+    path = tmp_path / "t.json"
+    api.predictions(str(TOY), store, [], timeline=path)
+    ev = _events(path)
+    ops = [e for e in ev if e.get("cat") == "op"]
+    want = _sql(store, "SELECT name, start_ns - (SELECT min(start_ns) FROM task), dur_ns, "
+                "pid, tid FROM \"range\" WHERE kind IN ('cpu_op', 'user_annotation') "
+                "ORDER BY start_ns, dur_ns DESC")
+    assert len(ops) == len(want) > 0
+    assert all(e["pid"] == 1 for e in ops)  # the measured schedule only
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev
+              if e["ph"] == "M" and e["name"] == "thread_name"}
+    got = sorted((e["name"], e["ts"], e["dur"], tracks[(e["pid"], e["tid"])]) for e in ops)
+    exp = sorted((n, s / 1000, d / 1000, f"thread {p}:{t} ops") for n, s, d, p, t in want)
+    for a, b in zip(got, exp, strict=True):
+        assert a[0] == b[0] and a[3] == b[3]
+        assert a[1] == pytest.approx(b[1]) and a[2] == pytest.approx(b[2])
