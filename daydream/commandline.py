@@ -272,6 +272,9 @@ def _typer_main(argv: list[str]) -> None:
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except cx.ClickException as e:  # usage errors from typer's bundled click
+        if type(e).__name__ == "NoArgsIsHelpError":  # `daydream` alone: the help, as typer
+            e.show()
+            sys.exit(e.exit_code if e.exit_code else 2)
         usage_error(e)
         sys.exit(1)
     except Exception as e:
