@@ -315,9 +315,13 @@ def draw_plot(path: str | Path | IO[bytes], ps: list[pipeline.Prediction]) -> in
         title += f"; {p.result.spec} {p.result.predicted_ms:.2f} ms"
     baseline_phases = (p0.result.phases.as_dict()["baseline"] if p0.result.phases else None) \
         or pipeline.phase_ms(g, base, len(p0.subject.job.members) if p0.subject.job else 1)
+    def step(rep) -> float | None:  # the drawn iteration's step in that schedule, ms
+        x = next((i for i in rep.iterations if i.index == it), None)
+        return None if x is None else x.simulated_ns / 1e6
+    steps = [step(base)] + [step(p.pred) for p in ps if p.pred is not None]
     _pl.write_plot(path, {"baseline": baseline_phases, "predicted": bars},
                    (g, base.schedule.start_ns, base.schedule.end_ns, "baseline (replay)"),
-                   after, it, title=title)
+                   after, it, title=title, steps=steps)
     if not isinstance(path, str | Path):
         return it
     for p in ps:
