@@ -94,6 +94,28 @@ def clean_note(note: str) -> str:
     return ABSOLUTE_PATH.sub(lambda m: m.group(1), note)
 
 
+def top_operators(p, top: int = 15, after: list | None = None) -> Table:
+    """The replay's operators with most self CPU time (host work per iteration, named after
+    the innermost range it ran in), with their share of the host work and their time in each
+    prediction of AFTER."""
+    ranks = len(p.subject.job.members) if p.subject.job is not None else 1
+    ops = breakdown.by_operator(p.subject.tables, p.base, ranks)
+    total = sum(o["ms"] for o in ops.values())
+    preds = [q for q in after or [] if q.pred is not None]
+    later = [breakdown.by_operator(q.rewritten, q.pred, ranks) for q in preds]
+    many = len(preds) > 1
+    t = Table(f"Top {top} operators by self CPU time in the replay (host work per iteration "
+              "inside the operator, its runtime calls apart; share of the host work; after: "
+              "with each prediction)",
+              [Column("operator"), Column("ms", "right"), Column("share", "right")] +
+              [Column(f"after ({k})" if many else f"after {q.result.spec}", "right")
+               for k, q in enumerate(preds, 1)])
+    for name, o in sorted(ops.items(), key=lambda kv: -kv[1]["ms"])[:top]:
+        t.add(name, report.ms(o["ms"]), f"{100 * o['ms'] / total:.1f}%" if total else "",
+              *[report.ms(m[name]["ms"]) if name in m else "" for m in later])
+    return t
+
+
 def top_layers(p, top: int = 15) -> Table:
     ranks = len(p.subject.job.members) if p.subject.job is not None else 1
     ls = breakdown.by_layer(p.subject.tables, p.base, ranks)
@@ -180,8 +202,9 @@ def build(ps: list, png: bytes) -> str:
         lines = "".join(f"<li>{html.escape(x)}</li>" for x in report.job_lines(d))
         section("Ranks", "s-ranks", table_html(report.ranks_table(results), "ranks") +
                 (f'<ul class="notes">{lines}</ul>' if lines else ""))
-    section("Top kernels and layers", "s-top",
+    section("Top kernels, operators and layers", "s-top",
             table_html(top_kernels(ps[0], after=ps), "top-kernels") +
+            table_html(top_operators(ps[0], after=ps), "top-operators") +
             table_html(top_layers(ps[0]), "top-layers"))
     if d.trace is not None and d.trace.unit_load:
         section("Unit load", "s-units", table_html(report.units_table(

@@ -221,3 +221,15 @@ def test_the_overview_gives_the_verdict_and_the_best_prediction(made):
     said = re.search(r'<p id="best">(.*?)</p>', page).group(1)
     assert f"<b>{best['opts']}</b>, {best['speedup']:.3f}x" in said
     assert f"{best['reference_ms']:.3f} ms" in said
+
+
+def test_top_operators_by_self_cpu_time(made):
+    """The operators view of the profiler plugin: host work by the operator it ran in, per
+    iteration, against the replay's CPU work."""
+    _, _, p, d = made
+    t = p.tables["top-operators"]
+    assert t["head"][:3] == ["operator", "ms", "share"]
+    ms = [float(r[1]) for r in t["rows"]]
+    assert ms and ms == sorted(ms, reverse=True)
+    cpu = sum(v["cpu_ms"] for v in d[0]["phases"]["baseline"].values())
+    assert sum(ms) <= cpu + 1e-3 * len(ms)
