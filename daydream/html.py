@@ -62,6 +62,19 @@ def table_html(t: Table, ident: str) -> str:
     return "".join(out)
 
 
+def tensor_cores(kind: str, name: str) -> str:
+    """Whether a kernel's name says it runs on tensor cores (its math class,
+    ``transforms.kernel_class.classify``: 'yes (fp16)'), 'no' for a matrix kernel on CUDA
+    cores, '' for the rest (memory-bound work has no use for them)."""
+    if kind != "kernel":
+        return ""
+    from daydream.transforms.kernel_class import classify
+    k = classify(name)
+    if k.tensor_core:
+        return f"yes ({k.math})"
+    return "no" if k.matrix else ""
+
+
 def top_kernels(p, top: int = 15, after: list | None = None) -> Table:
     """The replay's top kernels by GPU time per iteration, each with its share of the GPU
     work, and its time in each prediction of AFTER (``pipeline.Prediction``s: a kernel a
@@ -74,12 +87,12 @@ def top_kernels(p, top: int = 15, after: list | None = None) -> Table:
     many = len(preds) > 1
     t = Table(f"Top {top} GPU kernels in the replay (ms per iteration; share of the GPU "
               "work; after: with each prediction)",
-              [Column("kernel"), Column("class"), Column("ms", "right"),
-               Column("share", "right"), Column("calls", "right")] +
+              [Column("kernel"), Column("class"), Column("tensor cores"),
+               Column("ms", "right"), Column("share", "right"), Column("calls", "right")] +
               [Column(f"after ({k})" if many else f"after {q.result.spec}", "right")
                for k, q in enumerate(preds, 1)])
     for name, k in sorted(ks.items(), key=lambda kv: -kv[1]["ms"])[:top]:
-        t.add(name, k["class"], report.ms(k["ms"]),
+        t.add(name, k["class"], tensor_cores(k["kind"], name), report.ms(k["ms"]),
               f"{100 * k['ms'] / total:.1f}%" if total else "", f"{k['count']:.0f}",
               *[report.ms(m[name]["ms"]) if name in m else "" for m in later])
     return t

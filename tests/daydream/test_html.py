@@ -130,7 +130,7 @@ def test_iterations_phases_and_critical_path_are_the_json(made):
 def test_top_kernels_layers_notes_and_gates(made):
     _, page, p, d = made
     ks = p.tables["top-kernels"]["rows"]
-    ms = [float(r[2]) for r in ks]
+    ms = [float(r[3]) for r in ks]
     assert ks and ms == sorted(ms, reverse=True)
     gpu = sum(v["gpu_ms"] for v in d[0]["phases"]["baseline"].values())
     assert sum(ms) <= gpu + 1e-3 * len(ms)
@@ -187,14 +187,23 @@ def test_the_title_is_the_file_and_notes_say_their_optimization_once(made):
 def test_top_kernels_show_their_share_and_the_time_after(made):
     _, _, p, d = made
     t = p.tables["top-kernels"]
-    assert t["head"][:5] == ["kernel", "class", "ms", "share", "calls"]
-    assert t["head"][5:] == ["after (1)", "after (2)"]
+    assert t["head"][:6] == ["kernel", "class", "tensor cores", "ms", "share", "calls"]
+    assert t["head"][6:] == ["after (1)", "after (2)"]
     gpu = sum(v["gpu_ms"] for v in d[0]["phases"]["baseline"].values())
     for r in t["rows"]:
-        share = float(r[3].rstrip("%"))
+        share = float(r[4].rstrip("%"))
         assert 0 < share <= 100
         # the share is of the replay's GPU work (its kernels are most of it)
-        assert share / 100 * gpu >= float(r[2]) - 1e-3
+        assert share / 100 * gpu >= float(r[3]) - 1e-3
+
+
+def test_tensor_core_use_is_read_from_the_kernel_name():
+    from daydream.html import tensor_cores
+    assert tensor_cores("kernel", "volta_h884gemm_64x128_ldg8_nn") == "yes (fp16)"
+    assert tensor_cores("kernel", "volta_sgemm_128x64_nn") == "no"
+    assert tensor_cores("kernel", "void at::native::vectorized_elementwise_kernel<4, float>") \
+        == ""
+    assert tensor_cores("memcpy", "Memcpy HtoD") == ""
 
 
 def test_a_path_in_a_note_is_cut_to_its_file_name():
