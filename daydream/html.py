@@ -26,9 +26,9 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
 h1 { font-size: 1.5em; margin-bottom: 0.2em; }
 h2 { font-size: 1.15em; margin-top: 1.8em; border-bottom: 1px solid #ddd; }
 p.sub { color: #555; margin-top: 0; }
-table { border-collapse: collapse; margin: 0.6em 0 1.2em; display: block; max-width: 100%;
-        overflow-x: auto; }
-caption { text-align: left; font-weight: 600; padding: 0.3em 0; }
+table { border-collapse: collapse; }
+div.scroll { overflow-x: auto; max-width: 100%; margin: 0 0 1.2em; }
+p.cap { font-weight: 600; margin: 0.6em 0 0.3em; }
 th, td { border-bottom: 1px solid #e4e4e4; padding: 0.25em 0.7em; vertical-align: top;
          overflow-wrap: normal; word-break: normal; }
 td { min-width: 4em; } td.r { white-space: nowrap; }
@@ -45,7 +45,10 @@ img.plot { max-width: 100%; border: 1px solid #ddd; }
 
 def table_html(t: Table, ident: str) -> str:
     """T as an HTML table with id IDENT (cells escaped; numbers right-aligned)."""
-    out = [f'<table id="{ident}">', f"<caption>{html.escape(t.title)}</caption>", "<thead><tr>"]
+    # the title above a box that scrolls sideways: a wide table scrolls, its title wraps to
+    # the page (a caption would be as wide as the table)
+    out = [f'<p class="cap">{html.escape(t.title)}</p><div class="scroll">',
+           f'<table id="{ident}">', "<thead><tr>"]
     for c in t.columns:
         cls = ' class="r"' if c.align == "right" else ""
         out.append(f"<th{cls}>{html.escape(c.header)}</th>")
@@ -57,7 +60,7 @@ def table_html(t: Table, ident: str) -> str:
             cls = ' class="r"' if c.align == "right" else ""
             out.append(f"<td{cls}>{html.escape(v)}</td>")
         out.append("</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     out += [f'<p class="note">{html.escape(n)}</p>' for n in t.notes]
     return "".join(out)
 

@@ -147,9 +147,11 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def test_a_browser_renders_it(made, tmp_path):
-    """Headless Chromium draws the page: the screenshot is not blank. Skipped on a machine
-    without Chromium, but CI (CI=true) installs it and must not skip."""
+@pytest.mark.parametrize("width", [800, 1400])
+def test_a_browser_renders_it(made, tmp_path, width):
+    """Headless Chromium draws the page at 800 and 1400 px: the screenshot is not blank (and
+    is kept in DAYDREAM_SCREENSHOTS, a folder, where that is set: CI's output). Skipped on a
+    machine without Chromium, but CI (CI=true) installs it and must not skip."""
     exe = _chromium()
     if exe is None:
         if os.environ.get("CI") == "true":
@@ -160,12 +162,16 @@ def test_a_browser_renders_it(made, tmp_path):
     subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu",
                     "--disable-background-networking", "--disable-component-update",
                     "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'prof'}",
-                    "--window-size=1280,2000", f"--screenshot={shot}", out.as_uri()],
+                    f"--window-size={width},2000", f"--screenshot={shot}", out.as_uri()],
                    capture_output=True, timeout=180, check=True)
+    keep = os.environ.get("DAYDREAM_SCREENSHOTS")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        shutil.copy(shot, os.path.join(keep, f"report-{width}px.png"))
     import matplotlib.image as mpimg
     import numpy as np
     img = mpimg.imread(shot)
-    assert img.shape[0] >= 1000 and img.shape[1] >= 1200
+    assert img.shape[0] >= 1000 and img.shape[1] >= width
     rgb = img[..., :3].reshape(-1, 3)
     ink = (rgb < 0.9).any(axis=1).mean()  # share of pixels that are not (near) white
     assert ink > 0.02
