@@ -17,7 +17,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from daydream import api, breakdown, report
+from daydream import api, breakdown, pipeline, report
 from daydream.text_table import Column, Table
 
 CSS = """
@@ -143,13 +143,13 @@ def top_layers(p, top: int = 15) -> Table:
     return t
 
 
-def overview(d, preds: list) -> str:
+def overview(d, preds: list, phases: dict | None = None) -> str:
     """The verdict (GPU-, CPU-, data- or communication-bound, ``daydream advise``'s), the GPU's
     utilization, where an iteration's time goes, and the best of the predictions asked for
     with its interval."""
     from daydream.advise import gpu_utilization, verdict, where_time_goes
-    where, basis = where_time_goes(d)
-    util = gpu_utilization(d)
+    where, basis = where_time_goes(d, phases)
+    util = gpu_utilization(d, phases)
     bound, why = verdict(where, util)
     out = [f'<p id="verdict"><b>{html.escape(bound)}</b>: {html.escape(why)}.</p>']
     w = Table(f"Where an iteration's time goes (from {basis})",
@@ -189,7 +189,11 @@ def build(ps: list, png: bytes) -> str:
     def section(h: str, ident: str, body: str) -> None:
         parts.append(f'<section id="{ident}"><h2>{html.escape(h)}</h2>{body}</section>')
 
-    section("Overview", "s-overview", overview(d, preds))
+    p0 = ps[0]
+    # a job's replay alone has no phases in its result: its ranks' busy time per phase
+    phases = (pipeline.phase_ms(p0.subject.tables, p0.base, len(p0.subject.job.members))
+              if p0.subject.job is not None and d.phases is None else None)
+    section("Overview", "s-overview", overview(d, preds, phases))
     if preds:
         section("Predictions", "s-predictions",
                 table_html(report.predictions_table(results), "predictions"))
