@@ -165,18 +165,23 @@ def predict(trace: str, store: str | Path | None = None, *,
 
 def predictions(trace: str, store: str | Path | None = None,
                 specs: str | list[str] | None = None, *, timeline: str | Path | None = None,
-                plot: str | Path | None = None, param_bytes: int | None = None
+                plot: str | Path | None = None, param_bytes: int | None = None,
+                timeline_iterations: str | None = None, timeline_window: str | None = None
                 ) -> list[PredictionResult]:
     """One prediction per spec of SPECS (each a chain of ``+``), all of one trace or job, its
     baseline replayed once; the replay alone when SPECS is empty. ``timeline`` and ``plot``
-    hold every one of them (see ``predict``)."""
+    hold every one of them (see ``predict``); ``timeline_iterations`` ("N" or "A-B") and
+    ``timeline_window`` ("START-END", ms from the trace start) cut the timeline."""
     return [p.result for p in run(trace, store, specs, timeline=timeline, plot=plot,
-                                  param_bytes=param_bytes)]
+                                  param_bytes=param_bytes,
+                                  timeline_iterations=timeline_iterations,
+                                  timeline_window=timeline_window)]
 
 
 def run(trace: str, store: str | Path | None = None, specs: str | list[str] | None = None, *,
         timeline: str | Path | None = None, plot: str | Path | None = None,
-        param_bytes: int | None = None, on_plan=None, on_step=None,
+        param_bytes: int | None = None, timeline_iterations: str | None = None,
+        timeline_window: str | None = None, on_plan=None, on_step=None,
         steps_after: int = 0) -> list[pipeline.Prediction]:
     """``predictions`` with the pipeline's ``Prediction`` objects (the graphs and schedules
     behind each result, which the HTML report draws). ``on_plan(steps, first)``, ``on_step(
@@ -205,7 +210,9 @@ def run(trace: str, store: str | Path | None = None, specs: str | list[str] | No
                 seen.add(id(jg))
                 _jobs.store_collectives(st, jg)
     if timeline is not None:
-        _timeline(timeline, ps)
+        _timeline(timeline, ps, iterations=_span(timeline_iterations, "--timeline-iterations",
+                                                 int),
+                  window=_span(timeline_window, "--timeline-window", float))
     if plot is not None:
         draw_plot(plot, ps)
     return ps
@@ -218,9 +225,59 @@ def _specs(opts: str | list[str] | None) -> list[str]:
     return [o.strip() for o in opts if o and o.strip()]
 
 
-def _timeline(path: str | Path, ps: list[pipeline.Prediction]) -> None:
+def _span(text: str | None, what: str, kind) -> tuple | None:
+    """'N' or 'A-B' as (A, B) of KIND; None for None; an error naming WHAT otherwise."""
+    if text is None:
+        return None
+    a, sep, b = text.strip().partition("-")
+    try:
+        lo = kind(a)
+        hi = kind(b) if sep else lo
+    except ValueError:
+        raise DaydreamError(f"{what} {text!r}: give N or A-B") from None
+    if hi < lo or lo < 0:
+        raise DaydreamError(f"{what} {text!r}: A-B with 0 <= A <= B")
+    return lo, hi
+
+
+def _ops(s, g: dict, t0: int) -> dict | None:
+    """The trace's CPU operators (``cpu_op`` and ``user_annotation`` ranges) for the measured
+    schedule of the timeline: each on the unit of its thread, times from T0; None for a job
+    or a trace without ranges."""
+    if s.job is not None or s.activity is None:
+        return None
+    try:
+        r = s.activity("range")
+    except DaydreamError:
+        return None
+    if r is None or r.num_rows == 0:
+        return None
+    import numpy as np
+    import pyarrow.compute as pc
+    r = r.filter(pc.is_in(r["kind"].cast("string"),
+                          value_set=pa_array(["cpu_op", "user_annotation"])))
+    units = {n: i for i, n in enumerate(g["unit"]["name"].to_pylist())}
+    pid, tid = r["pid"].to_pylist(), r["tid"].to_pylist()
+    unit = np.array([units.get(f"thread {a}:{b}", -1) for a, b in zip(pid, tid, strict=True)],
+                    np.int64)
+    name = r["name"]
+    if hasattr(name.type, "value_type"):
+        name = name.cast(name.type.value_type)
+    return {"unit": unit, "start_ns": r["start_ns"].to_numpy() - t0,
+            "dur_ns": r["dur_ns"].to_numpy(), "name": name.to_pylist()}
+
+
+def pa_array(values: list[str]):
+    import pyarrow as pa
+    return pa.array(values, pa.string())
+
+
+def _timeline(path: str | Path, ps: list[pipeline.Prediction], *,
+              iterations: tuple[int, int] | None = None,
+              window: tuple[float, float] | None = None) -> None:
     """One Chrome trace: the measured schedule, its replay and every prediction, each a
-    process of its own (a rewritten graph has its own tasks, so it carries its graph)."""
+    process of its own (a rewritten graph has its own tasks, so it carries its graph).
+    ITERATIONS (first, last) or WINDOW (ms from the trace start): only those tasks."""
     from daydream.simulate.timeline import write_timeline
 
     p0 = ps[0]
@@ -232,7 +289,13 @@ def _timeline(path: str | Path, ps: list[pipeline.Prediction]) -> None:
               ("replayed (baseline)", p0.base.schedule.start_ns, p0.base.schedule.end_ns, g)]
     scheds += [(f"predicted: {p.result.spec}", p.pred.schedule.start_ns,
                 p.pred.schedule.end_ns, p.rewritten) for p in ps if p.pred is not None]
-    write_timeline(path, g, scheds)
+    its = None if iterations is None else list(range(iterations[0], iterations[1] + 1))
+    if its is not None and not any(i.index in its for i in p0.result.iterations):
+        raise DaydreamError(f"--timeline-iterations: the trace has iterations 0-"
+                            f"{len(p0.result.iterations) - 1}")
+    win = None if window is None else (int(window[0] * 1e6), int(window[1] * 1e6))
+    write_timeline(path, g, scheds, iterations=its, window_ns=win,
+                   ops=_ops(p0.subject, g, t0))
     for p in ps:
         p.result = replace(p.result, timeline_path=str(path))
 
@@ -262,9 +325,13 @@ def draw_plot(path: str | Path | IO[bytes], ps: list[pipeline.Prediction]) -> in
         title += f"; {p.result.spec} {p.result.predicted_ms:.2f} ms"
     baseline_phases = (p0.result.phases.as_dict()["baseline"] if p0.result.phases else None) \
         or pipeline.phase_ms(g, base, len(p0.subject.job.members) if p0.subject.job else 1)
+    def step(rep) -> float | None:  # the drawn iteration's step in that schedule, ms
+        x = next((i for i in rep.iterations if i.index == it), None)
+        return None if x is None else x.simulated_ns / 1e6
+    steps = [step(base)] + [step(p.pred) for p in ps if p.pred is not None]
     _pl.write_plot(path, {"baseline": baseline_phases, "predicted": bars},
                    (g, base.schedule.start_ns, base.schedule.end_ns, "baseline (replay)"),
-                   after, it, title=title)
+                   after, it, title=title, steps=steps)
     if not isinstance(path, str | Path):
         return it
     for p in ps:

@@ -91,3 +91,14 @@ def by_class(tables: dict[str, pa.Table], rep, ranks: int = 1) -> dict[str, floa
     for k in by_kernel(tables, rep, ranks).values():
         out[k["class"]] = out.get(k["class"], 0.0) + k["ms"]
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def by_operator(tables: dict[str, pa.Table], rep, ranks: int = 1) -> dict[str, dict]:
+    """Host work by the operator it ran in -> {ms, count} per iteration: a host task
+    is named after its innermost enclosing range (the operator's self CPU time, less its
+    runtime calls), and runtime calls count apart (``api``)."""
+    df, per = work_frame(tables, rep, ranks)
+    g = (df.filter(pl.col("kind") == "host").group_by("name")
+         .agg(pl.col("work_ms").sum().alias("ms"), pl.len().alias("n")))
+    return {r["name"]: {"ms": r["ms"] / per, "count": r["n"] / per}
+            for r in g.iter_rows(named=True)}

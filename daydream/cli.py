@@ -185,7 +185,10 @@ def sql(
     if query == "-":
         query = sys.stdin.read()
     from daydream.graphstore import sql_query
-    text = sql_query.query(store, query, fmt, out)
+    from daydream.text_table import fit_rows, width
+    w = width()  # a terminal's or COLUMNS: fitted as every other table; a pipe: whole
+    text = sql_query.query(store, query, fmt, out, fit=None if w is None or out is not None
+                           else lambda h, n, rows: fit_rows(h, n, rows, w))
     if out is None:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -212,6 +215,12 @@ def predict(
     timeline: Annotated[Path | None, Option(help="Write the measured, replayed and "
                                             "predicted schedules into one Chrome trace "
                                             "for Perfetto.")] = None,
+    timeline_iterations: Annotated[str | None, Option(
+        help="With --timeline: only these iterations, N or A-B (each schedule's own "
+        "extent of them).")] = None,
+    timeline_window: Annotated[str | None, Option(
+        help="With --timeline: only the tasks overlapping START-END, in ms from the trace's "
+        "start, e.g. 100-250.")] = None,
     plot: Annotated[Path | None, Option(help="Draw the phase breakdown and one "
                                         "iteration's timeline, before and after, as a "
                                         "PNG.")] = None,
@@ -246,8 +255,15 @@ def predict(
     if where is not None:
         raise DaydreamError("--where selects traces for --all")
     from daydream import api
-    results = api.predictions(trace, store, opt or [], timeline=timeline, plot=plot,
-                              param_bytes=param_bytes)
+    if timeline is None and (timeline_iterations or timeline_window):
+        raise DaydreamError("--timeline-iterations and --timeline-window go with "
+                            "--timeline FILE")
+    from daydream.report import busy
+    with busy(f"predicting {', '.join(opt)}" if opt else "replaying"):
+        results = api.predictions(trace, store, opt or [], timeline=timeline, plot=plot,
+                                  param_bytes=param_bytes,
+                                  timeline_iterations=timeline_iterations,
+                                  timeline_window=timeline_window)
     from daydream import report
     if fmt == "json":
         _json(results[0].as_dict() if len(results) == 1 else [r.as_dict() for r in results])
@@ -331,7 +347,11 @@ def compare(
     so that you see where the prediction missed."""
     from daydream import compare as cmp
     fmt = _fmt(json, fmt)
-    d = cmp.compare(trace, opt, after, store, param_bytes=param_bytes)
+    from daydream.report import busy
+    with busy(f"predicting {opt} and replaying the trace after"):
+        d = cmp.compare(trace, opt, after, store, param_bytes=param_bytes)
+    if not d["same_job"]["ok"]:  # on stderr, whatever the format
+        cmp.warn(d["same_job"]["why"])
     _emit(fmt, d, cmp.to_csv_text, cmp.print_comparison)
 
 

@@ -272,13 +272,27 @@ def _typer_main(argv: list[str]) -> None:
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except cx.ClickException as e:  # usage errors from typer's bundled click
-        e.show()
-        sys.exit(e.exit_code if e.exit_code else 2)
+        if type(e).__name__ == "NoArgsIsHelpError":  # `daydream` alone: the help, as typer
+            e.show()
+            sys.exit(e.exit_code if e.exit_code else 2)
+        usage_error(e)
+        sys.exit(1)
     except Exception as e:
         abort = getattr(cx, "Abort", None)  # not in every typer's bundled click
         if abort is not None and isinstance(e, abort):
             sys.exit(1)
         raise
+
+
+def usage_error(e) -> None:
+    """A usage error of typer's click (no such option or command, a missing argument, a value
+    of the wrong type) as every other error: one line, ``error: ...``, naming the command's
+    help."""
+    msg = " ".join(e.format_message().split()).rstrip(".")
+    ctx = getattr(e, "ctx", None)
+    path = getattr(ctx, "command_path", "") or "daydream"
+    msg = msg[:1].lower() + msg[1:] if msg[:2] != msg[:2].upper() else msg
+    error(f"{msg} (see {path} --help)")
 
 
 def _import_rich_utils_lean() -> None:

@@ -35,8 +35,8 @@ from daydream.ingest.store import Store
 
 KEY = ("trace_id", "spec")
 # the prediction columns ``results`` gives beside the trace's file and job (the run's report)
-RESULT_COLUMNS = ("spec", "measured_ms", "baseline_ms", "predicted_ms", "speedup", "speedup_low",
-                  "speedup_high", "gates_failed", "created")
+RESULT_COLUMNS = ("spec", "measured_ms", "baseline_ms", "reference_ms", "predicted_ms", "speedup",
+                  "speedup_low", "speedup_high", "gates_failed", "created")
 FLUSH_ROWS = 256
 FLUSH_S = 2.0
 # Graphs are read in chunks, one query per table on one read-only connection (an open and a

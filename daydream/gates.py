@@ -154,7 +154,8 @@ def check(spec: str | None, notes: list[str], baseline_ms: float | None,
         unchanged_said = said or "unchanged" in text
         if said:
             out.append({"name": "applies", "ok": same,
-                        "note": ("does not apply and changes nothing" if same else
+                        "note": (f"{spec} does not apply to this trace (a note says why) "
+                                 "and predicts no change, as it should" if same else
                                  f"says it does not apply, yet predicts {baseline_ms:.2f} -> "
                                  f"{predicted_ms:.2f} ms")})
         elif same and not unchanged_said and _identical(base_tables, tables):

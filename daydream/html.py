@@ -13,10 +13,11 @@ import base64
 import datetime as dt
 import html
 import io
+import re
 from dataclasses import replace
 from pathlib import Path
 
-from daydream import api, breakdown, report
+from daydream import api, breakdown, pipeline, report
 from daydream.text_table import Column, Table
 
 CSS = """
@@ -25,9 +26,14 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
 h1 { font-size: 1.5em; margin-bottom: 0.2em; }
 h2 { font-size: 1.15em; margin-top: 1.8em; border-bottom: 1px solid #ddd; }
 p.sub { color: #555; margin-top: 0; }
-table { border-collapse: collapse; margin: 0.6em 0 1.2em; }
-caption { text-align: left; font-weight: 600; padding: 0.3em 0; }
-th, td { border-bottom: 1px solid #e4e4e4; padding: 0.25em 0.7em; vertical-align: top; }
+table { border-collapse: collapse; }
+div.scroll { overflow-x: auto; max-width: 100%; margin: 0 0 1.2em; }
+p.cap { font-weight: 600; margin: 0.6em 0 0.3em; }
+th, td { border-bottom: 1px solid #e4e4e4; padding: 0.25em 0.7em; vertical-align: top;
+         overflow-wrap: normal; word-break: normal; }
+td { min-width: 4em; } td.r { white-space: nowrap; }
+p.note { color: #444; font-size: 0.92em; margin: 0.2em 0 0.8em; max-width: 60em; }
+h3 { font-size: 1em; margin: 1em 0 0.3em; }
 th { background: #f4f6f8; text-align: left; }
 td.r, th.r { text-align: right; font-variant-numeric: tabular-nums; }
 tr.total td { font-weight: 600; border-top: 2px solid #999; }
@@ -39,7 +45,10 @@ img.plot { max-width: 100%; border: 1px solid #ddd; }
 
 def table_html(t: Table, ident: str) -> str:
     """T as an HTML table with id IDENT (cells escaped; numbers right-aligned)."""
-    out = [f'<table id="{ident}">', f"<caption>{html.escape(t.title)}</caption>", "<thead><tr>"]
+    # the title above a box that scrolls sideways: a wide table scrolls, its title wraps to
+    # the page (a caption would be as wide as the table)
+    out = [f'<p class="cap">{html.escape(t.title)}</p><div class="scroll">',
+           f'<table id="{ident}">', "<thead><tr>"]
     for c in t.columns:
         cls = ' class="r"' if c.align == "right" else ""
         out.append(f"<th{cls}>{html.escape(c.header)}</th>")
@@ -51,18 +60,75 @@ def table_html(t: Table, ident: str) -> str:
             cls = ' class="r"' if c.align == "right" else ""
             out.append(f"<td{cls}>{html.escape(v)}</td>")
         out.append("</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
+    out += [f'<p class="note">{html.escape(n)}</p>' for n in t.notes]
     return "".join(out)
 
 
-def top_kernels(p, top: int = 15) -> Table:
+def tensor_cores(kind: str, name: str) -> str:
+    """Whether a kernel's name says it runs on tensor cores (its math class,
+    ``transforms.kernel_class.classify``: 'yes (fp16)'), 'no' for a matrix kernel on CUDA
+    cores, '' for the rest (memory-bound work has no use for them)."""
+    if kind != "kernel":
+        return ""
+    from daydream.transforms.kernel_class import classify
+    k = classify(name)
+    if k.tensor_core:
+        return f"yes ({k.math})"
+    return "no" if k.matrix else ""
+
+
+def top_kernels(p, top: int = 15, after: list | None = None) -> Table:
+    """The replay's top kernels by GPU time per iteration, each with its share of the GPU
+    work, and its time in each prediction of AFTER (``pipeline.Prediction``s: a kernel a
+    rewrite renamed or removed shows no time there)."""
     ranks = len(p.subject.job.members) if p.subject.job is not None else 1
     ks = breakdown.by_kernel(p.subject.tables, p.base, ranks)
-    t = Table(f"Top {top} GPU kernels in the replay (ms per iteration)",
-              [Column("kernel"), Column("class"),
-               Column("ms", "right"), Column("calls", "right")])
+    total = sum(k["ms"] for k in ks.values())
+    preds = [q for q in after or [] if q.pred is not None]
+    later = [breakdown.by_kernel(q.rewritten, q.pred, ranks) for q in preds]
+    many = len(preds) > 1
+    t = Table(f"Top {top} GPU kernels in the replay (ms per iteration; share of the GPU "
+              "work; after: with each prediction)",
+              [Column("kernel"), Column("class"), Column("tensor cores"),
+               Column("ms", "right"), Column("share", "right"), Column("calls", "right")] +
+              [Column(f"after ({k})" if many else f"after {q.result.spec}", "right")
+               for k, q in enumerate(preds, 1)])
     for name, k in sorted(ks.items(), key=lambda kv: -kv[1]["ms"])[:top]:
-        t.add(name, k["class"], report.ms(k["ms"]), f"{k['count']:.0f}")
+        t.add(name, k["class"], tensor_cores(k["kind"], name), report.ms(k["ms"]),
+              f"{100 * k['ms'] / total:.1f}%" if total else "", f"{k['count']:.0f}",
+              *[report.ms(m[name]["ms"]) if name in m else "" for m in later])
+    return t
+
+
+ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)")
+
+
+def clean_note(note: str) -> str:
+    """A note as the report shows it: an absolute path of the machine that wrote it (a
+    constants file, a store) reduced to its file name."""
+    return ABSOLUTE_PATH.sub(lambda m: m.group(1), note)
+
+
+def top_operators(p, top: int = 15, after: list | None = None) -> Table:
+    """The replay's operators with most self CPU time (host work per iteration, named after
+    the innermost range it ran in), with their share of the host work and their time in each
+    prediction of AFTER."""
+    ranks = len(p.subject.job.members) if p.subject.job is not None else 1
+    ops = breakdown.by_operator(p.subject.tables, p.base, ranks)
+    total = sum(o["ms"] for o in ops.values())
+    preds = [q for q in after or [] if q.pred is not None]
+    later = [breakdown.by_operator(q.rewritten, q.pred, ranks) for q in preds]
+    many = len(preds) > 1
+    t = Table(f"Top {top} operators by self CPU time in the replay (host work per iteration "
+              "inside the operator, its runtime calls apart; share of the host work; after: "
+              "with each prediction)",
+              [Column("operator"), Column("ms", "right"), Column("share", "right")] +
+              [Column(f"after ({k})" if many else f"after {q.result.spec}", "right")
+               for k, q in enumerate(preds, 1)])
+    for name, o in sorted(ops.items(), key=lambda kv: -kv[1]["ms"])[:top]:
+        t.add(name, report.ms(o["ms"]), f"{100 * o['ms'] / total:.1f}%" if total else "",
+              *[report.ms(m[name]["ms"]) if name in m else "" for m in later])
     return t
 
 
@@ -77,12 +143,41 @@ def top_layers(p, top: int = 15) -> Table:
     return t
 
 
+def overview(d, preds: list, phases: dict | None = None) -> str:
+    """The verdict (GPU-, CPU-, data- or communication-bound, ``daydream advise``'s), the GPU's
+    utilization, where an iteration's time goes, and the best of the predictions asked for
+    with its interval."""
+    from daydream.advise import gpu_utilization, verdict, where_time_goes
+    where, basis = where_time_goes(d, phases)
+    util = gpu_utilization(d, phases)
+    bound, why = verdict(where, util)
+    out = [f'<p id="verdict"><b>{html.escape(bound)}</b>: {html.escape(why)}.</p>']
+    w = Table(f"Where an iteration's time goes (from {basis})",
+              [Column("category"), Column("ms", "right"), Column("share", "right")])
+    for r in where:
+        w.add(r["category"], report.ms(r["ms"]),
+              "" if r["share"] is None else f"{100 * r['share']:.1f}%")
+    out.append(table_html(w, "where"))
+    best = max(preds, key=lambda r: r.speedup or 0.0, default=None)
+    if best is not None:
+        out.append(f'<p id="best">Best of the predictions asked for: <b>'
+                   f"{html.escape(best.spec)}</b>, {report.times(best.speedup)} "
+                   f"(interval {report.interval(best.speedup_interval, report.times)}): "
+                   f"{report.ms(best.predicted_ms)} ms against "
+                   f"{html.escape(report.reference_name(best))} {report.ms(best.reference_ms)}"
+                   " ms. <code>daydream advise</code> ranks every optimization.</p>")
+    else:
+        out.append("<p>Give --opt to predict an optimization; <code>daydream advise</code> "
+                   "ranks every one.</p>")
+    return "".join(out)
+
+
 def build(ps: list, png: bytes) -> str:
     """The report's HTML for the predictions PS (``api.run``) and the plot PNG."""
     results = [p.result for p in ps]
     d = results[0]
     preds = [r for r in results if r.predicted]
-    name = (d.job.name if d.job is not None else None) or d.trace_id
+    name = (d.job.name if d.job is not None else None) or report.short(d.file) or d.trace_id
     title = f"Daydream report: {name}"
     sub = (f"{html.escape(d.file or '')} &middot; trace {html.escape(d.trace_id)}"
            f" &middot; written {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}")
@@ -94,6 +189,11 @@ def build(ps: list, png: bytes) -> str:
     def section(h: str, ident: str, body: str) -> None:
         parts.append(f'<section id="{ident}"><h2>{html.escape(h)}</h2>{body}</section>')
 
+    p0 = ps[0]
+    # a job's replay alone has no phases in its result: its ranks' busy time per phase
+    phases = (pipeline.phase_ms(p0.subject.tables, p0.base, len(p0.subject.job.members))
+              if p0.subject.job is not None and d.phases is None else None)
+    section("Overview", "s-overview", overview(d, preds, phases))
     if preds:
         section("Predictions", "s-predictions",
                 table_html(report.predictions_table(results), "predictions"))
@@ -122,18 +222,20 @@ def build(ps: list, png: bytes) -> str:
         lines = "".join(f"<li>{html.escape(x)}</li>" for x in report.job_lines(d))
         section("Ranks", "s-ranks", table_html(report.ranks_table(results), "ranks") +
                 (f'<ul class="notes">{lines}</ul>' if lines else ""))
-    section("Top kernels and layers", "s-top",
-            table_html(top_kernels(ps[0]), "top-kernels") +
+    section("Top kernels, operators and layers", "s-top",
+            table_html(top_kernels(ps[0], after=ps), "top-kernels") +
+            table_html(top_operators(ps[0], after=ps), "top-operators") +
             table_html(top_layers(ps[0]), "top-layers"))
     if d.trace is not None and d.trace.unit_load:
-        section("Unit load", "s-units", table_html(report.units_table(d.trace.unit_load),
-                                                   "units"))
+        section("Unit load", "s-units", table_html(report.units_table(
+            d.trace.unit_load, iterations=len(d.iterations)), "units"))
     notes = []
     for r in preds or results:
-        for n in r.notes:
-            notes.append(f"<li><b>{html.escape(r.spec or 'replay')}</b>: "
-                         f"{html.escape(n)}</li>")
-    section("Notes", "s-notes", f'<ul class="notes">{"".join(notes)}</ul>' if notes else
+        if r.notes:  # each note names the optimization it is of already ("amp: ...")
+            notes.append(f"<h3>{html.escape(r.spec or 'replay')}</h3><ul class=\"notes\">" +
+                         "".join(f"<li>{html.escape(clean_note(n))}</li>" for n in r.notes) +
+                         "</ul>")
+    section("Notes", "s-notes", "".join(notes) if notes else
             "<p>No notes: the predictions made no modelling choice worth a note.</p>")
     gates = [report.gates_table(r) for r in preds]
     gates_body = "".join(table_html(g, f"gates-{k}") for k, g in enumerate(gates, 1) if g)

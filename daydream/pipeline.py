@@ -335,6 +335,9 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
     ex_its = {k: {i.index: i.simulated_ns for i in r.iterations} for k, r in explained.items()}
     by_idx = {i.index: i for i in pred.iterations} if pred is not None else {}
     by_idx0 = {i.index: i for i in pred_explained.iterations} if pred_explained else {}
+    # each iteration's reference: its replay, or its replay without the profiler
+    by_ref = ({i.index: i for i in reference[0].iterations} if reference is not None else
+              {i.index: i for i in base.iterations} if pred is not None else {})
 
     def it_pred(by: dict, index: int) -> float | None:
         p = by.get(index)
@@ -345,7 +348,8 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
         used=i.used, note=i.note or None,
         explained_ms=_ms(ex_its["explained"].get(i.index)),
         explained_no_inferred_ms=_ms(ex_its["explained_no_inferred"].get(i.index)),
-        predicted_ms=it_pred(by_idx, i.index), predicted_explained_ms=it_pred(by_idx0, i.index))
+        predicted_ms=it_pred(by_idx, i.index), predicted_explained_ms=it_pred(by_idx0, i.index),
+        reference_ms=it_pred(by_ref, i.index))
         for i in base.iterations)
     steps = [i.measured_ns / 1e6 for i in base.iterations if i.used]
     ex_ms = {k: _ms(r.headline("simulated_ns")) for k, r in explained.items()}

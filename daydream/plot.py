@@ -73,10 +73,13 @@ def plot_iteration(used_base: list[int], used_pred: list[int]) -> int | None:
 
 def write_plot(path: str | Path | IO[bytes], phases: dict, before: tuple,
                after: tuple | list[tuple] | None, iteration: int | None,
-               title: str = "") -> str | Path | IO[bytes]:
+               title: str = "", steps: list[float | None] | None = None
+               ) -> str | Path | IO[bytes]:
     """Draw the breakdown (stacked bars) and ITERATION's timeline (units as rows) before and,
     when given, after each prediction. ``before``/``after``: (graph tables, start_ns, end_ns,
-    label), ``after`` one or a list; PATH a file name or a binary file (the HTML report)."""
+    label), ``after`` one or a list; PATH a file name or a binary file (the HTML report).
+    STEPS: the iteration's step in ms in each timeline (before, then each after), marked
+    with a line where it ends (its tasks may run on past it: GPU work queued)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -126,7 +129,12 @@ def write_plot(path: str | Path | IO[bytes], phases: dict, before: tuple,
         axt.set_yticks(range(len(units)), units.to_list(), fontsize=7 if len(units) > 12 else 8)
         axt.set_ylim(-0.6, len(units) - 0.4)
         axt.invert_yaxis()
-        axt.set_xlim(0, xmax * 1.01)
+        step = (steps or [])[k] if k < len(steps or []) else None
+        if step:
+            axt.axvline(step, color="#b00020", linestyle="--", linewidth=1)
+            axt.text(step, -0.5, f" step {step:.1f} ms", color="#b00020", fontsize=8,
+                     va="bottom")
+        axt.set_xlim(0, max(xmax, step or 0.0) * 1.01)
         axt.set_xlabel("ms from the iteration's first task")
     if isinstance(path, str | Path):
         path = Path(path)

@@ -74,14 +74,25 @@ def iterations_note(d: PredictionResult) -> str:
 
 # ---- tables ---------------------------------------------------------------------------------
 
+def own_reference(r: PredictionResult) -> bool:
+    """Whether R's speedup is against a replay other than the trace's (the job without the
+    profiler, for an optimization that removes host work)."""
+    return r.reference_ms is not None and r.reference_ms != r.baseline_ms
+
+
 def iterations_table(results: list[PredictionResult]) -> Table:
     """Per iteration: measured, replayed and explained, and each prediction's time (several
-    predictions: a numbered column each, the numbers those of the predictions table)."""
+    predictions: a numbered column each, the numbers those of the predictions table). Where a
+    prediction's speedup is against the replay without the profiler, that replay is a column
+    too, and the speedup divides it."""
     d = results[0]
     preds = [r for r in results if r.predicted]
     cols = [Column("iteration", "right"), Column("label"), Column("measured ms", "right"),
             Column("replayed ms", "right"), Column("replay error", "right"),
             Column("explained ms", "right")]
+    unprof = next((r for r in preds if own_reference(r)), None)
+    if unprof is not None:
+        cols.append(Column("replayed without profiler ms", "right", key="reference_ms"))
     one = len(preds) == 1
     for k, r in enumerate(preds, 1):
         cols.append(Column("predicted ms" if one else f"predicted ms ({k})", "right",
@@ -97,19 +108,31 @@ def iterations_table(results: list[PredictionResult]) -> Table:
                                            enumerate(preds, 1)) if preds else "")
     t = Table(title, cols, bold_last=True)
     by_spec = [{i.index: i.predicted_ms for i in r.iterations} for r in preds]
+    refs = ({i.index: i.reference_ms for i in unprof.iterations} if unprof is not None
+            else {})
+    one_ref = ({i.index: i.reference_ms for i in preds[0].iterations} if one else {})
     for it in d.iterations:
         row = [it.index, it.label or "(whole trace)", ms(it.measured_ms),
                ms(it.baseline_ms), pct(it.error_pct), ms(it.explained_ms)]
+        if unprof is not None:
+            row.append(ms(refs.get(it.index)))
         for b in by_spec:
             row.append(ms(b.get(it.index)))
         if one:
-            p = by_spec[0].get(it.index)
-            row.append(times(it.baseline_ms / p) if p else "")
+            p, ref = by_spec[0].get(it.index), one_ref.get(it.index)
+            row.append(times(ref / p) if p and ref else "")
         if notes:
-            row.append((it.note or "") if not it.used else "")
+            # the kind of note in the cell ("warm-up", "drain"), the note itself under the
+            # table: a sentence in a column is a column of single words on a terminal
+            kind, _, rest = (it.note or "").partition(":") if not it.used else ("", "", "")
+            row.append(kind if rest else (it.note or "") if not it.used else "")
+            if rest:
+                t.notes.append(f"iteration {it.index} ({kind}):{rest}")
         t.add(*row)
     row = ["", "steady state", ms(d.measured_ms), ms(d.baseline_ms),
            pct(d.baseline_error_pct), ms(d.explained_ms)]
+    if unprof is not None:
+        row.append(ms(unprof.reference_ms))
     row += [ms(r.predicted_ms) for r in preds]
     if one:
         row.append(times(preds[0].speedup))
@@ -165,32 +188,43 @@ def basis_table(d: PredictionResult) -> Table:
     return t
 
 
+def reference_name(r: PredictionResult) -> str:
+    """What R's speedup divides: the replay, or the replay without the profiler."""
+    return "replay without profiler" if own_reference(r) else "replay"
+
+
 def predictions_table(results: list[PredictionResult]) -> Table:
-    """One row per prediction: its time and speedup with the interval (slack at zero to
-    slack kept); numbered as the iterations table's columns when there are several."""
+    """One row per prediction: the step its speedup is against (the reference), its time and
+    speedup (reference over predicted) with the interval (slack at zero to slack kept);
+    numbered as the iterations table's columns when there are several."""
     preds = [r for r in results if r.predicted]
-    cols = [Column("optimization", key="spec"), Column("predicted ms", "right"),
+    cols = [Column("optimization", key="spec"), Column("reference"),
+            Column("reference ms", "right"), Column("predicted ms", "right"),
             Column("interval ms", "right"), Column("speedup", "right"),
             Column("speedup interval", "right")]
     many = len(preds) > 1
     if many:
         cols.insert(0, Column("", "right", key="number"))
-    t = Table("Predictions (steady-state step; interval: slack at zero to slack kept)", cols)
+    t = Table("Predictions (steady-state step; speedup: reference ms / predicted ms; "
+              "interval: slack at zero to slack kept)", cols)
     for k, r in enumerate(preds, 1):
-        t.add(*([f"({k})"] if many else []), r.spec, ms(r.predicted_ms),
-              interval(r.predicted_interval_ms), times(r.speedup),
+        t.add(*([f"({k})"] if many else []), r.spec, reference_name(r), ms(r.reference_ms),
+              ms(r.predicted_ms), interval(r.predicted_interval_ms), times(r.speedup),
               interval(r.speedup_interval, times))
     t.records = [prediction_record(r) for r in preds]
     return t
 
 
 def prediction_record(r: PredictionResult) -> dict:
-    """The machine-readable row of one prediction (``--format csv``)."""
+    """The machine-readable row of one prediction (``--format csv``): ``speedup`` is
+    ``reference_ms / predicted_ms``."""
     iv = r.predicted_interval_ms or (None, None)
     sp = r.speedup_interval or (None, None)
     return {"trace_id": r.trace_id, "file": r.file, "spec": r.spec or "",
             "measured_ms": r.measured_ms, "baseline_ms": r.baseline_ms,
-            "explained_ms": r.explained_ms, "predicted_ms": r.predicted_ms,
+            "explained_ms": r.explained_ms,
+            "reference": reference_name(r) if r.predicted else "",
+            "reference_ms": r.reference_ms, "predicted_ms": r.predicted_ms,
             "predicted_low_ms": iv[0], "predicted_high_ms": iv[1],
             "speedup": r.speedup, "speedup_low": sp[0], "speedup_high": sp[1],
             "iterations_used": r.used_iterations}
@@ -225,11 +259,21 @@ def critical_path_table(cp: dict, title: str = "") -> Table:
     return t
 
 
-def units_table(units: list[dict], top: int = 12) -> Table:
-    t = Table("Unit load in the replay (share of the simulated span)",
-              [Column("unit"), Column("busy ms", "right"), Column("busy", "right")])
+def units_table(units: list[dict], top: int = 12, iterations: int | None = None) -> Table:
+    """The busiest units of the replay: busy time over the whole replay, and with ITERATIONS
+    (how many it holds) per iteration as the other tables are, and share of the span."""
+    per = bool(iterations)
+    t = Table("Unit load in the replay (busy: share of the simulated span" +
+              (f"; ms per iteration: the whole replay's over its {iterations} iterations)"
+               if per else ")"),
+              [Column("unit"), Column("busy ms (whole replay)" if per else "busy ms",
+                                      "right")] +
+              ([Column("ms per iteration", "right")] if per else []) +
+              [Column("busy", "right")])
     for r in sorted(units, key=lambda r: -r["busy_share"])[:top]:
-        t.add(r["unit"], ms(r["busy_ns"] / 1e6, 2), f"{100 * r['busy_share']:.1f}%")
+        t.add(r["unit"], ms(r["busy_ns"] / 1e6, 2),
+              *([ms(r["busy_ns"] / 1e6 / iterations, 2)] if per else []),
+              f"{100 * r['busy_share']:.1f}%")
     return t
 
 
@@ -280,7 +324,7 @@ def gates_table(r: PredictionResult) -> Table | None:
     """The gates of a prediction, where the pipeline reports them."""
     if not r.gates:
         return None
-    t = Table(f"Gates of {r.spec}", [Column("gate"), Column("ok"), Column("note")])
+    t = Table(f"Gates of {r.spec}", [Column("gate"), Column("passed"), Column("note")])
     for g in r.gates:
         t.add(g.name, "yes" if g.ok else "no", g.note or "")
     return t
@@ -352,6 +396,15 @@ def prediction_csv(results: list[PredictionResult]) -> str:
     return to_csv([t])
 
 
+def busy(what: str, enabled: bool | None = None):
+    """A spinner on stderr saying WHAT runs (gone when done), on a terminal only (ENABLED:
+    None asks whether stderr is one): for a command that may run more than a few seconds."""
+    if not (sys.stderr.isatty() if enabled is None else enabled):
+        return contextlib.nullcontext()
+    from rich.console import Console
+    return Console(stderr=True).status(what)
+
+
 @contextlib.contextmanager
 def fleet_progress(enabled: bool, description: str = "predicting"
                    ) -> Iterator[tuple[Callable[[int], None], Callable[..., None]]]:
@@ -388,17 +441,19 @@ def fleet_table(t, top: int) -> tuple[Table, int]:
     TOP (0: all) and how many rows there are."""
     rows = t.to_pylist()
     shown = rows if top <= 0 else rows[:top]
-    tab = Table("Predictions, best gain first (interval: slack at zero to slack kept)",
+    tab = Table("Predictions, best gain first (speedup: reference ms / predicted ms; "
+                "interval: slack at zero to slack kept)",
                 [Column("trace", key="trace_id"), Column("file"), Column("job"),
                  Column("optimization", key="spec"), Column("measured ms", "right"),
-                 Column("replayed ms", "right"), Column("predicted ms", "right"),
-                 Column("speedup", "right"), Column("speedup interval", "right"),
-                 Column("gates failed")])
+                 Column("replayed ms", "right"), Column("reference ms", "right"),
+                 Column("predicted ms", "right"), Column("speedup", "right"),
+                 Column("speedup interval", "right"), Column("gates failed")])
     for r in shown:
         sp = (r.get("speedup_low"), r.get("speedup_high"))
         failed = r.get("gates_failed")  # None: a row stored before gates were
         tab.add(r["trace_id"], short(r.get("file")), r.get("job") or "", r["spec"],
-                ms(r["measured_ms"]), ms(r["baseline_ms"]), ms(r["predicted_ms"]),
+                ms(r["measured_ms"]), ms(r["baseline_ms"]), ms(r.get("reference_ms")),
+                ms(r["predicted_ms"]),
                 times(r["speedup"]), interval(sp if None not in sp else None, times),
                 "?" if failed is None else ", ".join(failed) or "none")
     tab.records = [{k: v for k, v in r.items() if k != "created"} for r in shown]

@@ -1,10 +1,13 @@
 """Tables for people and for machines, from one description.
 
 The same ``Table`` prints as aligned plain columns (a terminal or a pipe), as CSV or as JSON.
-On a terminal the table is fitted to its width by wrapping the widest columns: headers wrap
-between words and names fold, so nothing is ever cut off; a table too wide for even that is
-printed as one block of ``column: value`` lines per row. Into a pipe (no terminal, no
-``COLUMNS``) the columns take the width they need: a script reading the text gets whole names.
+On a terminal the table is fitted to its width by wrapping the widest columns: headers and
+cells wrap between words, never inside one, so nothing is ever cut off or broken; a table too
+wide for even that is printed in parts, each with the first column and as many of the others
+as fit; and where not even one fits beside the first, as one block of ``column: value``
+lines per row (where a word longer than the whole width is the only thing folded). Into a
+pipe (no terminal, no ``COLUMNS``) the columns take the width they need: a script reading the
+text gets whole names.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class Table:
     # where not given
     records: list[dict] | None = None
     bold_last: bool = False  # the last row is a total (a rule is drawn above it)
+    notes: list[str] = field(default_factory=list)  # lines printed under the table
 
     def add(self, *cells: object) -> None:
         self.rows.append(["" if c is None else str(c) for c in cells])
@@ -75,14 +79,19 @@ def _natural(t: Table) -> list[int]:
     return [max([len(c.header)] + [len(r[i]) for r in t.rows]) for i, c in enumerate(t.columns)]
 
 
+def _longest_word(text: str) -> int:
+    return max((len(w) for w in text.split()), default=0)
+
+
 def _floor(t: Table, i: int, cells_wrap: bool) -> int:
     """The narrowest column I may get: its longest header word, and its longest cell unless
-    CELLS_WRAP (numbers never wrap)."""
-    head = max(len(w) for w in t.columns[i].header.split()) if t.columns[i].header else 1
+    CELLS_WRAP, then its longest word in a cell (numbers never wrap; no word is broken)."""
+    head = _longest_word(t.columns[i].header) or 1
     cells = max([len(r[i]) for r in t.rows] or [0])
     if t.columns[i].align == "right" or not cells_wrap:
         return max(head, cells)
-    return max(head, min(MIN_WRAP, cells))
+    words = max([_longest_word(r[i]) for r in t.rows] or [0])
+    return max(head, min(max(MIN_WRAP, words), cells))
 
 
 def fit(t: Table, limit: int | None, gap: int = len(GAP),
@@ -120,16 +129,44 @@ def layout(t: Table, limit: int | None) -> tuple[str, list[int] | None]:
     return GAP, None
 
 
+def parts(t: Table, limit: int | None) -> list[Table] | None:
+    """T cut into tables of its first column and as many of the others as fit LIMIT
+    (None: not even one other column fits beside the first)."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+
+    def sub(cols: list[int]) -> Table:
+        return Table("", [t.columns[0]] + [t.columns[i] for i in cols],
+                     [[r[0]] + [r[i] for i in cols] for r in t.rows], bold_last=t.bold_last)
+    for i in range(1, len(t.columns)):
+        if layout(sub(cur + [i]), limit)[1] is not None:
+            cur.append(i)
+        elif cur:
+            out.append(cur)
+            cur = [i]
+            if layout(sub(cur), limit)[1] is None:
+                return None
+        else:
+            return None
+    if cur:
+        out.append(cur)
+    return [sub(c) for c in out] if len(out) > 1 else None
+
+
 def render(t: Table, limit: int | None = None) -> str:
     """The table as text, at most LIMIT characters a line (None: no limit)."""
     lines = []
     if t.title:
         lines += _wrap(t.title, limit) if limit else [t.title]
     if not t.rows:
-        return "\n".join(lines + ["  (none)"]) + "\n"
+        return "\n".join(lines + ["  (none)"] + _notes(t, limit)) + "\n"
     gap, ws = layout(t, limit)
     if ws is None:
-        return "\n".join(lines + _records(t, limit)) + "\n"
+        cut = parts(t, limit)
+        if cut is None:
+            return "\n".join(lines + _records(t, limit) + _notes(t, limit)) + "\n"
+        body = [render(p, limit).rstrip("\n") for p in cut]
+        return "\n".join(lines + ["\n\n".join(body)] + _notes(t, limit)) + "\n"
 
     def block(cells: list[str]) -> list[str]:
         parts = [_wrap(c, w) if len(c) > w else [c] for c, w in zip(cells, ws, strict=True)]
@@ -156,7 +193,15 @@ def render(t: Table, limit: int | None = None) -> str:
         if t.bold_last and n == len(t.rows) - 1 and n:
             lines.append(rule)
         lines += block(r)
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _notes(t, limit)) + "\n"
+
+
+def _notes(t: Table, limit: int | None) -> list[str]:
+    out = []
+    for n in t.notes:
+        out += textwrap.wrap(n, limit, subsequent_indent="  ", break_on_hyphens=False,
+                             break_long_words=False) if limit else [n]
+    return out
 
 
 def _records(t: Table, limit: int | None) -> list[str]:
@@ -200,3 +245,13 @@ def paragraph(text: str, limit: int | None, indent: str = "") -> str:
         return text
     return "\n".join(textwrap.wrap(text, limit, subsequent_indent=indent,
                                    break_on_hyphens=False, break_long_words=True))
+
+
+def fit_rows(header: list[str], numeric: list[bool], rows: list[list[str]],
+             limit: int | None) -> str:
+    """HEADER and ROWS (text cells; NUMERIC: right-aligned) as a table fitted to LIMIT
+    (``daydream sql``: a query's result laid out as every other table of the CLI)."""
+    t = Table("", [Column(h, "right" if n else "left") for h, n in zip(header, numeric,
+                                                                       strict=True)])
+    t.rows = [list(r) for r in rows]
+    return render(t, limit)

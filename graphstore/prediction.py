@@ -36,6 +36,8 @@ class IterationTimes:
     explained_no_inferred_ms: float | None  # the same without the inferred edges, ms
     predicted_ms: float | None = None  # its predicted step, slack kept, ms
     predicted_explained_ms: float | None = None  # its predicted step, slack at zero, ms
+    reference_ms: float | None = None  # its step in the replay the speedup is against (the
+    # result's ``reference_ms``): baseline_ms, or the replay without the profiler, ms
 
     def as_dict(self, predicted: bool) -> dict:
         """As ``--json`` prints it (PREDICTED: the result holds a prediction)."""
@@ -48,6 +50,7 @@ class IterationTimes:
         if predicted:
             d["predicted_ms"] = self.predicted_ms
             d["predicted_explained_ms"] = self.predicted_explained_ms
+            d["reference_ms"] = self.reference_ms
         return d
 
 

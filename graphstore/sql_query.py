@@ -100,7 +100,7 @@ def _named_tables(sql: str) -> set[str]:
 
 def query(store_root: str | Path, sql: str, fmt: str = "table", out: str | Path | None = None,
           *, activity: bool = True, max_rows: int | None = TABLE_MAX_ROWS,
-          timeout_s: float = DEFAULT_TIMEOUT_S) -> str:
+          timeout_s: float = DEFAULT_TIMEOUT_S, fit=None) -> str:
     """Run ``sql`` on a read-only connection to the store and render the result.
 
     ``fmt``: ``table`` (aligned text with a row-count footer, at most ``max_rows`` rows shown),
@@ -108,6 +108,9 @@ def query(store_root: str | Path, sql: str, fmt: str = "table", out: str | Path 
     ``out`` the result is written there and a one-line summary is returned; otherwise the text.
     With ``activity`` the raw activity tables are views too (:func:`register_activity`). A store
     with activity tables but no graph yet is queried over the activity views alone.
+    ``fit(header, numeric, rows)`` lays out a ``table``'s header and text rows (the CLI's:
+    fitted to the terminal as its other tables, ``daydream.text_table``); without it every
+    column takes the width it needs.
     """
     if fmt not in FORMATS:
         raise DaydreamError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -130,7 +133,7 @@ def query(store_root: str | Path, sql: str, fmt: str = "table", out: str | Path 
         except OSError as e:
             raise DaydreamError(f"cannot write {out}: {e}") from None
         return f"{_rows(len(result.rows))} -> {out}"
-    return render(result, fmt, max_rows=max_rows)
+    return render(result, fmt, max_rows=max_rows, fit=fit)
 
 
 def run_sql(store_root: str | Path, sql: str, *, activity: bool = True,
@@ -155,16 +158,36 @@ def _run(store_root: str | Path, sql: str, fetch, *, activity: bool, timeout_s: 
         else:
             con = instance().cursor()  # the process's instance: no second catalog to build
             stack.callback(con.close)
+        show = SHOW_TABLES.fullmatch(sql) is not None
         if activity or not has_graph:
-            register_activity(con, root, sql)
+            register_activity(con, root, None if show else sql)
         try:
-            return fetch(con, con.sql(sql))
+            return fetch(con, con.sql(_show_tables() if show else sql))
         except duckdb.Error as e:
             msg = first_line(str(e))
             if not has_graph and any(v in msg for v in (*GRAPH_TABLES, *VIEWS)):
                 msg += (f" (the graph of {root} is not built yet: only the activity tables "
                         "can be queried)")
             raise DaydreamError(f"sql: {msg}") from None
+
+
+# ``SHOW TABLES`` answered by ``_show_tables``: DuckDB's lists a graph table twice where a
+# view over its Parquet partitions shadows it, and omits the activity tables' views
+SHOW_TABLES = re.compile(r"\s*show\s+(all\s+)?tables\s*;?\s*", re.IGNORECASE)
+
+
+def _show_tables() -> str:
+    """Every table and view a query can name, once each, with what it is."""
+    def kinds(names, kind: str) -> str:
+        return " UNION ALL ".join(f"SELECT {sql_literal(n)} AS name, {sql_literal(kind)} AS k"
+                                  for n in names)
+    known = " UNION ALL ".join([kinds(GRAPH_TABLES, "graph table"), kinds(VIEWS, "view"),
+                                kinds(COMMIT_ORDER, "activity table")])
+    return ("WITH present AS (SELECT table_name AS name FROM duckdb_tables() UNION "
+            "SELECT view_name FROM duckdb_views() WHERE NOT internal), "
+            f"known AS ({known}) "
+            "SELECT p.name, coalesce(k.k, 'table') AS kind FROM present p "
+            "LEFT JOIN known k USING (name) ORDER BY p.name")
 
 
 def _arrow(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
@@ -232,10 +255,10 @@ def _rows(n: int) -> str:
     return f"{n} row" if n == 1 else f"{n} rows"
 
 
-def render(t: Result, fmt: str, max_rows: int | None = TABLE_MAX_ROWS) -> str:
-    """Render a query's result as ``table``, ``csv`` or ``json`` text."""
+def render(t: Result, fmt: str, max_rows: int | None = TABLE_MAX_ROWS, fit=None) -> str:
+    """Render a query's result as ``table``, ``csv`` or ``json`` text (FIT: see ``query``)."""
     if fmt == "table":
-        return _text_table(t, max_rows)
+        return _text_table(t, max_rows, fit)
     if fmt == "csv":
         return _csv(t)
     if fmt == "json":
@@ -263,7 +286,7 @@ def _cell(v) -> str:
     return str(v).replace("\n", "\\n")
 
 
-def _text_table(t: Result, max_rows: int | None) -> str:
+def _text_table(t: Result, max_rows: int | None, fit=None) -> str:
     if not t.columns:
         return "(0 rows)\n"
     header = t.columns
@@ -274,8 +297,11 @@ def _text_table(t: Result, max_rows: int | None) -> str:
         return "  ".join(c.rjust(w) if num else c.ljust(w)
                          for c, w, num in zip(cells, widths, t.numeric, strict=True)).rstrip()
 
-    out = [line(header), "  ".join("-" * w for w in widths)]
-    out += [line(r) for r in rows]
+    if fit is not None and rows:
+        out = fit(list(header), list(t.numeric), rows).rstrip("\n").split("\n")
+    else:
+        out = [line(header), "  ".join("-" * w for w in widths)]
+        out += [line(r) for r in rows]
     foot = f"({_rows(len(t.rows))}"
     if len(rows) < len(t.rows):
         foot += f", first {len(rows)} shown; use --format csv or --out for all"

@@ -90,3 +90,62 @@ def test_compare_cli(store):
         "compare", str(NW0), str(NW4), "--opt", SPEC, "--store", str(store), "--format",
         "csv"]).stdout)))
     assert rows[0]["level"] == "headline"
+
+
+def test_the_parts_the_optimization_does_not_touch_hold_their_miss():
+    """A prediction that changed only forward GPU work: data loading's CPU and forward's
+    CPU are untouched, and their miss is what the run after measured there."""
+    from dataclasses import replace
+
+    from daydream.compare import untouched
+    from daydream.graphstore.prediction import Phases, PhaseTimes
+    from tests.daydream.test_reference import FUSED
+    r = replace(FUSED, phases=Phases(
+        baseline={"forward": PhaseTimes(10.0, 2.0), "data_loading": PhaseTimes(0.0, 5.0)},
+        predicted={"forward": PhaseTimes(6.0, 2.0), "data_loading": PhaseTimes(0.0, 5.0)}))
+    measured = {"forward": {"gpu_ms": 7.0, "cpu_ms": 2.5},
+                "data_loading": {"gpu_ms": 0.0, "cpu_ms": 9.0}}
+    got = {u["part"]: (u["before_ms"], u["measured_ms"], u["miss_ms"]) for u in untouched(
+        r, measured)}
+    # forward GPU changed (10 -> 6): not listed; data_loading GPU is nothing on both sides
+    assert got == {"data_loading CPU": (5.0, 9.0, -4.0), "forward CPU": (2.0, 2.5, -0.5)}
+
+
+def test_same_job_reads_the_names_of_host_work():
+    import pyarrow as pa
+
+    from daydream.compare import same_job
+
+    def tables(host: list[str], kernels: list[str]) -> dict:
+        return {"task": pa.table({"kind": ["host"] * len(host) + ["kernel"] * len(kernels),
+                                  "name": host + kernels})}
+    a = tables(["aten::conv2d", "aten::relu", "Optimizer.step#SGD.step", "aten::add_"],
+               ["sgemm_fp32", "relu_kernel"])
+    amp = tables(["aten::conv2d", "aten::relu", "Optimizer.step#SGD.step", "aten::add_",
+                  "aten::to"], ["h884gemm_fp16", "relu_kernel"])
+    other = tables(["aten::embedding", "aten::layer_norm", "aten::add_", "aten::softmax"],
+                   ["softmax_kernel"])
+    s = same_job(a, amp)
+    assert s["ok"] and s["host_names"]["common"] == 4 and s["host_names"]["share"] == 4 / 5
+    s = same_job(a, other)
+    assert not s["ok"] and s["host_names"]["share"] == 1 / 7
+    assert "look like different jobs" in s["why"] and "1 of the 4 and 4" in s["why"]
+
+
+def test_compare_warns_when_the_traces_are_not_one_job(tmp_path):
+    import json
+    adam = DATA / "whatif" / "adam_foreach_false.json.gz"
+    fused = DATA / "whatif" / "adam_fused.json.gz"
+    other = DATA / "kineto" / "particle_transformer_a100_fwd_bs16.json.gz"
+    api.ingest([adam, fused, other], tmp_path, jobs=1, strict=True)
+    run = CliRunner().invoke
+    r = run(app, ["compare", str(adam), str(other), "--opt", "fused_adam", "--store",
+                  str(tmp_path), "--json"])
+    assert r.exit_code == 0
+    assert "warning: the two traces look like different jobs" in r.stderr
+    assert json.loads(r.stdout)["same_job"]["ok"] is False
+    r = run(app, ["compare", str(adam), str(fused), "--opt", "fused_adam", "--store",
+                  str(tmp_path)], env={"COLUMNS": "100"})
+    assert r.exit_code == 0 and "warning" not in r.stderr
+    flat = " ".join(r.stdout.split())
+    assert "Parts fused_adam does not touch" in flat and "GPU work" in flat

@@ -100,15 +100,16 @@ def test_one_self_contained_file(made):
 def test_prediction_table_is_the_json(made):
     _, _, p, d = made
     t = p.tables["predictions"]
-    assert t["head"][1:] == ["optimization", "predicted ms", "interval ms", "speedup",
-                             "speedup interval"]
+    assert t["head"][1:] == ["optimization", "reference", "reference ms", "predicted ms",
+                             "interval ms", "speedup", "speedup interval"]
     assert len(t["rows"]) == len(d)
     for row, r in zip(t["rows"], d, strict=True):
         assert row[1] == r["opts"]
-        assert row[2] == f"{r['predicted_ms']:.3f}"
+        assert row[3] == f"{r['reference_ms']:.3f}"
+        assert row[4] == f"{r['predicted_ms']:.3f}"
         lo, hi = r["predicted_interval_ms"]
-        assert row[3] in (f"{lo:.3f}-{hi:.3f}", f"{lo:.3f}")
-        assert row[4] == f"{r['speedup']:.3f}x"
+        assert row[5] in (f"{lo:.3f}-{hi:.3f}", f"{lo:.3f}")
+        assert row[6] == f"{r['speedup']:.3f}x"
 
 
 def test_iterations_phases_and_critical_path_are_the_json(made):
@@ -129,7 +130,7 @@ def test_iterations_phases_and_critical_path_are_the_json(made):
 def test_top_kernels_layers_notes_and_gates(made):
     _, page, p, d = made
     ks = p.tables["top-kernels"]["rows"]
-    ms = [float(r[2]) for r in ks]
+    ms = [float(r[3]) for r in ks]
     assert ks and ms == sorted(ms, reverse=True)
     gpu = sum(v["gpu_ms"] for v in d[0]["phases"]["baseline"].values())
     assert sum(ms) <= gpu + 1e-3 * len(ms)
@@ -146,9 +147,11 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def test_a_browser_renders_it(made, tmp_path):
-    """Headless Chromium draws the page: the screenshot is not blank. Skipped on a machine
-    without Chromium, but CI (CI=true) installs it and must not skip."""
+@pytest.mark.parametrize("width", [800, 1400])
+def test_a_browser_renders_it(made, tmp_path, width):
+    """Headless Chromium draws the page at 800 and 1400 px: the screenshot is not blank (and
+    is kept in DAYDREAM_SCREENSHOTS, a folder, where that is set: CI's output). Skipped on a
+    machine without Chromium, but CI (CI=true) installs it and must not skip."""
     exe = _chromium()
     if exe is None:
         if os.environ.get("CI") == "true":
@@ -159,13 +162,89 @@ def test_a_browser_renders_it(made, tmp_path):
     subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu",
                     "--disable-background-networking", "--disable-component-update",
                     "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'prof'}",
-                    "--window-size=1280,2000", f"--screenshot={shot}", out.as_uri()],
+                    f"--window-size={width},2000", f"--screenshot={shot}", out.as_uri()],
                    capture_output=True, timeout=180, check=True)
+    keep = os.environ.get("DAYDREAM_SCREENSHOTS")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        shutil.copy(shot, os.path.join(keep, f"report-{width}px.png"))
     import matplotlib.image as mpimg
     import numpy as np
     img = mpimg.imread(shot)
-    assert img.shape[0] >= 1000 and img.shape[1] >= 1200
+    assert img.shape[0] >= 1000 and img.shape[1] >= width
     rgb = img[..., :3].reshape(-1, 3)
     ink = (rgb < 0.9).any(axis=1).mean()  # share of pixels that are not (near) white
     assert ink > 0.02
     assert len(np.unique((rgb[::37] * 255).astype(np.uint8), axis=0)) > 20
+
+
+def test_the_title_is_the_file_and_notes_say_their_optimization_once(made):
+    """The title was the trace's hash, and notes read "amp: amp: ..." (issue 37)."""
+    _, page, p, d = made
+    title = re.search(r"<title>(.*?)</title>", page).group(1)
+    assert title == f"Daydream report: {TOY.name}"
+    assert "amp: amp:" not in page and "<b>amp</b>" not in page
+    notes = page[page.index('id="s-notes"'):]
+    notes = notes[:notes.index("</section>")]
+    for spec in SPECS:
+        assert f"<h3>{spec}</h3>" in notes
+
+
+def test_top_kernels_show_their_share_and_the_time_after(made):
+    _, _, p, d = made
+    t = p.tables["top-kernels"]
+    assert t["head"][:6] == ["kernel", "class", "tensor cores", "ms", "share", "calls"]
+    assert t["head"][6:] == ["after (1)", "after (2)"]
+    gpu = sum(v["gpu_ms"] for v in d[0]["phases"]["baseline"].values())
+    for r in t["rows"]:
+        share = float(r[4].rstrip("%"))
+        assert 0 < share <= 100
+        # the share is of the replay's GPU work (its kernels are most of it)
+        assert share / 100 * gpu >= float(r[3]) - 1e-3
+
+
+def test_tensor_core_use_is_read_from_the_kernel_name():
+    from daydream.html import tensor_cores
+    assert tensor_cores("kernel", "volta_h884gemm_64x128_ldg8_nn") == "yes (fp16)"
+    assert tensor_cores("kernel", "volta_sgemm_128x64_nn") == "no"
+    assert tensor_cores("kernel", "void at::native::vectorized_elementwise_kernel<4, float>") \
+        == ""
+    assert tensor_cores("memcpy", "Memcpy HtoD") == ""
+
+
+def test_a_path_in_a_note_is_cut_to_its_file_name():
+    from daydream.html import clean_note
+    assert clean_note("amp: speedups from /home/me/repo/transforms/constants.py (V100)") == \
+        "amp: speedups from constants.py (V100)"
+    assert clean_note("ratio 1/2 and a/b stay") == "ratio 1/2 and a/b stay"
+
+
+def test_the_unit_table_is_per_iteration_too():
+    from daydream.report import units_table
+    t = units_table([{"unit": "gpu 0 stream 7", "busy_ns": 600_000_000, "busy_share": 0.5}],
+                    iterations=6)
+    assert t.rows == [["gpu 0 stream 7", "600.00", "100.00", "50.0%"]]
+    assert [c.header for c in t.columns][2] == "ms per iteration"
+
+
+def test_the_overview_gives_the_verdict_and_the_best_prediction(made):
+    _, page, p, d = made
+    verdict = re.search(r'<p id="verdict"><b>(.*?)</b>', page).group(1)
+    assert verdict in ("GPU-bound", "CPU-bound", "data-bound", "communication-bound")
+    assert p.tables["where"]["rows"]
+    best = max(d, key=lambda r: r["speedup"])
+    said = re.search(r'<p id="best">(.*?)</p>', page).group(1)
+    assert f"<b>{best['opts']}</b>, {best['speedup']:.3f}x" in said
+    assert f"{best['reference_ms']:.3f} ms" in said
+
+
+def test_top_operators_by_self_cpu_time(made):
+    """The operators view of the profiler plugin: host work by the operator it ran in, per
+    iteration, against the replay's CPU work."""
+    _, _, p, d = made
+    t = p.tables["top-operators"]
+    assert t["head"][:3] == ["operator", "ms", "share"]
+    ms = [float(r[1]) for r in t["rows"]]
+    assert ms and ms == sorted(ms, reverse=True)
+    cpu = sum(v["cpu_ms"] for v in d[0]["phases"]["baseline"].values())
+    assert sum(ms) <= cpu + 1e-3 * len(ms)

@@ -225,3 +225,20 @@ def test_job_optimizations_apply_to_a_multi_device_nsys_export(mixed, spec):
     assert d.job.world_size == 2 and d.predicted_ms > 0
     assert [r.rank for r in d.job.ranks] == [0, 1]
     assert d.trace.critical_path  # the trace's own critical path is kept beside the job's ranks
+
+
+def test_the_report_of_a_job_gives_its_verdict(store, tmp_path):
+    """A job's replay holds no phases of its own: the report's overview takes its ranks'
+    busy time per phase, as advise does, and reaches a verdict."""
+    import re
+
+    from daydream.html import write_report
+    out = write_report("dlrm_8ranks", tmp_path / "r.html", [], store)
+    page = out.read_text()
+    verdict = re.search(r'<p id="verdict"><b>(.*?)</b>', page).group(1)
+    assert verdict in ("GPU-bound", "CPU-bound", "data-bound", "communication-bound")
+    where = page[page.index('<table id="where">'):]
+    where = where[:where.index("</table>")]
+    # the ranks' GPU and CPU work, not only their waits in collectives
+    assert "<td>GPU work</td>" in where and "<td>CPU work</td>" in where
+    assert "Give --opt" in page

@@ -565,4 +565,56 @@ def test_plain_ingest_command_lines_are_answered_without_typer(tmp_path):
     assert "daydream.ingest.batch_ingest" in imported and not imported & {"typer", "pydantic"}
     p = subprocess.run([sys.executable, "-m", "daydream", "ingest", str(good), "-j", "x"],
                        capture_output=True, text=True, cwd=ROOT)
-    assert p.returncode == 2 and "Input should be a valid integer" in p.stderr, p.stderr
+    assert p.returncode == 1 and "Input should be a valid integer" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("args, says, helps", [
+    (["predict", "--bogus", "x"], "error: no such option: --bogus (see ", "daydream predict"),
+    (["frob"], "error: no such command 'frob' (see ", "daydream"),
+    (["compare", "a", "b"], "error: missing option '--opt' (see ", "daydream compare"),
+    (["ingest", "a.json", "-j", "x"], "error: invalid value for '--workers'", "daydream ingest"),
+])
+def test_usage_errors_are_one_line_and_exit_1(args, says, helps):
+    """A usage error reads as every other error (README: one line, `error: ...`, exit code
+    1, no traceback), not in click's style with status 2; it names the command's help."""
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "daydream", *args], capture_output=True,
+                       text=True, cwd=ROOT)
+    assert p.returncode == 1, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(says), p.stderr
+    assert lines[0].endswith(f"{helps} --help)"), p.stderr
+    assert "Usage:" not in p.stderr and "Traceback" not in p.stderr and not p.stdout
+
+
+def test_sql_fits_columns_like_the_other_tables(store):
+    """`daydream sql` printed lines of 650-800 characters at COLUMNS=100 (issue 37): it fits
+    the terminal or COLUMNS as every other table does, and prints whole names into a pipe."""
+    q = ("SELECT name, kind, dur_ns FROM task WHERE kind = 'kernel' "
+         "ORDER BY length(name) DESC, name LIMIT 5")
+    piped = cli("sql", q, "--store", store)
+    assert piped.exit_code == 0, piped.stderr
+    longest = max(len(x) for x in piped.stdout.splitlines())
+    assert longest > 100  # kernel names longer than the terminal, whole in a pipe
+    for cols in (60, 100):
+        out = cli("sql", q, "--store", store, columns=cols).stdout
+        assert max(len(x) for x in out.splitlines()) <= cols, out
+        assert out.rstrip().endswith("(5 rows)")
+        assert "kernel" in out
+
+
+def test_long_commands_show_progress_on_a_terminal_only(capsys):
+    """predict, report, compare and advise say they are working on a terminal (a spinner or
+    a bar on stderr, gone when done), and write nothing extra into a pipe."""
+    import rich.status
+
+    from daydream.report import busy, fleet_progress
+    with busy("predicting", enabled=False):
+        pass
+    with fleet_progress(enabled=False) as (plan, tick):
+        plan(3)
+        tick()
+    assert capsys.readouterr().err == ""
+    assert isinstance(busy("predicting", enabled=True), rich.status.Status)
+    assert busy("predicting").__class__.__name__ == "nullcontext"  # pytest's stderr: no tty

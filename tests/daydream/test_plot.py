@@ -94,3 +94,22 @@ def test_plot_cli(predicted, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "plot of iteration" in p.stdout
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_timelines_mark_the_step(tmp_path, monkeypatch):
+    """The plot drew a 72 ms step over 160 ms of tasks with no marker (issue 37): each
+    timeline marks where the drawn iteration's step ends, before and after."""
+    from daydream import api
+    from daydream import plot as _pl
+    seen = {}
+    real = _pl.write_plot
+
+    def spy(*a, **kw):
+        seen.update(kw)
+        return real(*a, **kw)
+    monkeypatch.setattr(_pl, "write_plot", spy)
+    toy = DATA / "kineto" / "mi250_toy_train_rocm.json.gz"
+    d = api.predict(toy, tmp_path / "s", opts=["cuda_graphs"], plot=tmp_path / "p.png")
+    it = next(i for i in d.iterations if i.index == d.plot_iteration)
+    assert seen["steps"] == [pytest.approx(it.baseline_ms), pytest.approx(it.predicted_ms)]
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"

@@ -71,6 +71,14 @@ def test_every_trace_against_every_spec_agrees_with_single_predict(fresh):
     # waits for it)
     top = rep.table.slice(0, 1).to_pylist()[0]
     assert top["spec"] == "cuda_graphs" and top["speedup"] > 1.2
+    # the printed table shows the step each speedup divides (issue 37)
+    from daydream.report import fleet_table
+    tab, _ = fleet_table(fleet.results(fresh), 0)
+    head = [c.header for c in tab.columns]
+    by = {(r[0], r[head.index("optimization")]): r for r in tab.rows}
+    for r in t:
+        row = by[(r["trace_id"], r["spec"])]
+        assert row[head.index("reference ms")] == f"{r['reference_ms']:.3f}"
 
 
 def test_a_failed_gate_is_a_column_sql_can_filter_on(fresh):

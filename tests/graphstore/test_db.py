@@ -794,3 +794,19 @@ def test_a_real_graph_reads_back_the_same_from_parquet_as_from_duckdb(tmp_path: 
     for k, got in out.items():
         for name in GRAPH_TABLES:
             assert got[name].equals(first[name]), (k, name)
+
+
+def test_show_tables_lists_every_table_once_with_its_kind(store: Path) -> None:
+    """SHOW TABLES listed graph tables twice (a table and the view over its Parquet
+    partitions) and left out kernel, api and trace (issue 37)."""
+    _write_activity(store, "1234", committed=True)
+    for q in ("SHOW TABLES", "show all tables;"):
+        got = json.loads(sql_query.query(store, q, "json"))
+        names = [r["name"] for r in got]
+        assert len(names) == len(set(names)), names
+        kind = {r["name"]: r["kind"] for r in got}
+        for t in ("task", "edge", "unit", "iteration", "layer", "slack"):
+            assert kind[t] == "graph table"
+        for t in ("kernel", "api", "trace", "range"):
+            assert kind[t] == "activity table"
+        assert kind["kernel_timeline"] == "view"

@@ -64,7 +64,7 @@ def test_a_traces_keys_in_their_order():
                           {"name": "applies", "ok": False, "note": "no"}]
     assert list(d["iterations"][0]) == [
         "index", "label", "measured_ms", "baseline_ms", "error_pct", "used", "explained_ms",
-        "explained_no_inferred_ms", "predicted_ms", "predicted_explained_ms"]
+        "explained_no_inferred_ms", "predicted_ms", "predicted_explained_ms", "reference_ms"]
 
 
 def test_a_jobs_keys_and_a_device_jobs_trace_facts_at_the_end():
