@@ -2,7 +2,7 @@
 
 Batch ingest and batch prediction hand a runner picklable top-level functions and their
 arguments and take the results back in the order they finish. The three runners behave the
-same to the caller, so the drivers (ingest.batch, daydream.fleet) have one code path and only
+same to the caller, so the drivers (ingest.batch_ingest, daydream.fleet) have one code path and only
 the driver process ever writes the store's DuckDB file.
 
 - ``workers == 1``: inline, in the calling process (no pickling; what tests and one trace use);

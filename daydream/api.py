@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str):
     """The collector's entry points (``collect``, ``collect_steps``, ``collect_command``) and
-    ``expand`` (ingest.batch: the converters), imported on first use (PEP 562)."""
+    ``expand`` (ingest.batch_ingest: the converters), imported on first use (PEP 562)."""
     if name == "expand":
         from daydream.ingest.batch_ingest import expand
         return expand

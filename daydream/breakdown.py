@@ -14,7 +14,7 @@ import pyarrow as pa
 from daydream.graphstore.schema import GPU_KINDS
 
 # The classes a GPU task is compared by rest on the one kernel classification
-# (transforms.kernels.classify: matrix kernels, bandwidth-bound ones, collectives); by name
+# (transforms.kernel_class.classify: matrix kernels, bandwidth-bound ones, collectives); by name
 # beside it only what it does not tell apart: the optimizer's kernels, and normalizations and
 # reductions among the bandwidth-bound kernels.
 OPTIMIZER = re.compile(r"multi_tensor_apply|fused_adam|fused_sgd|_fused_")

@@ -21,7 +21,7 @@ from daydream.ingest.store import Store
 if TYPE_CHECKING:
     from daydream.ingest.batch_ingest import FileResult, IngestReport
 
-# ingest.batch (the converters, numpy) is imported by the functions that ingest, so that
+# ingest.batch_ingest (the converters, numpy) is imported by the functions that ingest, so that
 # `daydream info` of a stored trace starts without it.
 
 
@@ -34,7 +34,7 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
            job: str | None = None,
            on_progress: Callable[[FileResult], None] | None = None,
            ray: str | None = None) -> IngestReport:
-    """Convert trace files into the store's activity tables (``ingest.batch.ingest``) and build
+    """Convert trace files into the store's activity tables (``ingest.batch_ingest.ingest``) and build
     their dependency graphs (``graphstore.load``): each worker (``jobs`` local processes, or Ray
     tasks with ``ray``) converts a file and builds its graph; this process commits the traces
     and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph."""

@@ -33,7 +33,7 @@ def data_dir() -> Path:
 
 def stored_graphs(paths: list[Path], root: Path, job: str | None = None) -> dict[Path, str]:
     """Ingest PATHS into the store at ROOT and build their graphs, with the stages' own entry
-    points (``ingest.batch.ingest``, ``graphstore.load.load``), not through daydream: the
+    points (``ingest.batch_ingest.ingest``, ``graphstore.load.load``), not through daydream: the
     fixtures of the stage tests depend only on the stages before them. Returns each file's
     trace id."""
     from daydream.graphstore import load

@@ -6,10 +6,10 @@ Outline (``amp``):
 1. the device: the GPU table's entry for the trace's device (``transforms.hardware``: the name
    decides, so an MI300X is an MI300X), else the architecture its kernel names spell
    (``volta_sgemm`` ...), else ``amp(gpu=NAME)``;
-2. what the trace computes in (``transforms.kernels.kernel_precision``): a trace whose matrix
+2. what the trace computes in (``transforms.kernel_class.kernel_precision``): a trace whose matrix
    kernels already run mostly in FP16/BF16/FP8, or that runs GradScaler's kernels, is left
    unchanged with a note;
-3. what autocast does to each kernel (``transforms.kernels.autocast_policy``) from the op that
+3. what autocast does to each kernel (``transforms.kernel_class.autocast_policy``) from the op that
    launched it (its profiler ranges, outermost listed op first): ops on autocast's float16
    list and their backward run in FP16; ops on its float32 list stay FP32; parameters,
    gradients and the optimizer stay FP32; every other op runs in the type of its input, taken
@@ -370,7 +370,7 @@ def kernel_dtypes(g: Graph, kern: pl.DataFrame, prec: list[KernelPrecision], ops
 
 def op_class(ops: Ops, rid: int | None, p: KernelPrecision) -> str:
     """conv or gemm: the class of a matrix kernel's op where its ranges name one (cuDNN runs
-    1x1 convolutions as sgemm kernels: ``transforms.kernels.op_kind``), else its name's."""
+    1x1 convolutions as sgemm kernels: ``transforms.kernel_class.op_kind``), else its name's."""
     if ops.ok and rid is not None:
         for a in ops.chain(rid):
             kind = op_kind(ops.name[a])
