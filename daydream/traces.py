@@ -34,9 +34,9 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
            job: str | None = None,
            on_progress: Callable[[FileResult], None] | None = None,
            ray: str | None = None) -> IngestReport:
-    """Convert trace files into the store's activity tables (``ingest.batch_ingest.ingest``)
-    and build their dependency graphs (``graphstore.load``): each worker (``jobs`` local processes, or Ray
-    tasks with ``ray``) converts a file and builds its graph; this process commits the traces
+    """Convert trace files into the store's activity tables (``ingest.batch_ingest.ingest``) and
+    build their dependency graphs (``graphstore.load``): each worker (``jobs`` local processes, or
+    Ray tasks with ``ray``) converts a file and builds its graph; this process commits the traces
     and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph."""
     from daydream.base.runner import runs_inline
     from daydream.ingest.batch_ingest import expand

@@ -445,11 +445,11 @@ def load(store_root: Path | str, trace_id: str) -> Loaded:
 
 def stage_graph(trace_id: str, tables: dict[str, pa.Table], staging: str | None = None) -> dict:
     """Worker side of a batch ingest (``ingest.batch_ingest`` calls it where the trace was
-    converted, with its activity tables as staged): build the graph and return ``{"graph": tables}`` for
-    :class:`Loader` to put into DuckDB, or ``{"graph_error": message}`` when the graph fails its
-    checks (the trace is still stored; the error is reported against its file). A large graph
-    is written as Parquet into ``staging`` here and returned as ``{"graph_dir": folder}``: the
-    worker encodes it, and its tables never travel to the loader."""
+    converted, with its activity tables as staged): build the graph and return ``{"graph": tables}``
+    for :class:`Loader` to put into DuckDB, or ``{"graph_error": message}`` when the graph fails its
+    checks (the trace is still stored; the error is reported against its file). A large graph is
+    written as Parquet into ``staging`` here and returned as ``{"graph_dir": folder}``: the worker
+    encodes it, and its tables never travel to the loader."""
     try:
         rng = tables["range"]
         weights = ((lambda: weight_ops(rng.select(COLUMNS).to_batches()))
