@@ -140,8 +140,17 @@ def iterations_table(results: list[PredictionResult]) -> Table:
     return t
 
 
-# Unexplained GPU idle worth its own line in what a replay rests on: a tenth of the step
-GPU_IDLE_NOTE_SHARE = 0.1
+# Slack worth its own line in what a replay rests on (a tenth of the step), and the line:
+# the trace cannot say what the time was, so each says which end of the interval takes which
+SLACK_NOTE_SHARE = 0.1
+SLACK_NOTES = (
+    ("gpu_idle", "GPU idle", "the GPU waited with nothing in the trace ending the wait (an "
+     "untraced dependency, a peer, another process): predictions keep it, after the task "
+     "before it on its stream, and their interval's lower end drops it"),
+    ("untraced", "untraced", "a thread had nothing traced while GPU work it launched ran: CPU "
+     "work or a wait, which the trace cannot tell: predictions keep it as work, their "
+     "interval's lower end drops it as a wait"),
+)
 
 
 def basis_table(d: PredictionResult) -> Table:
@@ -168,18 +177,10 @@ def basis_table(d: PredictionResult) -> Table:
         t.add("slack per iteration", ", ".join(
             f"{k} {ms(v, 2)} ms" for k, v in sorted(slack.items(), key=lambda kv: -kv[1])) +
             " (what the graph does not explain, summed over edges)")
-    idle = slack.get("gpu_idle", 0.0)
-    if d.baseline_ms and idle >= GPU_IDLE_NOTE_SHARE * d.baseline_ms:
-        t.add("GPU idle", f"{ms(idle, 2)} ms per iteration the GPU waited with nothing in the "
-              "trace ending the wait (an untraced dependency, a peer, another process): "
-              "predictions keep it, after the task before it on its stream, and their "
-              "interval's lower end drops it")
-    untraced = slack.get("untraced", 0.0)
-    if d.baseline_ms and untraced >= GPU_IDLE_NOTE_SHARE * d.baseline_ms:
-        t.add("untraced", f"{ms(untraced, 2)} ms per iteration a thread had nothing traced "
-              "while GPU work it launched ran: CPU work or a wait, which the trace cannot "
-              "tell: predictions keep it as work, their interval's lower end drops it as "
-              "a wait")
+    for kind, figure, what in SLACK_NOTES:
+        v = slack.get(kind, 0.0)
+        if d.baseline_ms and v >= SLACK_NOTE_SHARE * d.baseline_ms:
+            t.add(figure, f"{ms(v, 2)} ms per iteration {what}")
     inf = (d.trace.inferred_edges if d.trace is not None else None) or {}
     if inf:
         t.add("inferred edges", ", ".join(f"{k} {v}" for k, v in inf.items()) +
