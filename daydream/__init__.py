@@ -1,6 +1,8 @@
 """Daydream: how much faster would this training iteration be with optimization X?
 
-The public functions live in ``daydream.api``; they are imported on first use (PEP 562), so
+The public functions live in ``daydream.api`` (``daydream.api.ingest``, ``.predict``, ``.sql``,
+``.collect``, ...); those whose names no stage takes are here too, imported on first use (PEP
+562), so
 that a command that needs only part of the library (``daydream sql``) does not pay for
 importing the rest (the simulator's compiled core, the collector).
 
@@ -19,7 +21,10 @@ if _os.path.isfile(_os.path.join(_ROOT, "pyproject.toml")) \
         and _os.path.isfile(_os.path.join(_ROOT, "base", "__init__.py")):
     __path__.append(_ROOT)  # noqa: F821 - a package's own __path__
 
-__all__ = ["DaydreamError", "collect", "collect_steps", "info", "ingest", "predict", "sql"]
+# ``daydream.ingest`` and ``daydream.collect`` are the stages of those names, so the API's
+# functions of the same names are ``daydream.api.ingest`` and ``daydream.api.collect`` (a
+# package attribute cannot be both: importing the stage sets it to the stage)
+__all__ = ["DaydreamError", "collect_steps", "info", "predict", "sql"]
 
 
 def __getattr__(name: str):

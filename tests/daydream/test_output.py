@@ -237,7 +237,12 @@ def test_the_cli_starts_without_the_simulator_or_the_collector():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert p.stdout.strip() == "[]"
     import daydream  # the public functions are still there, imported on first use
-    assert callable(daydream.predict) and callable(daydream.collect)
+    from daydream import api
+    assert callable(daydream.predict) and callable(api.collect) and callable(api.ingest)
+    # the stages own their names: importing one never turns a public function into it
+    import daydream.collect.cli  # noqa: F401
+    import daydream.ingest.store  # noqa: F401
+    assert callable(daydream.predict) and callable(daydream.sql) and callable(daydream.info)
 
 
 # `daydream` with every command line read by the typer app (daydream/commandline.py's parse
