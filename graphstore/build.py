@@ -816,16 +816,18 @@ def _untraced_gaps(kind, unit, start, end, obs, dur, rid, blocking, nthr, launch
     UNTRACED_GAP_NS, no wait bound them (their own cost is still their whole length), and GPU
     work their thread launched before them was still running as they began. Either untraced
     CPU work (Python, a library without ranges) or a wait the trace does not show."""
-    h = np.flatnonzero((kind == KIND_HOST) & (unit < nthr) & (rid < 0) & ~blocking
-                       & (obs > UNTRACED_GAP_NS) & (dur == obs))
+    h = np.flatnonzero(obs > UNTRACED_GAP_NS)  # few: the rest is checked on them alone
+    h = h[(kind[h] == KIND_HOST) & (unit[h] < nthr) & (rid[h] < 0) & ~blocking[h]
+          & (dur[h] == obs[h])]
     g = np.flatnonzero(gpu_mask & (launch_of >= 0))
     if not len(h) or not len(g):
         return np.zeros(0, np.int64)
     call = launch_of[g]
     g = g[unit[call] < nthr]
     call = launch_of[g]
-    # per thread, by launch: the latest end of the GPU work launched so far
-    o = np.lexsort((start[call], unit[call]))
+    # per thread, by launch (ids are in start order: a key of unit and id sorts both at once,
+    # every key distinct): the latest end of the GPU work launched so far
+    o = np.argsort(unit[call].astype(np.int64) * len(kind) + call)
     g, call = g[o], call[o]
     u = unit[call].astype(np.int64)
     base = int(start.min())
@@ -1082,38 +1084,45 @@ def _poll_waits(kind, unit, start, end, names, vocab, rid, nthr, threads, thr_pr
     last GPU task launched by its process that ended within it; a stretch in which no such
     task ended is left as it is (nothing in the trace says what it waited for)."""
     empty = np.zeros(0, np.int64)
-    n = len(kind)
     if nthr == 0 or not gpu_mask.any():
         return empty, empty, 0
-    api = kind == KIND_API
+    api_ids = np.flatnonzero(kind == KIND_API)
     # the call names only (the vocabulary holds every name); most traces make no query
-    called = np.flatnonzero(np.bincount(names[api], minlength=len(vocab)))
+    called = np.flatnonzero(np.bincount(names[api_ids], minlength=len(vocab)))
     pk = np.zeros(len(vocab), np.int8)
     pk[called] = calls.poll_kinds(vocab[called])
     if not (pk == 2).any():
         return empty, empty, 0
-    poll = np.where(api, pk[names], np.int8(-1))  # per task: 2 query, 1 inspect, 0 other
-    thread = unit < nthr
-    host = kind == KIND_HOST
-    # per thread: calls that are neither query nor inspection, queries, ranged host time
-    other = np.bincount(unit[api & (poll == 0)], minlength=nthr)[:nthr]
-    queries = np.bincount(unit[api & (poll == 2)], minlength=nthr)[:nthr]
-    ranged = np.bincount(unit[thread & host & (rid >= 0)], minlength=nthr)[:nthr]
-    launcher = np.zeros(nthr, bool)
-    launched = launch_of[launch_of >= 0]
-    launcher[unit[launched][unit[launched] < nthr]] = True
-    poller = (queries > 0) & (other == 0) & (ranged == 0) & ~launcher
-    prv = np.full(n, -1, np.int64)
-    nxt = np.full(n, -1, np.int64)
-    prv[thr_next] = thr_prev
-    nxt[thr_prev] = thr_next
-    h = np.flatnonzero(host & thread)
-    between = ((prv[h] >= 0) & (nxt[h] >= 0) & ~in_op[h]
-               & (poll[np.maximum(prv[h], 0)] == 2) & (poll[np.maximum(nxt[h], 0)] == 2))
-    h = h[poller[unit[h]] | between]
+    apk = pk[names[api_ids]]  # per call: 2 query, 1 inspect, 0 other
+    q = api_ids[apk == 2]
+    # polling threads: of the threads that query, those with no other call, no ranged host
+    # time and no launch
+    cand = np.unique(unit[q])
+    cand = cand[cand < nthr]
+    by_unit = np.zeros(int(unit.max()) + 1, bool)  # lookups by unit and by task: no np.isin
+    by_unit[cand] = True
+    mine = np.flatnonzero(by_unit[unit])  # the tasks of the threads that query
+    busy = np.concatenate([unit[api_ids[apk == 0]], unit[launch_of[launch_of >= 0]],
+                           unit[mine[(kind[mine] == KIND_HOST) & (rid[mine] >= 0)]]])
+    by_unit[busy] = False
+    pollers = np.flatnonzero(by_unit)
+    h = mine[by_unit[unit[mine]] & (kind[mine] == KIND_HOST)] if len(pollers) else empty
+    # a stretch between two queries outside any operator: the task after a query, a host
+    # stretch, whose next task is a query
+    is_query = np.zeros(len(kind), bool)
+    is_query[q] = True
+    after_q = thr_next[is_query[thr_prev]]
+    after_q = after_q[(kind[after_q] == KIND_HOST) & ~in_op[after_q]]
+    mark = np.zeros(len(kind), bool)
+    mark[after_q] = True
+    sel = mark[thr_prev]
+    between = thr_prev[sel][is_query[thr_next[sel]]]
+    h = np.union1d(h, between).astype(np.int64)
+    if not len(h):
+        return empty, empty, len(pollers)
     g = np.flatnonzero(gpu_mask & (launch_of >= 0))
-    if not len(h) or not len(g):
-        return empty, empty, int(poller.sum())
+    if not len(g):
+        return empty, empty, len(pollers)
     # the GPU tasks of each process by end (a process: the launching thread's pid)
     _, pid_rank = np.unique(threads[:, 0], return_inverse=True)
     gp = pid_rank.reshape(-1)[unit[launch_of[g]]]
@@ -1126,7 +1135,7 @@ def _poll_waits(kind, unit, start, end, names, vocab, rid, nthr, threads, thr_pr
     ok = pos >= 0
     c = g[np.maximum(pos, 0)]
     ok &= (key[np.maximum(pos, 0)] >> 50 == hp) & (end[c] > start[h])
-    return c[ok], h[ok], int(poller.sum())
+    return c[ok], h[ok], len(pollers)
 
 
 def _wake_edges(kind, unit, start, end, nthr, threads, blocking):
