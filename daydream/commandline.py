@@ -232,8 +232,15 @@ def run(cmd: Command, kw: dict) -> None:
         error(str(e))
         sys.exit(1)
     except KeyboardInterrupt:
-        error("interrupted; the store is unchanged for traces not yet committed")
+        # a command that may commit traces to a store says what became of it
+        writes = any(p.name == "store" for p in cmd.params) and cmd.fn.__name__ not in READERS
+        error("interrupted; the store is unchanged for traces not yet committed" if writes
+              else "interrupted")
         sys.exit(130)
+
+
+# commands with a --store that only read it (an interrupt leaves nothing to say about it)
+READERS = frozenset({"sql", "info", "jobs"})
 
 
 def _reflow(doc: str | None) -> str | None:

@@ -377,17 +377,23 @@ def test_an_error_or_an_interrupt_ends_a_command_alike_both_ways(monkeypatch, ca
     as `error: ...` with status 1, an interrupt with status 130, no traceback."""
     from daydream import commandline
 
-    cmd = commandline.declared()["jobs"]
-    for exc, code, msg in ((DaydreamError("no jobs"), 1, "error: no jobs\n"),
-                           (KeyboardInterrupt(), 130, "error: interrupted; the store is "
-                            "unchanged for traces not yet committed\n")):
+    for name, args, exc, code, msg in (
+            ("jobs", ["jobs"], DaydreamError("no jobs"), 1, "error: no jobs\n"),
+            ("jobs", ["jobs"], KeyboardInterrupt(), 130, "error: interrupted\n"),
+            ("ingest", ["ingest", "t.json"], KeyboardInterrupt(), 130,
+             "error: interrupted; the store is unchanged for traces not yet committed\n"),
+            ("collect", ["collect", "--", "true"], KeyboardInterrupt(), 130,
+             "error: interrupted\n")):
+        cmd = commandline.declared()[name]
+
         def fail(exc=exc, **kw):
             raise exc
+        fail.__name__ = cmd.fn.__name__  # the command's own name: what says it reads only
         monkeypatch.setattr(cmd, "fn", fail)
         for fast in (True, False):
             with pytest.raises(SystemExit) as e:
-                commandline.main(["jobs"], fast=fast)
-            assert (e.value.code, capsys.readouterr().err) == (code, msg), fast
+                commandline.main(args, fast=fast)
+            assert (e.value.code, capsys.readouterr().err) == (code, msg), (name, fast)
 
 
 def test_sql_answered_without_the_cli_framework_prints_what_the_cli_prints(store, tmp_path):
