@@ -54,12 +54,11 @@ def _covered() -> list[str]:
     return [o["name"] for o in list_opts() if o["name"] not in named]
 
 
-def _full(d) -> str:
-    """The whole prediction as ``daydream predict --json`` prints it (every field, not only the
-    two times), so that ``compare`` can say whether a change left the output byte-identical."""
+def _full(d: dict) -> str:
+    """The whole prediction (its ``as_dict``) as ``daydream predict --json`` prints it, keys
+    sorted: every field, not only the two times, so that ``compare`` can say whether a change
+    left the output byte-identical."""
     import orjson
-    if hasattr(d, "as_dict"):
-        d = d.as_dict()
     return orjson.dumps(d, option=orjson.OPT_SORT_KEYS, default=str).decode()
 
 

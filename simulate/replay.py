@@ -153,7 +153,7 @@ def task_durations(task: pa.Table, slack=True) -> pa.ChunkedArray:
         return task["dur_ns"]
     if slack is True or (_kept(slack, "peer_wait") and _kept(slack, "untraced")):
         return pc.add(task["dur_ns"], task["slack_ns"])
-    on_cpu = pc.is_in(task["kind"].cast(pa.string()), pa.array(["api", "host"]))
+    on_cpu = pc.is_in(task["kind"].cast(pa.string()), pa.array(list(CPU_KINDS)))
     keep = on_cpu if _kept(slack, "untraced") else pc.invert(on_cpu)
     return pc.add(task["dur_ns"], pc.if_else(keep, task["slack_ns"], 0))
 
