@@ -109,9 +109,12 @@ def _per_thread(g: Graph, ranges: pa.Table | None) -> PerThread:
     it = iteration.astype(np.int64)[sel]
     dur = g.array("dur_ns").astype(np.int64)[sel]
     api, host = api[sel], host[sel]
-    keys, inv = (np.unique(np.stack([unit, it]), axis=1, return_inverse=True) if len(unit)
-                 else (np.zeros((2, 0), np.int64), np.zeros(0, np.intp)))
-    inv = inv.reshape(-1)
+    if len(unit):  # one integer key per (unit, iteration): a 1-d unique, not a 2-d one
+        m = int(it.max()) + 1
+        k, inv = np.unique(unit * m + it, return_inverse=True)
+        keys, inv = np.stack([k // m, k % m]), inv.reshape(-1)
+    else:
+        keys, inv = np.zeros((2, 0), np.int64), np.zeros(0, np.intp)
     calls = np.bincount(inv[api], minlength=keys.shape[1]).astype(np.int64)
     host_ns = np.zeros(keys.shape[1], np.int64)
     np.add.at(host_ns, inv[host], dur[host])
@@ -165,11 +168,11 @@ def without_profiler(g: Graph, ranges: pa.Table | None) -> tuple[Graph, float]:
     if len(p.unit_id) and host.any():
         unit = g.array("unit_id").astype(np.int64)[host]
         it = g.array("iteration", -1).astype(np.int64)[host]
-        index = {k: i for i, k in enumerate(zip(p.unit_id.tolist(), p.iteration.tolist(),
-                                                strict=True))}
-        at = np.array([index.get(k, -1) for k in zip(unit.tolist(), it.tolist(), strict=True)],
-                      np.int64)
-        fac[host] = np.where(at >= 0, factor[np.maximum(at, 0)], 1.0)
+        # (unit, iteration) pairs as one integer key; PerThread's pairs are sorted by it
+        m = int(max(p.iteration.max(), it.max())) + 1
+        keys = p.unit_id.astype(np.int64) * m + p.iteration.astype(np.int64)
+        at = np.minimum(np.searchsorted(keys, unit * m + it), len(keys) - 1)
+        fac[host] = np.where(keys[at] == unit * m + it, factor[at], 1.0)
     removed = float((g.array("dur_ns") * (1.0 - fac)).sum())
     n = max(len(np.unique(p.iteration)), 1) if len(p.iteration) else 1
     return g.scale(fac < 1.0, fac), removed / n
