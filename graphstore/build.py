@@ -507,7 +507,8 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
         names[api_ids] = api_names[api_rows]
     # what each call can wait for (graphstore.calls)
     vocab = pool.vocab()
-    wclass = (np.where(kind == KIND_API, calls.wait_classes(vocab)[names],
+    wclass = (np.where(kind == KIND_API, _by_call_name(calls.wait_class, vocab, names, kind,
+                                                       np.int8)[names],
                        np.int8(calls.WAIT_NONE)) if api.num_rows
               else np.full(n, calls.WAIT_NONE, np.int8))
     end = start + obs
@@ -554,7 +555,7 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
 
     # a blocking copy's call enqueues its copy and then waits for it: the copy may start
     # once the call has begun (start_start); every other launch as its call returns
-    copy_mode = _copy_mode(n, names, vocab, launch_of, gpu_task, g)
+    copy_mode = _copy_mode(n, names, vocab, launch_of, gpu_task, g, kind)
     ss = copy_mode[ln] != calls.BLOCK_NONE
     l_anchor = np.where(ss, start[launch_of[ln]], end[launch_of[ln]])
     offer(sq, end[sp] + L["stream"], EK_STREAM)
@@ -973,6 +974,17 @@ def _queue_edges(start, end, per_stream, launch_of):
     return np.concatenate(src), np.concatenate(dst), np.concatenate(inf), full
 
 
+def _by_call_name(fn, vocab: np.ndarray, names: np.ndarray, kind: np.ndarray,
+                  dtype=bool) -> np.ndarray:
+    """FN(name) per vocabulary entry, asked of the call names alone (the vocabulary holds
+    every task's name: some 1,400 on a 4k-task inference trace, tens of them calls); 0 for
+    the others."""
+    out = np.zeros(len(vocab), dtype)
+    called = np.flatnonzero(np.bincount(names[kind == KIND_API], minlength=len(vocab)))
+    out[called] = [fn(str(v)) for v in vocab[called]]
+    return out
+
+
 def _unseen_queue_edges(kind, unit, start, end, names, vocab, launch_of, gpu_mask,
                         per_stream):
     """Queue edges into launches that put no GPU task into the trace (their work ran after the
@@ -981,7 +993,7 @@ def _unseen_queue_edges(kind, unit, start, end, names, vocab, launch_of, gpu_mas
     UNSEEN_RELEASE_TOL_NS after a task of the stream its thread last launched to ended (that
     stream busy when it began), waited for that task to free a queue slot. Returns (src, dst)."""
     empty = np.zeros(0, np.int64)
-    launch_name = np.array([bool(calls.is_launch(str(v))) for v in vocab], bool)
+    launch_name = _by_call_name(calls.is_launch, vocab, names, kind)
     is_launch = (kind == KIND_API) & launch_name[names]
     seen = np.zeros(len(kind), bool)
     seen[launch_of[launch_of >= 0]] = True
@@ -1270,7 +1282,7 @@ def _range_names(pool: _NamePool, rng: pa.Table) -> np.ndarray:
     return lookup
 
 
-def _copy_mode(n, names, vocab, launch_of, gpu_task, g) -> np.ndarray:
+def _copy_mode(n, names, vocab, launch_of, gpu_task, g, kind) -> np.ndarray:
     """Per task: how the call that launched it blocks the host, if it is a copy
     (graphstore.calls.BLOCK_*; BLOCK_NONE for every other task). The call's name says whether
     it is an async copy, the copy row's blk_async / blk_sync how each kind of call blocks."""
@@ -1280,7 +1292,7 @@ def _copy_mode(n, names, vocab, launch_of, gpu_task, g) -> np.ndarray:
     launched = launch_of[t] >= 0
     rows, t = rows[launched], t[launched]
     if len(t):
-        is_async = np.array([calls.is_async_copy(str(v)) for v in vocab], bool)
+        is_async = _by_call_name(calls.is_async_copy, vocab, names, kind)
         mode[t] = np.where(is_async[names[launch_of[t]]], g["blk_async"][rows],
                            g["blk_sync"][rows])
     return mode
@@ -1466,7 +1478,7 @@ def _call_order_waits(tables, kind, unit, start, end, corr, names, vocab, launch
     onto another stream before it (inferred; dropped where the waiting task began before that
     task ended). Returns (src, dst)."""
     empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
-    is_wait = np.array([bool(_WAIT_EVENT_RE.match(str(v))) for v in vocab], bool)
+    is_wait = _by_call_name(lambda v: bool(_WAIT_EVENT_RE.match(v)), vocab, names, kind)
     w = np.flatnonzero((kind == KIND_API) & is_wait[names])
     sync = tables["sync"]
     if len(w) and sync.num_rows:  # recorded ones are _recorded_waits'

@@ -84,11 +84,6 @@ def is_async_copy(name: str) -> bool:
     return bool(_COPY.search(name) and _ASYNC.search(name))
 
 
-def wait_classes(names: np.ndarray) -> np.ndarray:
-    """int8 WAIT_* code of each distinct call name."""
-    return np.array([wait_class(str(n)) for n in names], np.int8)
-
-
 # Copies whose call blocks the host (``copy_blocks``), by copy kind and the host side's memory
 # kind as the memcpy activity records them (CUPTI: Pageable, Pinned, Device, ...).
 BLOCK_NONE, BLOCK_AFTER_COPY, BLOCK_BEFORE_COPY = range(3)

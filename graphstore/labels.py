@@ -726,8 +726,10 @@ def _module_layers(r: pl.DataFrame, is_mod: np.ndarray, tree: _Tree, autograd: n
     where = np.full(r.height, NONE, np.int64)
     where[mods] = np.arange(len(mods))
     up = np.where(up >= 0, where[np.maximum(up, 0)], NONE)
-    # module paths, one vectorized step per module nesting level
-    path = pl.Series("path", [None] * len(mods), pl.String)
+    # module paths, one vectorized step per module nesting level (object arrays of str: a
+    # level of a small trace's modules costs microseconds, where a Polars frame cost 0.3 ms)
+    own_name = np.array(short.to_list(), object)
+    path = np.empty(len(mods), object)
     done = np.zeros(len(mods), bool)
     while not done.all():
         ready = ~done & ((up < 0) | done[np.maximum(up, 0)])
@@ -736,12 +738,12 @@ def _module_layers(r: pl.DataFrame, is_mod: np.ndarray, tree: _Tree, autograd: n
             up = np.where(ready, NONE, up)
         i = np.flatnonzero(ready)
         u = up[i]
-        step = pl.DataFrame({"base": path.gather(np.maximum(u, 0)), "own": short.gather(i),
-                             "has": u >= 0})
-        new = step.select(pl.when("has").then(pl.concat_str("base", pl.lit("."), "own"))
-                          .otherwise("own").alias("p"))["p"]
-        path = path.scatter(i, new)
+        new = own_name[i].copy()
+        has = u >= 0
+        new[has] = path[u[has]] + "." + own_name[i[has]]
+        path[i] = new
         done[i] = True
+    path = pl.Series("path", path.tolist(), pl.String)
     # one instance, one path: that of its first appearance, off the autograd threads if any
     m = pl.DataFrame({"pos": mods, "inst": short, "path": path,
                       "bg": autograd[mods], "start": r["start_ns"].to_numpy()[mods]})
