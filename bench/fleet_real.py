@@ -101,13 +101,14 @@ def cmd_breakdown(store: str, *specs: str) -> dict:
     primitives.Graph.tables = timed("converting", primitives.Graph.tables)
     pipeline.result = timed("report", pipeline.result)
     fleet._read_chunk = timed("reading", fleet._read_chunk)
-    read = fleet._read_chunk(st, [tid], pack=True)
+    fleet.pack_graph = timed("reading", fleet.pack_graph)
+    read = [(t, fleet.pack_graph(g)) for t, g in fleet._read_chunk(st, [tid])]
     best = None
     for k in range(4):
         for p in PARTS:
             clock[p] = 0.0
         t0 = time.process_time()
-        g = fleet._read_chunk(st, [tid], pack=True)[0][1] if k else read[0][1]
+        g = fleet.pack_graph(fleet._read_chunk(st, [tid])[0][1]) if k else read[0][1]
         out = fleet.predict_trace(str(root), tid, g, list(specs))
         total = time.process_time() - t0
         if not out["ok"] or out["errors"]:

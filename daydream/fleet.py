@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from daydream import pipeline
 from daydream.base.errors import DaydreamError
-from daydream.base.runner import InlineRunner, make_runner
+from daydream.base.runner import make_runner
 from daydream.graphstore import db, sql_query
 from daydream.graphstore.prediction import PredictionResult
 from daydream.graphstore.schema import PREDICTION
@@ -126,7 +126,7 @@ def predict_trace(store_root: str, trace_id: str,
     rows, errors = [], {}
     for spec in specs:
         try:
-            p = pipeline.predict(s, spec, param_bytes=param_bytes)
+            p = pipeline.predict(s, spec, param_bytes=param_bytes, detail=False)
         except DaydreamError as e:
             errors[spec] = str(e)
             continue
@@ -135,6 +135,16 @@ def predict_trace(store_root: str, trace_id: str,
             continue
         rows.append(row(trace_id, spec, p.result))
     return {"ok": True, "rows": rows, "errors": errors}
+
+
+def warm_worker() -> None:
+    """What a spawned worker runs before its first trace, while the driver reads graphs: the
+    pipeline's modules imported and the simulator's kernels loaded (~0.7 s of one core that
+    its first prediction would otherwise pay)."""
+    from daydream.simulate.warmup import warm
+    from daydream.transforms import registry
+    registry.opts()  # every optimization's module
+    warm()
 
 
 def pack_graph(graph: dict[str, pa.Table]) -> dict[str, bytes]:
@@ -235,7 +245,7 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
                             error=f"trace {tid}: {err}" if named else f"trace {tid}: {s}: {err}"))
 
     items = list(todo)
-    runner = make_runner(workers, ray, tasks=len(items))
+    runner = make_runner(workers, ray, tasks=len(items), share=warm_worker)
     limit = 2 * runner.workers
     try:
         with runner:
@@ -244,12 +254,14 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
             while True:
                 while runner.pending() < limit:
                     if not ready:
-                        ready = _read_chunk(st, next(queue, []),
-                                            pack=not isinstance(runner, InlineRunner))
+                        ready = _read_chunk(st, next(queue, []))
                         if not ready:
                             break
                     tid, g = ready.pop(0)
-                    runner.submit(tid, predict_trace, str(root), tid, g, todo[tid],
+                    # packed for a worker elsewhere; here, the tables as they are (packing
+                    # them would cost both ends of the trip for nothing)
+                    runner.submit(tid, predict_trace, str(root), tid,
+                                  g if runner.next_inline() else pack_graph(g), todo[tid],
                                   param_bytes)
                 if not runner.pending():
                     break
@@ -282,13 +294,10 @@ def _chunks(root: Path, tids: list[str]) -> list[list[str]]:
     return out
 
 
-def _read_chunk(st: Store, tids: list[str], pack: bool = True) -> list[tuple[str, dict]]:
-    """Graph tables of a few traces, read on one read-only connection, packed for workers in
-    other processes (``pack_graph``; an inline run gets the tables: packing them would cost
-    it both ends of the trip for nothing)."""
+def _read_chunk(st: Store, tids: list[str]) -> list[tuple[str, dict]]:
+    """Graph tables of a few traces, read on one read-only connection."""
     from daydream.graphstore.read import read_graphs
-    return [(tid, pack_graph(g) if pack else g)
-            for tid, g in zip(tids, read_graphs(st.root, tids), strict=True)] if tids else []
+    return list(zip(tids, read_graphs(st.root, tids), strict=True)) if tids else []
 
 
 def _rows_table(rows: list[dict]) -> pa.Table:

@@ -254,19 +254,21 @@ EXPLAINED = {"explained": (False, True), "explained_no_inferred": (False, False)
              "explained_peer_wait": (frozenset({"peer_wait"}), True)}
 
 
-def predict(s: Subject, spec: str | None = None, *, param_bytes: int | None = None
-            ) -> Prediction:
+def predict(s: Subject, spec: str | None = None, *, param_bytes: int | None = None,
+            detail: bool = True) -> Prediction:
     """Replay S, and with SPEC (an optimization chain, ``amp+fused_adam``) predict it
     rewritten, with the trace's slack kept and at zero (the prediction's interval).
-    ``param_bytes``: the model's parameter bytes, where the user gives them."""
+    ``param_bytes``: the model's parameter bytes, where the user gives them. ``detail``
+    False: only what a fleet's row keeps (``PredictionResult.row``; ``result``'s DETAIL)."""
     dj = s.device_job()
     if dj is not None:
-        return _predict_device_job(s, dj, spec, param_bytes)
+        return _predict_device_job(s, dj, spec, param_bytes, detail)
     base = s.baseline()
     if not any(i.used for i in base.iterations):
         raise DaydreamError(f"{s.file or s.name}: no iteration with work to time (the graph "
                             f"has {s.tables['task'].num_rows} tasks)")
-    explained = {k: s.baseline(*v) for k, v in EXPLAINED.items()}
+    explained = {k: s.baseline(*v) for k, v in EXPLAINED.items()
+                 if detail or k == "explained"}
     pred = rewritten = pred0 = reference = None
     notes: list[str] = []
     if spec:
@@ -295,22 +297,24 @@ def predict(s: Subject, spec: str | None = None, *, param_bytes: int | None = No
                 f"({reference[0].headline('simulated_ns') / 1e6:.2f} ms, the trace's "
                 f"{base.headline('simulated_ns') / 1e6:.2f} ms)")
     out = result(s, base, pred, spec=spec, notes=notes, rewritten=rewritten,
-                 explained=explained, pred_explained=pred0, reference=reference)
+                 explained=explained, pred_explained=pred0, reference=reference,
+                 detail=detail)
     graphs = [s.job] if s.job is not None else []
     return Prediction(s, out, base, pred, rewritten, graphs)
 
 
 def _predict_device_job(s: Subject, dj: Subject, spec: str | None,
-                        param_bytes: int | None) -> Prediction:
+                        param_bytes: int | None, detail: bool = True) -> Prediction:
     """A trace whose GPU work ran on several devices, predicted as the job its devices form
     (so that every job optimization applies to it, and the baseline and the prediction are
     timed alike); what describes the unmodified trace alone (its critical path, unit load,
     slack, inferred edges and profiler, and how its iterations were found) comes from the
     trace's own replay."""
-    p = predict(dj, spec, param_bytes=param_bytes)
+    p = predict(dj, spec, param_bytes=param_bytes, detail=detail)
     base = s.baseline()
-    out = replace(p.result, trace=trace_facts(s, base, base.headline("measured_ns") / 1e6),
-                  iterations_from=iterations_from(s.tables))
+    out = replace(p.result, iterations_from=iterations_from(s.tables),
+                  trace=trace_facts(s, base, base.headline("measured_ns") / 1e6)
+                  if detail else None)
     return Prediction(dj, out, p.base, p.pred, p.rewritten, p.job_graphs)
 
 
@@ -321,14 +325,17 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
            spec: str | None = None, notes: list[str] | None = None,
            rewritten: dict[str, pa.Table] | None = None,
            pred_explained: Replay | JobReplay | None = None,
-           reference: tuple[Replay | JobReplay, Replay | JobReplay] | None = None
-           ) -> PredictionResult:
+           reference: tuple[Replay | JobReplay, Replay | JobReplay] | None = None,
+           detail: bool = True) -> PredictionResult:
     """The result of one prediction (``daydream.graphstore.prediction.PredictionResult``: the
     CLI's report and ``--json``, the API's return value, a fleet's row): the replay of the
     unmodified graph BASE with the EXPLAINED replays (``EXPLAINED``), and with SPEC the
     prediction PRED of the REWRITTEN graph (slack kept; PRED_EXPLAINED: at zero), its speedup
     against BASE or, for a chain that removes CPU work, against the replay of the job without
-    the profiler (REFERENCE: slack kept and at zero)."""
+    the profiler (REFERENCE: slack kept and at zero). DETAIL False: only what the prediction
+    table's row keeps (``PredictionResult.row``), for a fleet: EXPLAINED holds the explained
+    replay alone (the interval's), and the trace's facts, the phases and the critical
+    paths, which no row keeps, are not computed (None)."""
     jg = s.job
     measured_ms = base.headline("measured_ns") / 1e6
     baseline_ms = base.headline("simulated_ns") / 1e6
@@ -347,7 +354,7 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
         baseline_ms=i.simulated_ns / 1e6, error_pct=error_pct(i.simulated_ns, i.measured_ns),
         used=i.used, note=i.note or None,
         explained_ms=_ms(ex_its["explained"].get(i.index)),
-        explained_no_inferred_ms=_ms(ex_its["explained_no_inferred"].get(i.index)),
+        explained_no_inferred_ms=_ms(ex_its.get("explained_no_inferred", {}).get(i.index)),
         predicted_ms=it_pred(by_idx, i.index), predicted_explained_ms=it_pred(by_idx0, i.index),
         reference_ms=it_pred(by_ref, i.index))
         for i in base.iterations)
@@ -373,7 +380,7 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
             missing_ranks=tuple(s.missing_ranks),
             predicted_straggler=pred.straggler if pred is not None else None)
         all_notes = ([missing_note(s)] if s.missing_ranks else []) + list(jg.notes)
-    else:
+    elif detail:
         trace = trace_facts(s, base, measured_ms)
     out = PredictionResult(
         trace_id=s.name, file=s.file, measured_ms=measured_ms, baseline_ms=baseline_ms,
@@ -382,8 +389,8 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
         measured_mean_ms=float(np.mean(steps)) if steps else None,
         measured_spread_ms=(min(steps), max(steps)) if steps else None,
         explained_ms=ex_ms["explained"],
-        explained_no_inferred_ms=ex_ms["explained_no_inferred"],
-        explained_peer_wait_ms=ex_ms["explained_peer_wait"],
+        explained_no_inferred_ms=ex_ms.get("explained_no_inferred"),
+        explained_peer_wait_ms=ex_ms.get("explained_peer_wait"),
         explained_error_pct=error_pct(ex_ms["explained"], measured_ms),
         iterations_from=iterations_from(s.tables), job=job, trace=trace,
         notes=tuple(all_notes))
@@ -403,10 +410,14 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
     lo_hi = [v for v in (predicted0_ms, predicted_ms) if v is not None]
     sp = [v for v in (speedup, ratio(ref0_ms, predicted0_ms)) if v is not None]
     ranks = len(jg.members) if jg is not None else 1
-    # the baseline's phases, once per subject (every spec's result reports them)
-    base_phases = (s.memo(("phases", ranks), lambda: phase_ms(s.tables, base, ranks))
-                   if base is s._cache.get(("baseline", True, True)) else
-                   phase_ms(s.tables, base, ranks))
+    phases = None
+    if detail:
+        # the baseline's phases, once per subject (every spec's result reports them)
+        base_phases = (s.memo(("phases", ranks), lambda: phase_ms(s.tables, base, ranks))
+                       if base is s._cache.get(("baseline", True, True)) else
+                       phase_ms(s.tables, base, ranks))
+        phases = Phases(baseline=_phase_times(base_phases),
+                        predicted=_phase_times(phase_ms(rewritten, pred, ranks)))
     checked = gates.check(spec, all_notes, ref_ms, predicted_ms, s.tables, base, rewritten,
                           pred)
     all_notes += gates.failed_notes(checked)
@@ -415,9 +426,8 @@ def result(s: Subject, base: Replay | JobReplay, pred: Replay | JobReplay | None
         predicted_explained_ms=predicted0_ms,
         predicted_interval_ms=(min(lo_hi), max(lo_hi)) if lo_hi else None,
         speedup_interval=(min(sp), max(sp)) if sp else None,
-        phases=Phases(baseline=_phase_times(base_phases),
-                      predicted=_phase_times(phase_ms(rewritten, pred, ranks))),
-        predicted_critical_path=pred.critical_path if jg is None else None,
+        phases=phases,
+        predicted_critical_path=pred.critical_path if jg is None and detail else None,
         reference_ms=ref_ms,
         gates=tuple(Gate(name=g["name"], ok=g["ok"], note=g["note"], floor=g.get("floor"))
                     for g in checked))

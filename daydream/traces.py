@@ -38,7 +38,6 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     build their dependency graphs (``graphstore.load``): each worker (``jobs`` local processes, or
     Ray tasks with ``ray``) converts a file and builds its graph; this process commits the traces
     and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph."""
-    from daydream.base.runner import runs_inline
     from daydream.ingest.batch_ingest import expand
     from daydream.ingest.batch_ingest import ingest as ingest_files
     from daydream.ingest.ids import content_ids_in_background
@@ -60,7 +59,7 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     # are still hashed): numba's loading holds the GIL, and with the thread's imports beside it
     # took twice as long, just before the scan.
     from daydream.ingest import kineto_scan  # noqa: F401
-    if files and runs_inline(jobs, ray, len(files)):
+    if files and not ray:  # this process converts files too (base.runner.SharedRunner)
         _warm_up(files[0])
     ahead = threading.Thread(target=_graph_stage_ahead, args=(st, staged), daemon=True)
     ahead.start()
@@ -85,7 +84,7 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
         try:
             rep = ingest_files(files, st, jobs=jobs, force=force, strict=strict, job=job,
                                on_progress=tick, ray=ray, hook=stage_graph,
-                               hook_args=(str(staged),), ids=ids)
+                               hook_args=(str(staged),), ids=ids, warm=warm_worker)
         except KeyboardInterrupt:
             if loader is not None:
                 loader.flush()  # keep the graphs of the traces already committed
@@ -111,6 +110,14 @@ def _warm_up(path: Path) -> None:
     if fmt == "kineto_json":
         from daydream.ingest.kineto import warm_up
         warm_up()
+
+
+def warm_worker() -> None:
+    """What a spawned ingest worker runs first, while this process converts: the converter's
+    kernels loaded and the graph stage imported (``_warm_up``, ``stage_graph``)."""
+    from daydream.ingest.kineto import warm_up
+    warm_up()
+    importlib.import_module("daydream.graphstore.load")
 
 
 def _graph_stage_ahead(st: Store, staged: Path) -> None:

@@ -76,8 +76,10 @@ def read_graphs(store_root: Path | str, trace_ids: list[str]) -> list[dict[str, 
             starts = np.concatenate([[0], ends[:-1]]) if len(ends) else ends
             body = tab.drop_columns(["trace_id"])
             for tid, a, b in zip(runs.values.to_pylist(), starts, ends, strict=True):
-                # a copy, not a slice: a slice pickles (to a worker) with all of its buffers
-                out[pos[tid]][name] = body.take(pa.array(np.arange(a, b)))
+                # a slice (no copy): a worker gets it as an Arrow IPC stream, which writes
+                # the slice's rows alone (``daydream.fleet.pack_graph``; a pickle would carry
+                # the chunk's whole buffers)
+                out[pos[tid]][name] = body.slice(int(a), int(b - a))
             if len(runs.values) < len(rest):
                 for tid in rest:
                     if name not in out[pos[tid]]:

@@ -135,14 +135,18 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
            force: bool = False, strict: bool = False, job: str | None = None,
            on_progress: Callable[[FileResult], None] | None = None,
            ray: str | None = None, hook: Callable | None = None,
-           hook_args: tuple = (), ids: Future | None = None) -> IngestReport:
+           hook_args: tuple = (), ids: Future | None = None,
+           warm: Callable | None = None) -> IngestReport:
     """Convert and store every file in ``paths``. Re-ingesting a stored file is a no-op.
 
     ``jobs`` local worker processes convert (default: every core), or Ray tasks with ``ray``
     (see :mod:`daydream.base.runner`); this process commits each finished trace under the
     store lock.
     ``hook`` is passed to the workers (:func:`_convert_one`) and must be picklable. ``ids``:
-    the files' content ids hashed already (``ingest.ids.content_ids_in_background``)."""
+    the files' content ids hashed already (``ingest.ids.content_ids_in_background``).
+    ``warm``: with it, this process converts files too, beside ``jobs - 1`` workers that
+    run it first (``base.runner.SharedRunner``), unless a file is large (its conversion's
+    memory is given back by a worker's exit)."""
     files = expand(paths)
     hashed = ids.result() if ids is not None else {}
     report = IngestReport()
@@ -201,7 +205,7 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
         # (imports, compiled kernels: a second or more) for the same effect.
         big = {tid for f, tid in items if source.json_bytes(f) > BIG_BYTES}
         n = len(items)
-        runner = make_runner(jobs, ray, tasks=n)
+        runner = make_runner(jobs, ray, tasks=n, share=None if big else warm)
         # never more in flight than the workers can take, plus one each queued: memory stays
         # bounded over thousands of files and an interrupt loses little work
         limit = 2 * runner.workers

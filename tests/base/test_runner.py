@@ -67,13 +67,14 @@ def _alive(pids: dict[int, str]) -> list[int]:
 def test_sigkilled_driver_leaves_no_worker(tmp_path, fleet):
     driver = subprocess.Popen(
         [sys.executable, "-m", "daydream", "ingest", str(fleet), "--store",
-         str(tmp_path / "store"), "--jobs", "2"],
+         str(tmp_path / "store"), "--jobs", "3"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and driver.poll() is None:
             kids = _descendants(driver.pid)
-            # the resource tracker and the two workers, the workers started on their traces
+            # the resource tracker and the two workers (three jobs: the driver converts too,
+            # base.runner.SharedRunner), the workers started on their traces
             if len(kids) >= 3:
                 time.sleep(0.5)
                 break
@@ -145,3 +146,52 @@ def test_sigkilled_driver_leaves_no_ray_task_worker(tmp_path, fleet):
                 os.kill(p, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def _pid_after(s: float) -> int:
+    time.sleep(s)
+    return os.getpid()
+
+
+def _mark_warm(path: str) -> None:
+    Path(path).write_text(str(os.getpid()))
+
+
+def test_shared_runner_runs_tasks_here_and_in_its_worker(tmp_path):
+    """SharedRunner: ``workers`` in all, this process one of them; every task's result comes
+    back once, some computed here (the pool held two queued) and some by the spawned worker,
+    which ran the warm-up first."""
+    import functools
+
+    from daydream.base.runner import SharedRunner, make_runner
+
+    warm_file = tmp_path / "warm"
+    runner = make_runner(2, None, tasks=40, share=functools.partial(_mark_warm, str(warm_file)))
+    assert isinstance(runner, SharedRunner) and runner.workers == 2
+    got: dict[int, int] = {}
+    with runner:
+        todo = iter(range(40))
+        while True:
+            while runner.pending() < 2 * runner.workers:
+                k = next(todo, None)
+                if k is None:
+                    break
+                runner.submit(k, _pid_after, 0.02)
+            if not runner.pending():
+                break
+            for tag, pid in runner.next_done():
+                assert tag not in got
+                got[tag] = pid
+    assert sorted(got) == list(range(40))
+    here = sum(p == os.getpid() for p in got.values())
+    assert 0 < here < 40, f"{here} of 40 tasks ran in this process"
+    worker = {p for p in got.values() if p != os.getpid()}
+    assert len(worker) == 1
+    assert int(warm_file.read_text()) in worker  # the warm-up ran in that worker
+
+
+def test_shared_runner_is_not_used_for_isolated_work():
+    from daydream.base.runner import InlineRunner, PoolRunner, SharedRunner, make_runner
+    assert type(make_runner(2, None, tasks=4, isolate=True, share=print)) is PoolRunner
+    assert isinstance(make_runner(1, None, tasks=4, share=print), InlineRunner)
+    assert not isinstance(make_runner(2, None, tasks=4), SharedRunner)

@@ -62,6 +62,7 @@ def test_every_trace_against_every_spec_agrees_with_single_predict(fresh):
                                                                       rel=1e-12)
         assert r["predicted_low_ms"] <= r["predicted_ms"] <= r["predicted_high_ms"]
         assert r["gates_failed"] == [g.name for g in d.gates if not g.ok]
+        assert r["notes"] == ("\n".join(d.notes) or None)
         assert r["created"] is not None
     # the report's table is sorted by gain, best first
     sp = rep.table.column("speedup").to_pylist()
