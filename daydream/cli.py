@@ -367,8 +367,9 @@ def report(
     """Write one self-contained HTML report of a replay and its predictions.
 
     The file needs no network: the prediction table, the phase breakdown, one iteration's
-    timeline before and after, the critical path, the top kernels and layers, the notes and
-    the gates, with styles and pictures inside it."""
+    timeline before and after, the critical path, the top kernels, the top operators by GPU
+    and by CPU time, the top layers, the notes and the gates, with styles and pictures inside
+    it."""
     from daydream import html
     from daydream.report import fleet_progress
     with fleet_progress(enabled=sys.stderr.isatty(), description="reporting") as (plan, tick):
