@@ -132,3 +132,48 @@ def by_gpu_operator(tables: dict[str, pa.Table], rep, ranges: pa.Table | None,
          .group_by("operator").agg(pl.col("work_ms").sum().alias("ms"), pl.len().alias("n")))
     return {r["operator"]: {"ms": r["ms"] / per, "count": r["n"] / per}
             for r in g.iter_rows(named=True)}
+
+
+def union_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """The length of the union of the intervals [START, END) (ns): each interval counts only
+    past the furthest end of those that start before it."""
+    if not len(start):
+        return 0
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], end[o]
+    before = np.concatenate((s[:1], np.maximum.accumulate(e)[:-1]))
+    return int(np.maximum(e - np.maximum(s, before), 0).sum())
+
+
+def gpu_time_by_rank(tables: dict[str, pa.Table], rep) -> dict[int, dict]:
+    """Per rank of a job graph, how its GPU spent an iteration as the trace recorded it, in ms
+    per used iteration (REP: the job's replay, which tells the used ones): ``compute`` (busy
+    with no collective running), ``communication`` (a collective kernel running, with or
+    without other work beside it) and ``idle`` (nothing running), which add up to
+    ``iteration``. Busy is the union of the rank's GPU task intervals, observed start and
+    duration, clipped to the iteration's span: the rule of the store's
+    ``iteration_device_time`` view, split by whether a collective ran."""
+    task = pl.from_arrow(tables["task"].select(["kind", "rank", "start_ns", "obs_dur_ns"]))
+    task = task.with_columns(pl.col("kind").cast(pl.String)).filter(
+        pl.col("kind").is_in(list(GPU_KINDS)))
+    its = pl.from_arrow(tables["iteration"].select(["rank", "iteration", "start_ns",
+                                                      "end_ns"]))
+    out = {}
+    for r, iters in sorted(rep.ranks.items()):
+        used = {i.index for i in iters if i.used}
+        mine = task.filter(pl.col("rank") == r)
+        s = mine["start_ns"].to_numpy()
+        e = s + mine["obs_dur_ns"].to_numpy()
+        comm = (mine["kind"] == "comm").to_numpy()
+        sums = np.zeros(4)
+        rows = its.filter((pl.col("rank") == r) & pl.col("iteration").is_in(list(used)))
+        for lo, hi in rows.select("start_ns", "end_ns").iter_rows():
+            cs, ce = np.maximum(s, lo), np.minimum(e, hi)
+            inside = ce > cs
+            busy = union_ns(cs[inside], ce[inside])
+            coll = union_ns(cs[inside & comm], ce[inside & comm])
+            sums += (busy - coll, coll, hi - lo - busy, hi - lo)
+        n = max(rows.height, 1)
+        out[r] = dict(zip(("compute_ms", "communication_ms", "idle_ms", "iteration_ms"),
+                          (float(x) / n / 1e6 for x in sums), strict=True))
+    return out

@@ -261,7 +261,8 @@ def build(ps: list, png: bytes) -> str:
                 table_html(report.critical_path_table(cp), "critical-path"))
     if d.job is not None and d.job.ranks:
         lines = "".join(f"<li>{html.escape(x)}</li>" for x in report.job_lines(d))
-        section("Ranks", "s-ranks", table_html(report.ranks_table(results), "ranks") +
+        gpu = breakdown.gpu_time_by_rank(p0.subject.tables, p0.base)
+        section("Ranks", "s-ranks", table_html(report.ranks_table(results, gpu), "ranks") +
                 (f'<ul class="notes">{lines}</ul>' if lines else ""))
     section("Top kernels, operators and layers", "s-top",
             table_html(top_kernels(ps[0], after=ps), "top-kernels") +
