@@ -17,8 +17,6 @@ command line's ``--force``), and a forced comparison says so with the figures.
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 
 from daydream import breakdown, pipeline
@@ -32,7 +30,7 @@ TOP_LAYERS = 15
 # the operator or range it ran in), with the names made comparable across runs: a Python
 # frame's line number and an object's address change with the torch version and the
 # process, and a trailing #N numbers steps and instances (ProfilerStep#12).
-VOLATILE = re.compile(r" at 0x[0-9a-fA-F]+|\(\d+\)|#\d+$")
+VOLATILE = r" at 0x[0-9a-fA-F]+|\(\d+\)|#\d+$"  # a regular expression
 # Two measures, each with a floor, checked on every pair of 42 real traces (tests/data and
 # ../shared/traces):
 # - the share of the names they have in common (Jaccard);
@@ -60,7 +58,7 @@ def _host_work(tables: dict) -> tuple[set[str], dict[str, float]]:
     for a job)."""
     t = pl.from_arrow(tables["task"].select(["kind", "name", "iteration"])).with_columns(
         pl.col("kind").cast(pl.String), pl.col("name").cast(pl.String)
-        .str.replace_all(VOLATILE.pattern, ""))
+        .str.replace_all(VOLATILE, ""))
     host = t.filter((pl.col("kind") == "host") & pl.col("name").is_not_null())
     n = max(tables["iteration"].num_rows, 1) if "iteration" in tables else 1
     counts = (host.filter(pl.col("iteration").is_not_null()).group_by("name").len())
