@@ -1,7 +1,7 @@
-"""Work per layer, kernel and kernel class over a replay's used iterations: what the HTML
-report's top kernels and layers show, and what ``daydream compare`` sets predicted against
-measured. Work is a task's simulated duration (``Replay.work_ns``), not the time it held its
-unit while it waited, in ms per used iteration (and per rank, for a job)."""
+"""Work per layer, kernel, kernel class and operator over a replay's used iterations: what the
+HTML report's top kernels, operators and layers show, and what ``daydream compare`` sets
+predicted against measured. Work is a task's simulated duration (``Replay.work_ns``), not the
+time it held its unit while it waited, in ms per used iteration (and per rank, for a job)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import re
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from daydream.graphstore.schema import GPU_KINDS
 
@@ -44,9 +45,11 @@ def kernel_class(kind: str, name: str | None) -> str:
     return "norm_reduce" if NORM_REDUCE.search(low) else "memory_bound"
 
 
-def work_frame(tables: dict[str, pa.Table], rep, ranks: int = 1) -> tuple[pl.DataFrame, float]:
+def work_frame(tables: dict[str, pa.Table], rep, ranks: int = 1, **extra
+               ) -> tuple[pl.DataFrame, float]:
     """The tasks of REP's used iterations with their work (ms) and whether they ran on a GPU,
-    and the divisor that makes sums per iteration (and rank)."""
+    and the divisor that makes sums per iteration (and rank). EXTRA: more columns, one value
+    per task of the table."""
     task = tables["task"]
     used = [i.index for i in rep.iterations if i.used]
     work = (rep.work_ns if rep.work_ns is not None
@@ -58,7 +61,7 @@ def work_frame(tables: dict[str, pa.Table], rep, ranks: int = 1) -> tuple[pl.Dat
         "name": task["name"].to_pylist(),
         "layer": task["layer"].to_pylist(),
         "iteration": task["iteration"].fill_null(-1).to_numpy(),
-        "work_ms": np.asarray(work, np.float64) / 1e6})
+        "work_ms": np.asarray(work, np.float64) / 1e6, **extra})
     df = df.filter(pl.col("iteration").is_in(used))
     df = df.with_columns(pl.col("kind").is_in(list(GPU_KINDS)).alias("gpu"))
     return df, float(max(len(used), 1) * max(ranks, 1))
@@ -102,3 +105,75 @@ def by_operator(tables: dict[str, pa.Table], rep, ranks: int = 1) -> dict[str, d
          .agg(pl.col("work_ms").sum().alias("ms"), pl.len().alias("n")))
     return {r["name"]: {"ms": r["ms"] / per, "count": r["n"] / per}
             for r in g.iter_rows(named=True)}
+
+
+NO_OPERATOR = "(no operator)"
+
+
+def by_gpu_operator(tables: dict[str, pa.Table], rep, ranges: pa.Table | None,
+                    ranks: int = 1) -> dict[str, dict]:
+    """GPU work by the operator that launched it -> {ms, count} per iteration. A kernel, copy or
+    set belongs to the operator of the call that launched it: the graph's launch edge (the call
+    with its correlation id), that call's innermost range, and of it the operator as
+    ``transforms.work.task_ops`` finds it for every GPU-side model (the innermost enclosing range
+    with recorded inputs, else the innermost range). RANGES: the trace's (or job's) range
+    table; GPU work without a launch in the trace, launched outside every range, or inserted
+    by a rewrite is ``(no operator)``."""
+    from daydream.transforms.work import task_ops
+    task, edge = tables["task"], tables["edge"]
+    kind = edge["kind"].cast(pa.string()) if pa.types.is_dictionary(edge["kind"].type) \
+        else edge["kind"]
+    launch = edge.filter(pc.equal(kind, "launch"))
+    ops = task_ops(task["kind"],
+                   pc.fill_null(task["range_id"], -1).to_numpy(),
+                   launch["src"].to_numpy(), launch["dst"].to_numpy(), ranges)
+    df, per = work_frame(tables, rep, ranks, operator=ops.name)
+    g = (df.filter(pl.col("gpu")).with_columns(pl.col("operator").fill_null(NO_OPERATOR))
+         .group_by("operator").agg(pl.col("work_ms").sum().alias("ms"), pl.len().alias("n")))
+    return {r["operator"]: {"ms": r["ms"] / per, "count": r["n"] / per}
+            for r in g.iter_rows(named=True)}
+
+
+def union_ns(start: np.ndarray, end: np.ndarray) -> int:
+    """The length of the union of the intervals [START, END) (ns): each interval counts only
+    past the furthest end of those that start before it."""
+    if not len(start):
+        return 0
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], end[o]
+    before = np.concatenate((s[:1], np.maximum.accumulate(e)[:-1]))
+    return int(np.maximum(e - np.maximum(s, before), 0).sum())
+
+
+def gpu_time_by_rank(tables: dict[str, pa.Table], rep) -> dict[int, dict]:
+    """Per rank of a job graph, how its GPU spent an iteration as the trace recorded it, in ms
+    per used iteration (REP: the job's replay, which tells the used ones): ``compute`` (busy
+    with no collective running), ``communication`` (a collective kernel running, with or
+    without other work beside it) and ``idle`` (nothing running), which add up to
+    ``iteration``. Busy is the union of the rank's GPU task intervals, observed start and
+    duration, clipped to the iteration's span: the rule of the store's
+    ``iteration_device_time`` view, split by whether a collective ran."""
+    task = pl.from_arrow(tables["task"].select(["kind", "rank", "start_ns", "obs_dur_ns"]))
+    task = task.with_columns(pl.col("kind").cast(pl.String)).filter(
+        pl.col("kind").is_in(list(GPU_KINDS)))
+    its = pl.from_arrow(tables["iteration"].select(["rank", "iteration", "start_ns",
+                                                      "end_ns"]))
+    out = {}
+    for r, iters in sorted(rep.ranks.items()):
+        used = {i.index for i in iters if i.used}
+        mine = task.filter(pl.col("rank") == r)
+        s = mine["start_ns"].to_numpy()
+        e = s + mine["obs_dur_ns"].to_numpy()
+        comm = (mine["kind"] == "comm").to_numpy()
+        sums = np.zeros(4)
+        rows = its.filter((pl.col("rank") == r) & pl.col("iteration").is_in(list(used)))
+        for lo, hi in rows.select("start_ns", "end_ns").iter_rows():
+            cs, ce = np.maximum(s, lo), np.minimum(e, hi)
+            inside = ce > cs
+            busy = union_ns(cs[inside], ce[inside])
+            coll = union_ns(cs[inside & comm], ce[inside & comm])
+            sums += (busy - coll, coll, hi - lo - busy, hi - lo)
+        n = max(rows.height, 1)
+        out[r] = dict(zip(("compute_ms", "communication_ms", "idle_ms", "iteration_ms"),
+                          (float(x) / n / 1e6 for x in sums), strict=True))
+    return out

@@ -339,19 +339,25 @@ def compare(
     json: JsonOpt = False,
     fmt: FormatOpt = "table",
     param_bytes: ParamBytesOpt = None,
+    force: Annotated[bool, Option(help="Compare two traces that do not look like one job "
+                                  "(marked so in the output).")] = False,
 ) -> None:
     """Check a prediction against the run recorded after making the change.
 
     Predicts TRACE with --opt and sets it beside the measured AFTER trace: the steady-state
     step, each iteration, each phase, layer and kernel class, predicted against measured,
-    so that you see where the prediction missed."""
+    so that you see where the prediction missed. Two traces that do not look like one job
+    (too few of the names of their host work shared, or of their host tasks per iteration
+    alike) are not compared: the error gives the figures, their floors and the names that
+    differ most; --force compares them anyway, with a warning."""
     from daydream import compare as cmp
     fmt = _fmt(json, fmt)
     from daydream.report import busy
     with busy(f"predicting {opt} and replaying the trace after"):
-        d = cmp.compare(trace, opt, after, store, param_bytes=param_bytes)
-    if not d["same_job"]["ok"]:  # on stderr, whatever the format
-        cmp.warn(d["same_job"]["why"])
+        d = cmp.compare(trace, opt, after, store, param_bytes=param_bytes, force=force)
+    if not d["same_job"]["ok"]:  # forced: on stderr, whatever the format
+        cmp.warn(f"{d['same_job']['why']}; compared anyway (--force): the figures are "
+                 "probably meaningless")
     _emit(fmt, d, cmp.to_csv_text, cmp.print_comparison)
 
 
@@ -367,8 +373,9 @@ def report(
     """Write one self-contained HTML report of a replay and its predictions.
 
     The file needs no network: the prediction table, the phase breakdown, one iteration's
-    timeline before and after, the critical path, the top kernels and layers, the notes and
-    the gates, with styles and pictures inside it."""
+    timeline before and after, the critical path, the top kernels, the top operators by GPU
+    and by CPU time, the top layers, the notes and the gates, with styles and pictures inside
+    it."""
     from daydream import html
     from daydream.report import fleet_progress
     with fleet_progress(enabled=sys.stderr.isatty(), description="reporting") as (plan, tick):

@@ -9,61 +9,120 @@ phase, each layer and each kernel class (GPU work per iteration, which survives 
 renames kernels). It names the parts the optimization left as they were (the phases whose
 predicted busy time is the trace's own) and how much of the miss they hold: a run after the
 change whose data loading grew missed for a reason no model of the optimization could see.
-And it checks that the two traces are one job (the names of their host work, the operators,
-largely shared; unrelated traces share few): where not, it warns with the figures.
+First it checks that the two traces are one job (``same_job``: what host work they ran, by
+name and by count per iteration); two that are not are not compared unless forced (the
+command line's ``--force``), and a forced comparison says so with the figures.
 ``pair_rows`` flattens the result for the accuracy harness (bench/accuracy/).
 """
 
 from __future__ import annotations
 
+import polars as pl
+
 from daydream import breakdown, pipeline
+from daydream.base.errors import DaydreamError
 from daydream.report import emit, ms, pct, print_tables, say, times
 from daydream.text_table import Column, Table, to_csv
 from daydream.traces import open_store
 
 TOP_LAYERS = 15
-# Two traces of one job share most of their host work's names (the operators and ranges
-# that label it): a pair of runs of one model before and after a change shares 0.8-1.0 of
-# them (tests/data: ResNet-50 with 0 and 4 loader workers, Adam unfused and fused); unrelated
-# traces under 0.3. Under this share compare warns.
-SAME_JOB_NAMES = 0.5
+# Whether two traces are one job, from the host work they ran (host tasks, each named after
+# the operator or range it ran in), with the names made comparable across runs: a Python
+# frame's line number and an object's address change with the torch version and the
+# process, and a trailing #N numbers steps and instances (ProfilerStep#12).
+VOLATILE = r" at 0x[0-9a-fA-F]+|\(\d+\)|#\d+$"  # a regular expression
+# Two measures, each with a floor, checked on every pair of 42 real traces (tests/data and
+# ../shared/traces):
+# - the share of the names they have in common (Jaccard);
+# - the share of their host tasks per iteration that match by name (weighted Jaccard of
+#   the counts per iteration), which tells a 26-layer MLP from a 4-layer one that runs the
+#   same operators (0.13-0.20).
+# The 22 pairs of one job before and after a change (DataLoader workers, batch size, fused
+# optimizers, the same model on an H100 and an MI300X, two ranks, two runs) share 0.87-1.0
+# of their names and 0.56-1.0 of their tasks (the least: a for-loop optimizer against a
+# fused one, whose hundreds of per-parameter ops are gone): all pass. Of the 801 pairs of
+# different models 3 pass: two MLPs trained with SGD (0.71 and 0.45-0.52: operators and
+# counts alike) and HTA's AlexNet and "simple add" traces (1.0 and 0.89), the same program.
+# Of the 38 pairs of one model in different jobs (the same MLP with another optimizer,
+# ResNet-50 recorded by other people) 29 pass. The device and the number of iterations are
+# no evidence: a job recorded on another GPU, or for more steps, is still one job.
+SAME_JOB_NAMES = 0.7
+SAME_JOB_COUNTS = 0.4
 # A part whose predicted busy time is within this share of the trace's own was not touched
 UNTOUCHED_TOL = 1e-6
 
 
-def _names(tables: dict, kinds: tuple[str, ...]) -> set[str]:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    t = tables["task"]
-    kind, name = t["kind"], t["name"]
-    if pa.types.is_dictionary(kind.type):
-        kind = kind.cast(pa.string())
-    if pa.types.is_dictionary(name.type):
-        name = name.cast(pa.string())
-    sel = pc.is_in(kind, value_set=pa.array(list(kinds), pa.string()))
-    return {x for x in pc.unique(pc.filter(name, sel)).to_pylist() if x}
+def _host_work(tables: dict) -> tuple[set[str], dict[str, float]]:
+    """The names of a graph's host tasks (``VOLATILE`` parts removed), and how many tasks of
+    each name an iteration runs (those inside iterations, over the iteration rows: per rank,
+    for a job)."""
+    t = pl.from_arrow(tables["task"].select(["kind", "name", "iteration"])).with_columns(
+        pl.col("kind").cast(pl.String), pl.col("name").cast(pl.String)
+        .str.replace_all(VOLATILE, ""))
+    host = t.filter((pl.col("kind") == "host") & pl.col("name").is_not_null())
+    n = max(tables["iteration"].num_rows, 1) if "iteration" in tables else 1
+    counts = (host.filter(pl.col("iteration").is_not_null()).group_by("name").len())
+    return set(host["name"].unique().to_list()), {a: b / n for a, b in counts.iter_rows()}
+
+
+def _kernel_names(tables: dict) -> set[str]:
+    t = pl.from_arrow(tables["task"].select(["kind", "name"])).with_columns(
+        pl.col("kind").cast(pl.String), pl.col("name").cast(pl.String))
+    return set(t.filter(pl.col("kind") == "kernel")["name"].drop_nulls().unique().to_list())
 
 
 def same_job(before: dict, after: dict) -> dict:
-    """Whether the task tables BEFORE and AFTER look like one job: the share of the names of
-    their host work (the operators and ranges that label it) they have in common, and of
-    their kernels' names (which a change such as AMP renames, so only reported)."""
-    out: dict = {}
-    for key, kinds in (("host_names", ("host",)), ("kernel_names", ("kernel",))):
-        a, b = _names(before, kinds), _names(after, kinds)
-        out[key] = {"before": len(a), "after": len(b), "common": len(a & b),
-                    "share": len(a & b) / len(a | b) if a | b else None}
-    h = out["host_names"]["share"]
-    out["ok"] = h is None or h >= SAME_JOB_NAMES
-    out["why"] = ("" if out["ok"] else
-                  f"the two traces look like different jobs: they share "
-                  f"{out['host_names']['common']} of the "
-                  f"{out['host_names']['before']} and {out['host_names']['after']} names of "
-                  f"their host work ({100 * h:.0f}%; one job before and after a change shares "
-                  f"{100 * SAME_JOB_NAMES:.0f}% or more) and "
-                  f"{out['kernel_names']['common']} kernel names; the comparison below is "
-                  "probably meaningless")
+    """Whether the graphs BEFORE and AFTER (their tables) look like one job, from what their
+    host work ran: the share of its names they have in common, and the share of its tasks per
+    iteration that match by name (see ``SAME_JOB_NAMES``, ``SAME_JOB_COUNTS``); the names
+    whose count per iteration differs most; and their kernel names' share (a change such as
+    AMP renames kernels, so that is only reported). ``ok``: both shares at their floor;
+    ``why``: where not, what fell short."""
+    (na, ca), (nb, cb) = _host_work(before), _host_work(after)
+    out: dict = {"host_names": {"before": len(na), "after": len(nb), "common": len(na & nb),
+                                "share": len(na & nb) / len(na | nb) if na | nb else None}}
+    keys = set(ca) | set(cb)
+    most = sum(max(ca.get(k, 0.0), cb.get(k, 0.0)) for k in keys)
+    out["host_counts"] = {
+        "before_per_iteration": sum(ca.values()), "after_per_iteration": sum(cb.values()),
+        "share": sum(min(ca.get(k, 0.0), cb.get(k, 0.0)) for k in keys) / most
+        if most else None}
+    out["differ_most"] = [
+        {"name": k, "before_per_iteration": ca.get(k, 0.0),
+         "after_per_iteration": cb.get(k, 0.0)}
+        for k in sorted(keys, key=lambda k: (-abs(ca.get(k, 0.0) - cb.get(k, 0.0)), k))[:3]]
+    ka, kb = _kernel_names(before), _kernel_names(after)
+    out["kernel_names"] = {"before": len(ka), "after": len(kb), "common": len(ka & kb),
+                           "share": len(ka & kb) / len(ka | kb) if ka | kb else None}
+    h, c = out["host_names"], out["host_counts"]
+    short = []
+    if h["share"] is not None and h["share"] < SAME_JOB_NAMES:
+        short.append(f"they share {h['common']} of the {h['before']} and {h['after']} names "
+                     f"of their host work ({100 * h['share']:.0f}%; one job before and after "
+                     f"a change shares {100 * SAME_JOB_NAMES:.0f}% or more)")
+    if c["share"] is not None and c["share"] < SAME_JOB_COUNTS:
+        short.append(f"{100 * c['share']:.0f}% of their host work per iteration matches by "
+                     f"name ({c['before_per_iteration']:.0f} and "
+                     f"{c['after_per_iteration']:.0f} tasks per iteration; one job before "
+                     f"and after a change matches {100 * SAME_JOB_COUNTS:.0f}% or more)")
+    out["ok"] = not short
+    diff = ", ".join(f"{d['name']} ({d['before_per_iteration']:.1f} against "
+                     f"{d['after_per_iteration']:.1f} per iteration)"
+                     for d in out["differ_most"])
+    out["why"] = ("" if out["ok"] else "the two traces look like different jobs: " +
+                  " and ".join(short) + f"; most different: {diff}")
     return out
+
+
+def same_job_line(s: dict) -> str:
+    """The figures ``same_job`` decided by, as the comparison's headline gives them."""
+    h, c = s["host_names"]["share"], s["host_counts"]["share"]
+    figures = ", ".join(x for x in (
+        None if h is None else f"{100 * h:.0f}% of host-work names shared",
+        None if c is None else f"{100 * c:.0f}% of host tasks per iteration alike") if x)
+    return (f"yes: {figures}" if s["ok"] else
+            f"NO, compared anyway (--force): {figures}; the figures here are probably "
+            "meaningless")
 
 
 def untouched(r, measured_phases: dict) -> list[dict]:
@@ -95,12 +154,16 @@ def _ranks(s: pipeline.Subject) -> int:
 
 
 def compare(before: str, spec: str, after: str, store=None, *,
-            param_bytes: int | None = None) -> dict:
-    """The prediction of BEFORE with SPEC beside the measured AFTER (see the module)."""
+            param_bytes: int | None = None, force: bool = False) -> dict:
+    """The prediction of BEFORE with SPEC beside the measured AFTER (see the module). Two
+    traces that do not look like one job (``same_job``) raise, unless FORCE."""
     st = open_store(store)
     sb = pipeline.resolve(before, st)
-    p = pipeline.predict(sb, spec, param_bytes=param_bytes)
     sa = pipeline.resolve(after, st)
+    same = same_job(sb.tables, sa.tables)
+    if not same["ok"] and not force:
+        raise DaydreamError(f"{same['why']}; not compared (--force compares them anyway)")
+    p = pipeline.predict(sb, spec, param_bytes=param_bytes)
     a = pipeline.predict(sa, None)
     r, m = p.result, a.result
     ps, sub = p.pred, p.subject
@@ -120,7 +183,7 @@ def compare(before: str, spec: str, after: str, store=None, *,
         "predicted_speedup": r.speedup,
         "measured_speedup": (r.measured_ms / m.measured_ms) if m.measured_ms else None,
     }
-    out["same_job"] = same_job(sb.tables, sa.tables)
+    out["same_job"] = same
     pu = [i for i in r.iterations if i.used]
     mu = [i for i in m.iterations if i.used]
     out["iterations"] = [
@@ -209,6 +272,8 @@ def tables(c: dict) -> list[Table]:
     head = Table("Steady-state step: predicted against measured",
                  [Column("figure"), Column("value")])
     iv = h["predicted_interval_ms"]
+    if c.get("same_job"):
+        head.add("same job", same_job_line(c["same_job"]))
     head.add("predicted", f"{ms(h['predicted_ms'])} ms with {c['spec']}" +
              (f" (interval {ms(iv[0])}-{ms(iv[1])} ms)" if iv else ""))
     head.add("measured after", f"{ms(h['measured_ms'])} ms")

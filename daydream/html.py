@@ -78,6 +78,25 @@ def tensor_cores(kind: str, name: str) -> str:
     return "no" if k.matrix else ""
 
 
+def count(x: float) -> str:
+    """A count per iteration: whole where it is (a kernel run once an iteration), else to a
+    tenth (a kernel of one iteration in two: 0.5, which '0' hid)."""
+    return f"{x:.0f}" if abs(x - round(x)) < 0.05 else f"{x:.1f}"
+
+
+def predicted(after: list | None) -> list:
+    """The predictions of AFTER (``pipeline.Prediction``s) that have a predicted replay."""
+    return [q for q in after or [] if q.pred is not None]
+
+
+def after_columns(preds: list) -> list[Column]:
+    """A top table's columns of the time after each prediction: numbered when there are
+    several (the predictions table names them), else named after the one spec."""
+    many = len(preds) > 1
+    return [Column(f"after ({k})" if many else f"after {q.result.spec}", "right")
+            for k, q in enumerate(preds, 1)]
+
+
 def top_kernels(p, top: int = 15, after: list | None = None) -> Table:
     """The replay's top kernels by GPU time per iteration, each with its share of the GPU
     work, and its time in each prediction of AFTER (``pipeline.Prediction``s: a kernel a
@@ -85,18 +104,16 @@ def top_kernels(p, top: int = 15, after: list | None = None) -> Table:
     ranks = len(p.subject.job.members) if p.subject.job is not None else 1
     ks = breakdown.by_kernel(p.subject.tables, p.base, ranks)
     total = sum(k["ms"] for k in ks.values())
-    preds = [q for q in after or [] if q.pred is not None]
+    preds = predicted(after)
     later = [breakdown.by_kernel(q.rewritten, q.pred, ranks) for q in preds]
-    many = len(preds) > 1
     t = Table(f"Top {top} GPU kernels in the replay (ms per iteration; share of the GPU "
               "work; after: with each prediction)",
               [Column("kernel"), Column("class"), Column("tensor cores"),
                Column("ms", "right"), Column("share", "right"), Column("calls", "right")] +
-              [Column(f"after ({k})" if many else f"after {q.result.spec}", "right")
-               for k, q in enumerate(preds, 1)])
+              after_columns(preds))
     for name, k in sorted(ks.items(), key=lambda kv: -kv[1]["ms"])[:top]:
         t.add(name, k["class"], tensor_cores(k["kind"], name), report.ms(k["ms"]),
-              f"{100 * k['ms'] / total:.1f}%" if total else "", f"{k['count']:.0f}",
+              f"{100 * k['ms'] / total:.1f}%" if total else "", count(k["count"]),
               *[report.ms(m[name]["ms"]) if name in m else "" for m in later])
     return t
 
@@ -117,18 +134,42 @@ def top_operators(p, top: int = 15, after: list | None = None) -> Table:
     ranks = len(p.subject.job.members) if p.subject.job is not None else 1
     ops = breakdown.by_operator(p.subject.tables, p.base, ranks)
     total = sum(o["ms"] for o in ops.values())
-    preds = [q for q in after or [] if q.pred is not None]
+    preds = predicted(after)
     later = [breakdown.by_operator(q.rewritten, q.pred, ranks) for q in preds]
-    many = len(preds) > 1
     t = Table(f"Top {top} operators by self CPU time in the replay (host work per iteration "
               "inside the operator, its runtime calls apart; share of the host work; after: "
               "with each prediction)",
               [Column("operator"), Column("ms", "right"), Column("share", "right")] +
-              [Column(f"after ({k})" if many else f"after {q.result.spec}", "right")
-               for k, q in enumerate(preds, 1)])
+              after_columns(preds))
     for name, o in sorted(ops.items(), key=lambda kv: -kv[1]["ms"])[:top]:
         t.add(name, report.ms(o["ms"]), f"{100 * o['ms'] / total:.1f}%" if total else "",
               *[report.ms(m[name]["ms"]) if name in m else "" for m in later])
+    return t
+
+
+def top_gpu_operators(p, top: int = 15, after: list | None = None) -> Table:
+    """The replay's operators with most GPU time: the kernels, copies and sets each launched
+    (``breakdown.by_gpu_operator``), per iteration, with their share of the GPU work, their
+    kernel count and their time in each prediction of AFTER."""
+    from daydream.transforms.work import ranges_of
+    ranks = len(p.subject.job.members) if p.subject.job is not None else 1
+    ranges = ranges_of(p.subject)  # read once: a rewrite keeps the range ids of its calls
+    ops = breakdown.by_gpu_operator(p.subject.tables, p.base, ranges, ranks)
+    total = sum(o["ms"] for o in ops.values())
+    preds = predicted(after)
+    later = [breakdown.by_gpu_operator(q.rewritten, q.pred, ranges, ranks) for q in preds]
+    t = Table(f"Top {top} operators by GPU time in the replay (the GPU work each launched, "
+              "per iteration: a kernel, copy or set counts for the operator around the call "
+              "that launched it; share of the GPU work; after: with each prediction)",
+              [Column("operator"), Column("GPU ms", "right"), Column("share", "right"),
+               Column("GPU tasks", "right")] + after_columns(preds))
+    for name, o in sorted(ops.items(), key=lambda kv: -kv[1]["ms"])[:top]:
+        t.add(name, report.ms(o["ms"]), f"{100 * o['ms'] / total:.1f}%" if total else "",
+              count(o["count"]),
+              *[report.ms(m[name]["ms"]) if name in m else "" for m in later])
+    if ranges is None:
+        t.notes.append("The trace's operators could not be read (no range table in the "
+                       "store): all GPU work shows as (no operator).")
     return t
 
 
@@ -220,10 +261,12 @@ def build(ps: list, png: bytes) -> str:
                 table_html(report.critical_path_table(cp), "critical-path"))
     if d.job is not None and d.job.ranks:
         lines = "".join(f"<li>{html.escape(x)}</li>" for x in report.job_lines(d))
-        section("Ranks", "s-ranks", table_html(report.ranks_table(results), "ranks") +
+        gpu = breakdown.gpu_time_by_rank(p0.subject.tables, p0.base)
+        section("Ranks", "s-ranks", table_html(report.ranks_table(results, gpu), "ranks") +
                 (f'<ul class="notes">{lines}</ul>' if lines else ""))
     section("Top kernels, operators and layers", "s-top",
             table_html(top_kernels(ps[0], after=ps), "top-kernels") +
+            table_html(top_gpu_operators(ps[0], after=ps), "top-gpu-operators") +
             table_html(top_operators(ps[0], after=ps), "top-operators") +
             table_html(top_layers(ps[0]), "top-layers"))
     if d.trace is not None and d.trace.unit_load:

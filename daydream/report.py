@@ -278,22 +278,41 @@ def units_table(units: list[dict], top: int = 12, iterations: int | None = None)
     return t
 
 
-def ranks_table(results: list[PredictionResult]) -> Table:
-    """Per rank of a job: measured, replayed and each prediction's step."""
+def ranks_table(results: list[PredictionResult], gpu: dict[int, dict] | None = None
+                ) -> Table:
+    """Per rank of a job: measured, replayed and each prediction's step, and which rank is the
+    straggler (``simulate.job.straggler``'s). GPU: per rank, how its GPU spent a measured
+    iteration (``breakdown.gpu_time_by_rank``), shown beside the step where given."""
     j = results[0].job
     preds = [r for r in results if r.predicted]
     title = f"Job {j.name}: {plural(j.world_size, 'rank')}"
     if j.missing_ranks:
         title += f" of {j.traced_world_size} ({len(j.missing_ranks)} missing)"
-    cols = [Column("rank", "right"), Column("measured ms", "right"),
-            Column("replayed ms", "right"), Column("replay error", "right")]
+    cols = [Column("rank", "right"), Column("measured ms", "right")]
+    if gpu is not None:
+        cols += [Column("compute ms", "right"), Column("communication ms", "right"),
+                 Column("GPU idle ms", "right")]
+    cols += [Column("replayed ms", "right"), Column("replay error", "right")]
     cols += [Column("predicted ms" if len(preds) == 1 else f"predicted ms ({k})", "right")
              for k, r in enumerate(preds, 1)]
+    s = j.straggler or {}
+    if s:
+        cols.append(Column("straggler"))
     t = Table(title, cols)
     by = [{x.rank: x.predicted_ms for x in r.job.ranks} for r in preds]
     for r in j.ranks:
-        t.add(r.rank, ms(r.measured_ms), ms(r.baseline_ms), pct(r.error_pct),
-              *[ms(b.get(r.rank)) for b in by])
+        g = (gpu or {}).get(r.rank)
+        t.add(r.rank, ms(r.measured_ms),
+              *([] if gpu is None else [ms(g[k]) if g else "" for k in (
+                  "compute_ms", "communication_ms", "idle_ms")]),
+              ms(r.baseline_ms), pct(r.error_pct), *[ms(b.get(r.rank)) for b in by],
+              *([] if not s else [f"yes: the others waited {ms(s['wait_caused_ms'])} ms "
+                                  "for it" if r.rank == s["rank"] else ""]))
+    if gpu is not None:
+        t.notes.append("compute, communication and GPU idle: the rank's GPU over a measured "
+                       "iteration, ms per used iteration: busy with no collective running, a "
+                       "collective kernel running (other work beside it or not), nothing "
+                       "running; the three add up to the iteration's span in the trace")
     return t
 
 

@@ -238,6 +238,74 @@ def test_the_overview_gives_the_verdict_and_the_best_prediction(made):
     assert f"{best['reference_ms']:.3f} ms" in said
 
 
+def launched_by_operator(path) -> dict[str, float]:
+    """GPU time (us, the whole trace) per operator, from the raw Kineto JSON alone: each
+    kernel, copy and set goes through its correlation id to the runtime call that launched
+    it, and from the call to the innermost cpu_op around it on its thread that has a tensor
+    input (the innermost one where none has)."""
+    import gzip
+    ev = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("ph") == "X"]
+    ops = [e for e in ev if e.get("cat") == "cpu_op"]
+    calls = {e["args"]["correlation"]: e for e in ev
+             if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+
+    def tensor_input(op):
+        return any(isinstance(x, list) and x for x in op["args"].get("Input Dims") or [])
+
+    out: dict[str, float] = {}
+    for k in ev:
+        if k.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        c = calls.get(k["args"].get("correlation"))
+        around = sorted((o for o in ops if c is not None and (o["pid"], o["tid"]) ==
+                         (c["pid"], c["tid"]) and o["ts"] <= c["ts"] and
+                         c["ts"] + c["dur"] <= o["ts"] + o["dur"]), key=lambda o: o["dur"])
+        op = next((o for o in around if tensor_input(o)), around[0] if around else None)
+        name = op["name"] if op is not None else "(no operator)"
+        out[name] = out.get(name, 0.0) + k["dur"]
+    return out
+
+
+def test_top_operators_by_gpu_time_are_what_they_launched(made):
+    """The plugin's GPU time per operator (issue 37): in the toy ROCm trace, addmm launched an
+    elementwise kernel (6.88 us) and a Tensile GEMM (17.6 us), copy_ two host-to-device copies;
+    every operator's figure is the raw trace's, per used iteration, and its share of the GPU
+    work, with its time after each prediction beside it."""
+    _, _, p, d = made
+    t = p.tables["top-gpu-operators"]
+    assert t["head"] == ["operator", "GPU ms", "share", "GPU tasks", "after (1)", "after (2)"]
+    its = d[0]["iterations"]
+    assert all(i["used"] for i in its)  # so every kernel of the trace counts
+    want = launched_by_operator(TOY)
+    assert want["aten::addmm"] == pytest.approx(6.88 + 17.6)
+    total = sum(want.values())
+    rows = {r[0]: r for r in t["rows"]}
+    assert set(rows) == set(want)  # 12 operators: fewer than the table's 15
+    for name, us in want.items():
+        assert rows[name][1] == f"{us / 1e3 / len(its):.3f}", name
+        assert rows[name][2] == f"{100 * us / total:.1f}%", name
+    ms = [float(r[1]) for r in t["rows"]]
+    assert ms == sorted(ms, reverse=True)
+    # amp and cuda_graphs change kernels, never who launched them: every row has its after
+    assert all(r[4] and r[5] for r in t["rows"])
+
+
+def test_gpu_time_by_operator_on_a_transformer_with_shapes(tmp_path):
+    """Particle Transformer (550 kernels, shapes recorded): each operator's GPU time is the raw
+    trace's to the nanosecond, and they add up to all of its GPU work."""
+    from daydream import api, breakdown
+    from daydream.transforms.work import ranges_of
+    path = DATA / "kineto" / "particle_transformer_a100_fwd_bs16.json.gz"
+    want = launched_by_operator(path)
+    (p,) = api.run(str(path), tmp_path, [])
+    assert [i.used for i in p.base.iterations] == [True]
+    got = breakdown.by_gpu_operator(p.subject.tables, p.base, ranges_of(p.subject))
+    assert set(got) == set(want)
+    for name, us in want.items():
+        assert got[name]["ms"] == pytest.approx(us / 1e3, rel=1e-9, abs=1e-9), name
+    assert want["aten::addmm"] / 1e3 == pytest.approx(0.6137, abs=1e-4)
+
+
 def test_top_operators_by_self_cpu_time(made):
     """The operators view of the profiler plugin: host work by the operator it ran in, per
     iteration, against the replay's CPU work."""

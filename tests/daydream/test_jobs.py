@@ -5,6 +5,7 @@ processes, two GPUs in one export) as a job by itself."""
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -227,14 +228,19 @@ def test_job_optimizations_apply_to_a_multi_device_nsys_export(mixed, spec):
     assert d.trace.critical_path  # the trace's own critical path is kept beside the job's ranks
 
 
-def test_the_report_of_a_job_gives_its_verdict(store, tmp_path):
+@pytest.fixture(scope="module")
+def job_report(store, tmp_path_factory):
+    from daydream.html import write_report
+    out = write_report("dlrm_8ranks", tmp_path_factory.mktemp("report") / "r.html", [], store)
+    return out.read_text()
+
+
+def test_the_report_of_a_job_gives_its_verdict(job_report):
     """A job's replay holds no phases of its own: the report's overview takes its ranks'
     busy time per phase, as advise does, and reaches a verdict."""
     import re
 
-    from daydream.html import write_report
-    out = write_report("dlrm_8ranks", tmp_path / "r.html", [], store)
-    page = out.read_text()
+    page = job_report
     verdict = re.search(r'<p id="verdict"><b>(.*?)</b>', page).group(1)
     assert verdict in ("GPU-bound", "CPU-bound", "data-bound", "communication-bound")
     where = page[page.index('<table id="where">'):]
@@ -242,3 +248,58 @@ def test_the_report_of_a_job_gives_its_verdict(store, tmp_path):
     # the ranks' GPU and CPU work, not only their waits in collectives
     assert "<td>GPU work</td>" in where and "<td>CPU work</td>" in where
     assert "Give --opt" in page
+
+
+def gpu_of_rank(rank: int) -> dict[str, float]:
+    """How rank RANK's GPU spent its one profiler step, in ms, from its JSON alone: the step
+    runs from ProfilerStep#10's start to the later of its end and the end of the GPU work
+    launched inside it (a kernel's correlation id to its runtime call); busy is the union of
+    the kernels and copies over that span, communication the union of the NCCL kernels."""
+    with gzip.open(DLRM / f"rank{rank}.kineto.json.gz") as f:
+        ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    step = next(e for e in ev if e["name"].startswith("ProfilerStep#"))
+    lo, hi = step["ts"], step["ts"] + step["dur"]
+    calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime"}
+    gpu = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    for k in gpu:
+        c = calls.get(k["args"]["correlation"])
+        if c is not None and lo <= c["ts"] < hi:
+            hi = max(hi, k["ts"] + k["dur"])
+
+    def union(spans):
+        total, reach = 0, None
+        for a, b in sorted(spans):
+            if reach is None or a > reach:
+                total, reach = total + b - a, b
+            elif b > reach:
+                total, reach = total + b - reach, b
+        return total
+
+    spans = [(max(k["ts"], lo), min(k["ts"] + k["dur"], hi), "nccl" in k["name"].lower())
+             for k in gpu]
+    spans = [x for x in spans if x[1] > x[0]]
+    busy = union([x[:2] for x in spans])
+    comm = union([x[:2] for x in spans if x[2]])
+    return {"measured": (hi - lo) / 1e3, "compute": (busy - comm) / 1e3,
+            "communication": comm / 1e3, "idle": (hi - lo - busy) / 1e3}
+
+
+def test_the_report_sets_the_ranks_gpu_time_side_by_side(store, job_report):
+    """Issue 37: per rank, its GPU's compute, communication and idle time per iteration, each
+    from the rank's raw JSON (rank 1, the slowest, spends 11.3 ms of its 19.9 in collectives
+    waiting for rank 7), and the straggler marked on its row."""
+    from tests.daydream.test_html import Tables
+    p = Tables()
+    p.feed(job_report)
+    t = p.tables["ranks"]
+    assert t["head"][:5] == ["rank", "measured ms", "compute ms", "communication ms",
+                             "GPU idle ms"]
+    rows = {int(r[0]): r for r in t["rows"]}
+    assert sorted(rows) == list(range(8))
+    for rank, r in rows.items():
+        want = gpu_of_rank(rank)
+        assert [float(x) for x in r[1:5]] == pytest.approx(
+            [want[k] for k in ("measured", "compute", "communication", "idle")], abs=6e-4)
+    assert gpu_of_rank(1)["communication"] == pytest.approx(11.336, abs=1e-3)
+    marked = [rank for rank, r in rows.items() if r[-1].startswith("yes")]
+    assert marked == [api.predict("dlrm_8ranks", store).job.straggler["rank"]] == [7]
