@@ -34,9 +34,10 @@ DEFAULT_STORE = Path(".daydream")
 # (ingest.schema, which declares the tables' Arrow types, re-exports them): the schema version
 # every table's file carries, and the order tables are committed to the store, ``trace`` last,
 # so a trace is visible only once all of its tables are in place.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the memory table (the allocator's records)
 VERSION_KEY = "daydream.schema_version"  # the footer key each table's file carries it under
-COMMIT_ORDER = ("kernel", "memcpy", "memset", "api", "sync", "range", "flow", "trace")
+COMMIT_ORDER = ("kernel", "memcpy", "memset", "api", "sync", "range", "flow", "memory",
+                "trace")
 PART = "part-0.parquet"
 ACTIVITY_DIR = "activity"  # DIR/activity/: the activity tables' partitions
 LOCK_FILE = ".lock"  # DIR/.lock: held by the one process writing the store

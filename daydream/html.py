@@ -184,6 +184,89 @@ def top_layers(p, top: int = 15) -> Table:
     return t
 
 
+def mib(n: int | None) -> str:
+    """Bytes as MiB with one decimal ('' for None)."""
+    return "" if n is None else f"{n / (1 << 20):,.1f}"
+
+
+NO_RECORDS = ("The trace records no allocator events, so it has no measured memory peak: "
+              "record them with the PyTorch profiler's profile_memory=True "
+              "(torch.profiler.profile(..., profile_memory=True)), which writes a [memory] "
+              "event per allocation and free.")
+
+
+def memory_view(ps: list) -> str:
+    """The memory section: the measured peak per device (over the trace and per iteration)
+    from the allocator's records, and each prediction's peak by
+    ``transforms.memory.predicted_peak`` (its rule, or why none applies); for a trace
+    without records, one sentence on how to record them."""
+    from daydream.base.errors import DaydreamError
+    from daydream.transforms import memory
+    p0 = ps[0]
+    try:
+        records = p0.subject.activity("memory") if p0.subject.activity else None
+    except DaydreamError:
+        records = None
+    its = p0.subject.tables.get("iteration")
+    devs = memory.measured(records, its)
+    if not devs:
+        return f'<p id="memory-none">{html.escape(NO_RECORDS)}</p>'
+    out = []
+    t = Table("Measured peak memory per device (the caching allocator's records; MiB)",
+              [Column("device"), Column("records", "right"),
+               Column("peak allocated", "right"), Column("peak reserved", "right"),
+               Column("reached at (ms from the first step's start)", "right")])
+    start = min(its["start_ns"].to_pylist(), default=None) if its is not None else None
+    for dm in devs:
+        at = "" if dm.peak_ns is None or start is None else report.ms((dm.peak_ns - start) / 1e6)
+        t.add(dm.name, dm.records, mib(dm.peak_allocated_bytes) if dm.totals else "no totals",
+              mib(dm.peak_reserved_bytes), at)
+    if not all(dm.totals for dm in devs):
+        t.notes.append("Records without totals (the 2021 trace schema writes only each "
+                       "allocation's size): their device's peak is not known, only how "
+                       "much a step grew.")
+    out.append(table_html(t, "memory-peak"))
+    s = Table("Per iteration (MiB; growth: the peak allocated above the allocated bytes at "
+              "the step's start, what forward builds up)",
+              [Column("device"), Column("iteration"), Column("at start", "right"),
+               Column("peak allocated", "right"), Column("growth", "right"),
+               Column("peak reserved", "right"), Column("peak at (ms into the step)", "right"),
+               Column("step ms", "right")])
+    for dm in devs:
+        for st in dm.steps:
+            s.add(dm.name, st.label or str(st.iteration), mib(st.start_allocated_bytes),
+                  mib(st.peak_allocated_bytes), mib(st.growth_bytes),
+                  mib(st.peak_reserved_bytes),
+                  "" if st.peak_offset_ns is None else report.ms(st.peak_offset_ns / 1e6),
+                  report.ms((st.end_ns - st.start_ns) / 1e6))
+    if s.rows:
+        out.append(table_html(s, "memory-iterations"))
+    preds = [p for p in ps if p.result.spec]
+    if not preds:
+        out.append("<p>Give --opt to see a prediction's peak.</p>")
+        return "".join(out)
+    used = {i.index for i in p0.result.iterations if i.used}
+    q = Table("Predicted peak allocated per optimization (MiB)",
+              [Column("optimization"), Column("device"), Column("peak allocated", "right"),
+               Column("growth", "right"), Column("rule")])
+    for p in preds:
+        for dm in devs:
+            if dm.device < 0:
+                continue  # host memory: no rule, and no row to say it on every spec
+            pp = memory.predicted_peak(dm, p.result.spec, p.memory, used or None)
+            peak = ("not modeled" if not pp.modeled else "unknown (no totals)"
+                    if pp.peak_allocated_bytes is None else mib(pp.peak_allocated_bytes))
+            q.add(p.result.spec, dm.name, peak, mib(pp.growth_bytes), pp.rule)
+    if not q.rows:
+        out.append("<p>The records are of host memory only: no device peak to predict.</p>")
+        return "".join(out)
+    q.notes.append("The rule: " + memory.BATCH_RULE + " Every other optimization: not "
+                   "modeled, with why; the notes' 'memory after' lines are a different "
+                   "estimate, from the recorded shapes.")
+    out.append(table_html(q, "memory-predicted"))
+    return "".join(out)
+
+
 def overview(d, preds: list, phases: dict | None = None) -> str:
     """The verdict (GPU-, CPU-, data- or communication-bound, ``daydream advise``'s), the GPU's
     utilization, where an iteration's time goes, and the best of the predictions asked for
@@ -269,6 +352,7 @@ def build(ps: list, png: bytes) -> str:
             table_html(top_gpu_operators(ps[0], after=ps), "top-gpu-operators") +
             table_html(top_operators(ps[0], after=ps), "top-operators") +
             table_html(top_layers(ps[0]), "top-layers"))
+    section("Memory", "s-memory", memory_view(ps))
     if d.trace is not None and d.trace.unit_load:
         section("Unit load", "s-units", table_html(report.units_table(
             d.trace.unit_load, iterations=len(d.iterations)), "units"))

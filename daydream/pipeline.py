@@ -237,6 +237,9 @@ class Prediction:
     pred: Replay | JobReplay | None = None
     rewritten: dict[str, pa.Table] | None = None
     job_graphs: list[JobGraph] = field(default_factory=list)
+    # what the chain did to a step's memory (the rewrite Context's ``memory``: the batch
+    # sizes, for transforms.memory.predicted_peak); empty for a replay
+    memory: dict = field(default_factory=dict)
 
 
 def simulate_graph(tables: dict[str, pa.Table], is_job: bool, slack=True,
@@ -271,6 +274,7 @@ def predict(s: Subject, spec: str | None = None, *, param_bytes: int | None = No
                  if detail or k == "explained"}
     pred = rewritten = pred0 = reference = None
     notes: list[str] = []
+    memory: dict = {}
     if spec:
         ctx = context(s, param_bytes)
         # an optimization that removes CPU work is judged on the job without the profiler:
@@ -288,6 +292,7 @@ def predict(s: Subject, spec: str | None = None, *, param_bytes: int | None = No
         pred = simulate_graph(rewritten, s.job is not None)
         pred0 = simulate_graph(rewritten, s.job is not None, slack=False)
         notes = ctx.notes
+        memory = ctx.memory
         if unprof:
             reference = (s.unprofiled(), s.unprofiled(slack=False))
             notes.append(
@@ -300,7 +305,7 @@ def predict(s: Subject, spec: str | None = None, *, param_bytes: int | None = No
                  explained=explained, pred_explained=pred0, reference=reference,
                  detail=detail)
     graphs = [s.job] if s.job is not None else []
-    return Prediction(s, out, base, pred, rewritten, graphs)
+    return Prediction(s, out, base, pred, rewritten, graphs, memory)
 
 
 def _predict_device_job(s: Subject, dj: Subject, spec: str | None,
@@ -315,7 +320,7 @@ def _predict_device_job(s: Subject, dj: Subject, spec: str | None,
     out = replace(p.result, iterations_from=iterations_from(s.tables),
                   trace=trace_facts(s, base, base.headline("measured_ns") / 1e6)
                   if detail else None)
-    return Prediction(dj, out, p.base, p.pred, p.rewritten, p.job_graphs)
+    return Prediction(dj, out, p.base, p.pred, p.rewritten, p.job_graphs, p.memory)
 
 
 # ---- the result -----------------------------------------------------------------------------

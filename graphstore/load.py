@@ -45,7 +45,9 @@ from daydream.graphstore.schema import (
 from daydream.ingest import schema as activity_schema
 from daydream.ingest.store import Store
 
-ACTIVITY = [t for t in activity_schema.COMMIT_ORDER if t != "trace"]
+# the activity tables the graph is built from: all but the trace row and the allocator's
+# records (the report's memory view reads those, not the graph)
+ACTIVITY = [t for t in activity_schema.COMMIT_ORDER if t not in ("trace", "memory")]
 GPU_CODES = [TASK_KINDS.index(k) for k in GPU_KINDS]  # build.Graph.kind codes of GPU tasks
 # A graph of this many tasks (or of this many rows of work in its activity tables) has its
 # labels found on a thread while it is built, and its name column decoded and its cycle check

@@ -359,6 +359,7 @@ class _Reader:
             "sync": self._syncs(api),
             "range": self._ranges(),
             "flow": empty("flow"),  # CUPTI has no flows; launches link by correlation id
+            "memory": empty("memory"),  # the caching allocator's records are PyTorch's
         }
         start_ns, end_ns = _span(tables)
         from daydream.ingest.converted import Converted

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from daydream.base.errors import TraceFormatError
 from daydream.ingest import kineto_scan as ks
@@ -61,7 +62,11 @@ _IGNORED_X = {"overhead", "Overhead", "cuda_profiler_range", "Mtia", "mtia_ccp_e
 
 _TABLE_IDS = {"kernel": 1, "memcpy": 2, "memset": 3, "api": 4, "sync": 5, "range": 6,
               "window": 7, "flow": 8, "meta": 9, "instant": 10, "unknown": 11, "counter": 12,
-              "begin_end": 13, "no_ph": 14}
+              "begin_end": 13, "no_ph": 14, "memory": 15}
+# The caching allocator's records: instant events of this name (cat "cpu_instant_event" in
+# current traces, none in the 2021 schema), recorded with profile_memory=True.
+MEMORY_EVENT = "[memory]"
+DEVICE_TYPE_CPU = 0  # c10::DeviceType::CPU, the records' "Device Type"
 
 _FIELD_NAMES = {i: k for i, k in enumerate(ks.TOP_KEYS)}
 _FIELD_NAMES.update({ks.ARG_FIELD_BASE + i: f"args.{k}" for i, (k, _, _) in
@@ -114,7 +119,9 @@ class _Batch:
 
     def __init__(self, events: int, capacity: int, share: _Batch | None = None):
         self.ints = np.zeros((ks.NI, events), np.int64)   # column-major: one row per field
-        self.ipres = np.zeros((ks.NI, events), np.uint8)  # (cleared by the scanner per event)
+        # one row per event: the scanner clears an event's flags in one cache line (one row
+        # per field, each event's clear touched a line of every field's row)
+        self.ipres = np.zeros((events, ks.NI), np.uint8)
         self.sdata = np.empty((ks.NS, capacity), np.uint8)
         self.soffs = np.zeros((ks.NS, events + 1), np.int64)
         self.spres = np.zeros((events, ks.NS), np.uint8)
@@ -140,7 +147,7 @@ class _Batch:
     def _grow(self, n: int, events: int) -> None:
         for name in ("ints", "ipres", "soffs", "spres"):
             old = getattr(self, name)
-            if name == "spres":
+            if name in ("spres", "ipres"):
                 new = np.zeros((events, old.shape[1]), old.dtype)
                 new[:n] = old[:n]
             else:
@@ -151,7 +158,7 @@ class _Batch:
 
     def int_col(self, slot: int, rows: np.ndarray) -> pa.Array:
         vals = self.ints[slot, rows]
-        mask = self.ipres[slot, rows] == 0
+        mask = self.ipres[rows, slot] == 0
         return pa.array(vals, type=pa.int64(), mask=mask)
 
     def str_col(self, col: int, n: int) -> pa.DictionaryArray:
@@ -242,7 +249,7 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
     routing: list[Future | None] = [None, None]
     parts: dict[str, list[pa.Table]] = {t: [] for t in
                                         ("kernel", "memcpy", "memset", "api", "sync", "range",
-                                         "flow", "meta", "window")}
+                                         "flow", "memory", "meta", "window")}
     base = 0
     other_cats: dict[str, int] = {}
     avail, done = (stream.wait(-1) if stream is not None else (len(full), True))
@@ -306,7 +313,8 @@ def _read(path: Path, full: np.ndarray, stream) -> Converted:
     for slot, cnt in enumerate(batch.counters):
         if cnt:
             stats.add(f"arg_not_numeric.{_slot_name(slot)}", int(cnt), severity="info",
-                      detail="string values where a number was expected; left null")
+                      detail="values that are not numbers where a number was expected; "
+                             "left null")
     for cat, cnt in sorted(other_cats.items()):
         stats.add("unknown_category", cnt, severity="warning", detail=cat)
     return _finish(parts, stats, meta, base, fname)
@@ -360,7 +368,7 @@ def _scan_error(batch: _Batch, err: int, data: np.ndarray, base: int, fname: str
 
 def _slot_name(slot: int) -> str:
     for k, kind, s in ks.ARG_KEYS:
-        if s == slot and kind in (0, 3):
+        if s == slot and kind in (0, 3, 4):
             return k
     return {ks.I_ID: "id"}.get(slot, str(slot))
 
@@ -385,7 +393,7 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
            other_cats: dict, fname: str) -> None:
     """Split one scanned batch into per-table Arrow tables holding only their columns."""
     ints, ipres = batch.ints, batch.ipres
-    ph = np.where(ipres[ks.I_PH, :n] == 1, ints[ks.I_PH, :n], 0)
+    ph = np.where(ipres[:n, ks.I_PH] == 1, ints[ks.I_PH, :n], 0)
     cat = _decode_dict(batch.str_col(ks.S_CAT, n), stats)
     cat_values = cat.dictionary.to_pylist()
     cat_idx = cat.indices.fill_null(-1).to_numpy(zero_copy_only=False)
@@ -407,7 +415,8 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
     is_flow = (ph == ord("s")) | (ph == ord("f")) | (ph == ord("t"))
     table[is_flow] = f_route[cat_idx[is_flow]]
     table[ph == ord("M")] = _TABLE_IDS["meta"]
-    table[(ph == ord("i")) | (ph == ord("I")) | (ph == ord("n"))] = _TABLE_IDS["instant"]
+    is_instant = (ph == ord("i")) | (ph == ord("I")) | (ph == ord("n"))
+    table[is_instant] = _TABLE_IDS["instant"]
     table[ph == ord("C")] = _TABLE_IDS["counter"]
     table[(ph == ord("B")) | (ph == ord("E"))] = _TABLE_IDS["begin_end"]
     table[ph == 0] = _TABLE_IDS["no_ph"]
@@ -422,8 +431,15 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
             u_ph[key] = u_ph.get(key, 0) + int(c)
         for k, v in u_ph.items():
             other_cats[k] = other_cats.get(k, 0) + v
+    # the allocator's records: instant events routed by name
+    name = _decode_dict(batch.str_col(ks.S_NAME, n), stats)
+    mem_code = pc.index(name.dictionary, MEMORY_EVENT).as_py()
+    if mem_code >= 0:
+        codes = name.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        table[is_instant & (codes == mem_code)] = _TABLE_IDS["memory"]
     stats.add("instant_events_skipped", int((table == _TABLE_IDS["instant"]).sum()),
-              severity="info", detail="instant/memory events and overhead spans: not activities")
+              severity="info", detail="instant events other than the allocator's records, and "
+                                      "overhead spans: not activities")
     stats.add("counter_events_skipped", int((table == _TABLE_IDS["counter"]).sum()),
               severity="info")
     stats.add("begin_end_events_skipped", int((table == _TABLE_IDS["begin_end"]).sum()),
@@ -432,7 +448,7 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
 
     # X events must have a timestamp; calls and ranges a name (their tables' name is not
     # nullable): the first record missing either is the error
-    ts_missing = (ipres[ks.I_TS, :n] == 0) & (is_x | is_flow)
+    ts_missing = (ipres[:n, ks.I_TS] == 0) & (is_x | is_flow)
     name_missing = ((table == _TABLE_IDS["api"]) | (table == _TABLE_IDS["range"])) & \
         (batch.spres[:n, ks.S_NAME] == 0)
     if ts_missing.any() or name_missing.any():
@@ -443,13 +459,12 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
                                    field="ts")
         raise TraceFormatError("missing name (a CUDA call or a CPU range needs one)",
                                file=fname, record=base + first_name, field="name")
-    dur_missing = is_x & (ipres[ks.I_DUR, :n] == 0)
+    dur_missing = is_x & (ipres[:n, ks.I_DUR] == 0)
     stats.add("missing_duration", int(dur_missing.sum()), severity="warning",
               detail="X events without dur; taken as 0")
 
-    name = _decode_dict(batch.str_col(ks.S_NAME, n), stats)
     needs_dur = is_x
-    dur = np.where(ipres[ks.I_DUR, :n] == 1, ints[ks.I_DUR, :n], 0)
+    dur = np.where(ipres[:n, ks.I_DUR] == 1, ints[ks.I_DUR, :n], 0)
     neg = needs_dur & (dur < 0)
     if neg.any():
         stats.add("negative_duration", int(neg.sum()), severity="warning",
@@ -495,13 +510,13 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
         if not len(r):
             continue
         stream = ints[ks.I_STREAM, r].copy()
-        no_stream = ipres[ks.I_STREAM, r] == 0
+        no_stream = ipres[r, ks.I_STREAM] == 0
         if no_stream.any():
             stream[no_stream] = tid[r][no_stream]
             stats.add("gpu_event_without_stream", int(no_stream.sum()), severity="warning",
                       detail="stream taken from the event's tid")
         device = ints[ks.I_DEV, r].copy()
-        no_dev = ipres[ks.I_DEV, r] == 0
+        no_dev = ipres[r, ks.I_DEV] == 0
         device[no_dev] = pid[r][no_dev]
         cols = {
             "device": pa.array(device), "context": ic(ks.I_CTX, r),
@@ -560,6 +575,10 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
             "flow_id": ic(ks.I_ID, r), "pid": pa.array(pid[r]), "tid": pa.array(tid[r]),
             "ts_ns": pa.array(ts[r])}))
 
+    r = rows("memory")
+    if len(r):
+        _memory_rows(batch, r, parts, stats)
+
     r = rows("meta")
     if len(r):
         parts["meta"].append(pa.table({
@@ -571,12 +590,42 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
         parts["window"].append(pa.table({"name": name_take(pa.array(r)), **common(r)}))
 
 
+def _memory_rows(batch: _Batch, r: np.ndarray, parts: dict, stats: Stats) -> None:
+    """The allocator's records among one batch's rows R. A record needs its time, its size
+    ("Bytes") and its device ("Device Id", or "Device Type" 0, the host): one without is
+    counted and skipped. Totals ("Total Allocated", "Total Reserved") are kept where written:
+    the 2021 schema writes none (PyTorch before 1.10), so their absence is counted as a
+    fact of the trace, not a fault."""
+    ints, ipres = batch.ints, batch.ipres
+    has_type = ipres[r, ks.I_MEMDEVTYPE] == 1
+    on_host = has_type & (ints[ks.I_MEMDEVTYPE, r] == DEVICE_TYPE_CPU)
+    ok = (ipres[r, ks.I_TS] == 1) & (ipres[r, ks.I_MEMBYTES] == 1) & \
+        (on_host | (ipres[r, ks.I_MEMDEV] == 1))
+    stats.add("memory_record_malformed", int((~ok).sum()), severity="warning",
+              detail=f"allocator records ({MEMORY_EVENT}) without a numeric ts, Bytes or "
+                     "Device Id; skipped")
+    r = r[ok]
+    if not len(r):
+        return
+    on_host = on_host[ok]
+    no_totals = (ipres[r, ks.I_MEMALLOC] == 0) | (ipres[r, ks.I_MEMRES] == 0)
+    stats.add("memory_record_without_totals", int(no_totals.sum()), severity="info",
+              detail="allocator records without Total Allocated or Total Reserved (the 2021 "
+                     "schema writes none); kept, the missing totals null")
+    device = np.where(on_host, -1, ints[ks.I_MEMDEV, r])
+    parts["memory"].append(pa.table({
+        "ts_ns": pa.array(ints[ks.I_TS, r]), "device": pa.array(device),
+        "bytes": pa.array(ints[ks.I_MEMBYTES, r]),
+        "allocated_bytes": batch.int_col(ks.I_MEMALLOC, r),
+        "reserved_bytes": batch.int_col(ks.I_MEMRES, r)}))
+
+
 def _thread_ids(batch: _Batch, n: int, stats: Stats) -> tuple[np.ndarray, np.ndarray]:
     """pid/tid as int64. Non-numeric string ids ("stream 7", "Spans") become the number they
     end with, or a stable negative id derived from the string."""
     out = []
     for slot, col in ((ks.I_PID, ks.S_PID), (ks.I_TID, ks.S_TID)):
-        vals = np.where(batch.ipres[slot, :n] == 1, batch.ints[slot, :n], 0)
+        vals = np.where(batch.ipres[:n, slot] == 1, batch.ints[slot, :n], 0)
         has_str = batch.spres[:n, col] == 1
         if has_str.any():
             d = batch.str_col(col, n)
@@ -691,6 +740,7 @@ def _finish(parts: dict, stats: Stats, meta: dict, events: int, fname: str) -> C
     else:
         tables["sync"] = conform("sync", {})
 
+    tables["memory"] = _memory(parts.pop("memory"))
     tables["range"] = ranges.result()
     tables["flow"] = flows.result()
     for st in flow_stats.items.values():
@@ -707,7 +757,7 @@ def _finish(parts: dict, stats: Stats, meta: dict, events: int, fname: str) -> C
                          "(launched before the window, or not recorded)")
 
     start_ns = end_ns = None
-    timed = [t for name, t in tables.items() if t.num_rows and name != "flow"]
+    timed = [t for name, t in tables.items() if t.num_rows and name not in ("flow", "memory")]
     starts = [int(np.min(np.asarray(t["start_ns"]))) for t in timed]
     ends = [int(np.max(np.asarray(t["start_ns"]) + np.asarray(t["dur_ns"]))) for t in timed]
     if starts:
@@ -853,6 +903,18 @@ def _ranges(t: pa.Table | None) -> pa.Table:
     t = t.append_column("depth", pa.array(depth))
     t = t.append_column("parent", pa.array(parent, mask=parent < 0))
     return conform("range", t)
+
+
+def _memory(parts: list[pa.Table]) -> pa.Table:
+    """The memory table in time order (stable: records of one time keep the file's order,
+    which is the allocator's)."""
+    if not parts:
+        return conform("memory", {})
+    t = pa.concat_tables(parts)
+    order = np.argsort(np.asarray(t["ts_ns"]), kind="stable")
+    if (order != np.arange(len(order))).any():
+        t = t.take(order)
+    return conform("memory", t.combine_chunks())
 
 
 def _flows(t: pa.Table | None, stats: Stats) -> pa.Table:

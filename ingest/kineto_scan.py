@@ -7,7 +7,7 @@ events at a time, so memory grows with the tables and not with the JSON. Nesting
 counter (no recursion), so a hostile file cannot overflow the stack.
 
 Layout of one batch (``B`` events):
-  ints[NI, B]  int64 values, ipres[NI, B] 1 where present
+  ints[NI, B]  int64 values, ipres[B, NI] 1 where present (one row per event: cleared per event)
   sdata[NS, CAP] bytes of decoded strings per string column, soffs[NS, B + 1] Arrow-style offsets,
   spres[B, NS] 1 where present
 Times are converted from microseconds to integer nanoseconds exactly from the decimal digits
@@ -36,7 +36,9 @@ I_PH, I_PID, I_TID, I_TS, I_DUR, I_ID, I_BP = range(7)
  I_PYID, I_PYPAR, I_WSTREAM, I_WEVCORR, I_WEVID, I_INEL, I_OUTEL, I_GROUP) = range(7, 26)
 I_GRID = 26   # 26, 27, 28
 I_BLOCK = 29  # 29, 30, 31
-NI = 32
+# the allocator's records ("[memory]" instant events)
+I_MEMBYTES, I_MEMALLOC, I_MEMRES, I_MEMDEV, I_MEMDEVTYPE = range(32, 37)
+NI = 37
 
 # ---- string columns ----------------------------------------------------------------------------
 (S_CAT, S_NAME, S_PID, S_TID, S_COLL, S_DTYPE, S_PG, S_SYNCKIND, S_KIND, S_ARGNAME, S_INDIMS,
@@ -49,7 +51,10 @@ K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ID, K_BP, K_ARGS = range(10)
 TOP_KEYS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "id", "bp", "args"]
 
 # args keys: (key, kind, slot). kind 0 numeric -> ints slot, 1 string -> string column,
-# 2 raw JSON text -> string column, 3 array of up to 3 ints -> ints slots slot..slot+2
+# 2 raw JSON text -> string column, 3 array of up to 3 ints -> ints slots slot..slot+2,
+# 4 numeric, lenient: a value of another type (true, an object) is counted and left null
+# instead of failing the trace (the allocator's records, which no graph needs: ingest
+# counts a damaged one and skips it)
 ARG_KEYS = [
     ("External id", 0, I_EXT), ("external id", 0, I_EXT), ("correlation", 0, I_CORR),
     ("device", 0, I_DEV), ("context", 0, I_CTX), ("stream", 0, I_STREAM), ("bytes", 0, I_BYTES),
@@ -62,6 +67,9 @@ ARG_KEYS = [
     ("Collective name", 1, S_COLL), ("dtype", 1, S_DTYPE), ("Process Group Name", 1, S_PG),
     ("cuda_sync_kind", 1, S_SYNCKIND), ("kind", 1, S_KIND), ("name", 1, S_ARGNAME),
     ("Input Dims", 2, S_INDIMS), ("Input type", 2, S_INTYPE),
+    ("Bytes", 4, I_MEMBYTES), ("Total Allocated", 4, I_MEMALLOC),
+    ("Total Reserved", 4, I_MEMRES), ("Device Id", 4, I_MEMDEV),
+    ("Device Type", 4, I_MEMDEVTYPE),
 ]
 ARG_FIELD_BASE = 100  # field ids of args keys in error reports: ARG_FIELD_BASE + index
 
@@ -112,13 +120,14 @@ NC = NI
 # What the scanner does with a key's value. Top-level keys and args keys each have a table of
 # (action, slot) by key index; a key not in the table is skipped.
 A_SKIP, A_PH, A_STR, A_PIDTID, A_NS, A_IDLIKE, A_BP, A_ARGS = range(8)
-A_ARGINT, A_ARGSTR, A_RAW, A_ARR3 = range(8, 12)
+A_ARGINT, A_ARGSTR, A_RAW, A_ARR3, A_ARGNUM = range(8, 13)
 
 TOP_ACT = np.array([A_PH, A_STR, A_STR, A_PIDTID, A_PIDTID, A_NS, A_NS, A_IDLIKE, A_BP, A_ARGS],
                    np.int64)
 TOP_SLOT = np.array([I_PH, S_CAT, S_NAME, I_PID, I_TID, I_TS, I_DUR, I_ID, I_BP, 0], np.int64)
 TOP_COL = np.array([0, 0, 0, S_PID, S_TID, 0, 0, 0, 0, 0], np.int64)  # pid/tid as strings
-ARG_ACT = np.array([(A_ARGINT, A_ARGSTR, A_RAW, A_ARR3)[k] for _, k, _ in ARG_KEYS], np.int64)
+ARG_ACT = np.array([(A_ARGINT, A_ARGSTR, A_RAW, A_ARR3, A_ARGNUM)[k] for _, k, _ in ARG_KEYS],
+                   np.int64)
 
 # Keys are found by a perfect hash of (length, first byte, last byte) into HASH_SIZE slots,
 # then compared byte by byte: one probe per key instead of a walk over the table.
@@ -599,7 +608,7 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial, st
                 spres[_U(ev), _U(j)] = 0
                 soffs[_U(j), _U(ev + 1)] = soffs[_U(j), _U(ev)]
             for j in range(NI):
-                ipres[_U(j), _U(ev)] = 0
+                ipres[_U(ev), _U(j)] = 0
             p0 = p
             # ---- one event: its members, and those of its args object, in one loop ----
             err = E_OK
@@ -691,7 +700,7 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial, st
                             break
                         if p + 1 < n:
                             ints[_U(I_PH), _U(ev)] = buf[_U(p + 1)]
-                            ipres[_U(I_PH), _U(ev)] = 1
+                            ipres[_U(ev), _U(I_PH)] = 1
                         q = _skip_string(buf, p, n)
                         if q < 0:
                             p = n
@@ -715,7 +724,8 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial, st
                         else:
                             err = E_TYPE_NUM
                             break
-                    elif act == A_PIDTID or act == A_IDLIKE or act == A_ARGINT:
+                    elif (act == A_PIDTID or act == A_IDLIKE or act == A_ARGINT
+                          or act == A_ARGNUM):
                         # integers, given as a number or as a string of digits (old Kineto
                         # writes ids both ways)
                         if (48 <= c <= 57) or c == 45:
@@ -728,7 +738,7 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial, st
                                 break
                             if ok:
                                 ints[_U(slot), _U(ev)] = v
-                                ipres[_U(slot), _U(ev)] = 1
+                                ipres[_U(ev), _U(slot)] = 1
                                 p = q
                             elif act == A_PIDTID:  # "stream 7", "Spans": kept as a string
                                 str_col = TOP_COL[_U(k)]
@@ -740,6 +750,9 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial, st
                             break
                         elif act == A_IDLIKE or c == 110:
                             skip = True
+                        elif act == A_ARGNUM:  # not a number: counted, left null
+                            counters[_U(slot)] += 1
+                            skip = True
                         else:
                             err = E_TYPE_NUM
                             break
@@ -747,7 +760,7 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial, st
                         if (c == 34 and p + 2 < n and buf[_U(p + 1)] == 101
                                 and buf[_U(p + 2)] == 34):
                             ints[_U(I_BP), _U(ev)] = 1
-                            ipres[_U(I_BP), _U(ev)] = 1
+                            ipres[_U(ev), _U(I_BP)] = 1
                         skip = True
                     elif act == A_ARGS:
                         if c == 123:
@@ -816,7 +829,7 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial, st
                                     break
                                 if j < 3:  # a 4th dimension is parsed (so checked), not kept
                                     ints[_U(slot + j), _U(ev)] = v
-                                    ipres[_U(slot + j), _U(ev)] = 1
+                                    ipres[_U(ev), _U(slot + j)] = 1
                                 j += 1
                             if err != E_OK:
                                 break
@@ -834,7 +847,7 @@ def scan(buf, res, ints, ipres, sdata, soffs, spres, counters, meta, partial, st
                         if err != E_OK:
                             break
                         ints[_U(num_slot), _U(ev)] = v
-                        ipres[_U(num_slot), _U(ev)] = 1
+                        ipres[_U(ev), _U(num_slot)] = 1
                     elif str_col >= 0:
                         o0 = soffs[_U(str_col), _U(ev)]
                         p, o, err = _copy_string(buf, p, n, sdata, str_col, o0, cap)

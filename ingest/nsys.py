@@ -326,6 +326,8 @@ class _Reader:
             "sync": self._syncs(),
             "range": self._ranges(),
             "flow": empty("flow"),  # nsys has no flows; launches link by correlation id
+            # its CUDA memory-usage records are not the caching allocator's: not read
+            "memory": empty("memory"),
         }
         export = self._export_metadata()
         return Converted(

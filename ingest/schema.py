@@ -174,6 +174,20 @@ FLOW = Table("flow", "Links between events where the source has them: launch (CP
     C("dst_ts_ns", _I64, "Destination timestamp, ns."),
 ))
 
+MEMORY = Table("memory", "The caching allocator's records (PyTorch profiler `[memory]` instant "
+               "events, recorded with profile_memory=True): one row per allocation or free. "
+               "Empty for a trace without them.", (
+    C("ts_ns", _I64, "When the allocation or free happened, ns.", False),
+    C("device", _I32, "GPU index the memory is on; -1 for host (CPU) memory.", False),
+    C("bytes", _I64, "Signed change, bytes: positive for an allocation, negative for a free.",
+      False),
+    C("allocated_bytes", _I64, "Bytes allocated on the device after this record (the "
+      "profiler's Total Allocated); null where the profiler wrote no totals (before PyTorch "
+      "1.10)."),
+    C("reserved_bytes", _I64, "Bytes the caching allocator held from the device after this "
+      "record (Total Reserved); null where the profiler wrote no totals."),
+))
+
 STAT = pa.struct([
     pa.field("name", _STR),
     pa.field("severity", _STR),
@@ -201,7 +215,8 @@ TRACE = Table("trace", "One row per trace: where it came from and what ingest ha
 ))
 
 TABLES: dict[str, Table] = {t.name: t for t in
-                            (KERNEL, MEMCPY, MEMSET, API, SYNC, RANGE, FLOW, TRACE)}
+                            (KERNEL, MEMCPY, MEMSET, API, SYNC, RANGE, FLOW, MEMORY,
+                             TRACE)}
 
 assert tuple(TABLES) == COMMIT_ORDER
 

@@ -93,7 +93,7 @@ def test_one_self_contained_file(made):
     png = base64.b64decode(imgs[0].split(",", 1)[1])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
     for section in ("s-predictions", "s-iterations", "s-basis", "s-phases", "s-timeline",
-                    "s-critical-path", "s-top", "s-notes", "s-gates"):
+                    "s-critical-path", "s-top", "s-memory", "s-notes", "s-gates"):
         assert section in p.ids
 
 
@@ -316,3 +316,56 @@ def test_top_operators_by_self_cpu_time(made):
     assert ms and ms == sorted(ms, reverse=True)
     cpu = sum(v["cpu_ms"] for v in d[0]["phases"]["baseline"].values())
     assert sum(ms) <= cpu + 1e-3 * len(ms)
+
+
+def test_a_trace_without_allocator_records_says_how_to_record_them(made):
+    _, page, p, _ = made
+    memory = page[page.index('id="s-memory"'):]
+    memory = memory[:memory.index("</section>")]
+    assert 'id="memory-none"' in memory and "profile_memory=True" in memory
+    assert not any(t.startswith("memory-") for t in p.tables)
+
+
+BERT = DATA / "crossgpu" / "bert_small_uncased_h100_inference.json.gz"
+BATCH = "batch(size=6, traced=2)"
+
+
+@pytest.fixture(scope="module")
+def with_memory(tmp_path_factory):
+    """The report of a real trace with the allocator's records (BERT inference on an H100,
+    one ProfilerStep), predicting a batch three times the traced one, and amp."""
+    tmp = tmp_path_factory.mktemp("html_memory")
+    out = tmp / "report.html"
+    r = CliRunner().invoke(app, ["report", str(BERT), "--store", str(tmp / "s"), "--out",
+                                 str(out), "--opt", BATCH, "--opt", "amp"])
+    assert r.exit_code == 0, r.stderr
+    p = Tables()
+    p.feed(out.read_text())
+    return p
+
+
+def test_the_memory_view_is_the_files_records(with_memory):
+    """The measured peak, the step's start and the batch prediction, from the raw JSON by
+    hand: the GPU's largest Total Allocated and Total Reserved; the step starts at the first
+    record's total less its size (no record precedes the step); at batch 6 from 2 the growth
+    above that start triples."""
+    import gzip
+    with gzip.open(BERT, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    gpu = [e["args"] for e in events if e.get("name") == "[memory]" and
+           e["args"]["Device Type"] == 1]
+    peak = max(a["Total Allocated"] for a in gpu)
+    reserved = max(a["Total Reserved"] for a in gpu)
+    start = gpu[0]["Total Allocated"] - gpu[0]["Bytes"]
+    mib = 1 << 20
+    rows = {r[0]: r for r in with_memory.tables["memory-peak"]["rows"]}
+    assert rows["GPU 0"][1:4] == ["218", f"{peak / mib:,.1f}", f"{reserved / mib:,.1f}"]
+    assert "CPU" in rows
+    (step,) = [r for r in with_memory.tables["memory-iterations"]["rows"] if r[0] == "GPU 0"]
+    assert step[1:5] == ["ProfilerStep#6", f"{start / mib:,.1f}", f"{peak / mib:,.1f}",
+                         f"{(peak - start) / mib:,.1f}"]
+    pred = {r[0]: r for r in with_memory.tables["memory-predicted"]["rows"]}
+    assert pred[BATCH][1:4] == ["GPU 0", f"{(start + 3 * (peak - start)) / mib:,.1f}",
+                                f"{3 * (peak - start) / mib:,.1f}"]
+    assert "x3" in pred[BATCH][4]
+    assert pred["amp"][2] == "not modeled" and pred["amp"][4].startswith("not modeled: amp: ")

@@ -87,10 +87,10 @@ def test_known_counts():
     """The counts written in the shared traces README and found when the reader was built."""
     rows = {t: converted(FSDP).tables[t].num_rows for t in converted(FSDP).tables}
     assert rows == {"kernel": 3442, "memcpy": 904, "memset": 22, "api": 5796, "sync": 244,
-                    "range": 16782, "flow": 0}
+                    "range": 16782, "flow": 0, "memory": 0}
     rows = {t: converted(MOCK).tables[t].num_rows for t in converted(MOCK).tables}
     assert rows == {"kernel": 2, "memcpy": 1, "memset": 0, "api": 9, "sync": 1, "range": 0,
-                    "flow": 0}
+                    "flow": 0, "memory": 0}
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
@@ -384,7 +384,7 @@ def test_partial_export_and_repairs(tmp_path):
     c = read_nsys(path)
     rows = {t: c.tables[t].num_rows for t in c.tables}
     assert rows == {"kernel": 3, "memcpy": 0, "memset": 0, "api": 2, "sync": 1, "range": 2,
-                    "flow": 0}
+                    "flow": 0, "memory": 0}
     k = c.tables["kernel"].to_pydict()
     assert k["dur_ns"] == [100, 0, 100] and k["name"] == ["my_kernel", "my_kernel", None]
     assert k["shared_memory_bytes"] == [16, 16, 16]

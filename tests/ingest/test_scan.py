@@ -81,7 +81,7 @@ def test_every_key_is_read(tmp_path):
     be skipped without a word)."""
     args = {}
     for i, (k, kind, _) in enumerate(ks.ARG_KEYS):
-        args[k] = {0: 1000 + i, 1: f"s{i}", 2: [[i]], 3: [i, i + 1, i + 2]}[kind]
+        args[k] = {0: 1000 + i, 1: f"s{i}", 2: [[i]], 3: [i, i + 1, i + 2], 4: 1000 + i}[kind]
     ev = {"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 2, "ts": 1.5, "dur": 2,
           "args": args}
     f = tmp_path / "t.json"
@@ -90,8 +90,8 @@ def test_every_key_is_read(tmp_path):
     b.scan(np.frombuffer(f.read_bytes(), np.uint8))
     assert int(b.res[ks.R_ERR]) == ks.E_OK and int(b.res[ks.R_N]) == 1
     for i, (k, kind, slot) in enumerate(ks.ARG_KEYS):
-        if kind == 0 and k != "External id":  # "external id" comes later: the last one wins
-            assert b.ipres[slot, 0] == 1 and b.ints[slot, 0] == 1000 + i, k
+        if kind in (0, 4) and k != "External id":  # "external id" comes later: the last wins
+            assert b.ipres[0, slot] == 1 and b.ints[slot, 0] == 1000 + i, k
         elif kind == 3:
             assert list(b.ints[slot:slot + 3, 0]) == [i, i + 1, i + 2], k
         elif kind in (1, 2):
@@ -99,3 +99,22 @@ def test_every_key_is_read(tmp_path):
             text = bytes(b.sdata[slot, b.soffs[slot, 0]:b.soffs[slot, 1]]).decode()
             assert text == (f"s{i}" if kind == 1 else json.dumps([[i]])), k
     assert b.ints[ks.I_TS, 0] == 1500 and b.ints[ks.I_PID, 0] == 1
+
+
+def test_lenient_keys_count_what_is_not_a_number(tmp_path):
+    """The allocator's keys (kind 4) take a value that is not a number (true, an object, a
+    word) as null and count it, where the other numeric keys fail the trace: a damaged
+    memory record is skipped, not the trace. Hand-made event."""
+    ev = {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1,
+          "args": {"Bytes": True, "Total Allocated": {"a": 1}, "Total Reserved": "many",
+                   "Device Id": "7", "Device Type": None}}
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"traceEvents": [ev]}))
+    b = kineto._Batch(4, 1 << 12)
+    b.scan(np.frombuffer(f.read_bytes(), np.uint8))
+    assert int(b.res[ks.R_ERR]) == ks.E_OK and int(b.res[ks.R_N]) == 1
+    assert b.ipres[0, ks.I_MEMBYTES] == 0 and b.ipres[0, ks.I_MEMALLOC] == 0
+    assert b.ipres[0, ks.I_MEMRES] == 0 and b.ipres[0, ks.I_MEMDEVTYPE] == 0
+    assert b.ipres[0, ks.I_MEMDEV] == 1 and b.ints[ks.I_MEMDEV, 0] == 7  # digits in a string
+    counted = {s for s in range(ks.NC) if b.counters[s]}
+    assert counted == {ks.I_MEMBYTES, ks.I_MEMALLOC, ks.I_MEMRES}  # null is no value at all

@@ -326,5 +326,5 @@ def batch(g: Graph, ctx: Context, *, size: int, traced: int = 0, seq: int = 0,
         + ("; the traced batch: unchanged" if m.size == m.traced else ""))
     ctx.notes.extend(m.notes)
     ctx.notes.extend(memory.notes(g, ctx, "batch", batch_scale=m.size / m.traced,
-                                  ranges=wk.ranges_of(ctx)))
+                                  batch=(m.traced, m.size), ranges=wk.ranges_of(ctx)))
     return g2
