@@ -54,6 +54,11 @@ THREADED_READ_ROWS = 65_536  # a table file with fewer rows is read on this thre
 # names: the rows (file_name, version) that the look-only readers join to what they read
 _VERSIONS_SQL = ("(SELECT file_name, decode(value) AS version FROM parquet_kv_metadata(?) "
                  f"WHERE key = '{VERSION_KEY}'::BLOB)")
+# The activity schema versions this daydream reads: its own, and 1, which differs only in
+# lacking the memory table (the allocator's records, version 2): a trace of version 1 reads as
+# one that recorded none, so a store ingested before keeps working without a rebuild.
+READABLE_VERSIONS = (str(SCHEMA_VERSION), "1")
+ADDED_IN = {"memory": 2}  # tables a trace of an older version has none of
 
 
 @dataclass(frozen=True)
@@ -91,8 +96,10 @@ class Store:
         import pyarrow.parquet as pq
 
         from daydream.ingest import schema
-        f = self._open(table, trace_id)
         want = schema.TABLES[table].schema
+        if self._older(table, trace_id):
+            return want.empty_table()
+        f = self._open(table, trace_id)
         rows = f.metadata.num_rows
         if rows:
             # a small file's read on Arrow's thread pool costs more than the read
@@ -110,7 +117,8 @@ class Store:
     def table_rows(self, trace_id: str) -> dict[str, int]:
         """How many rows each table of one trace has (``COMMIT_ORDER``), from the footers,
         each checked to be of this activity schema version."""
-        files = [self._path(t, trace_id) for t in COMMIT_ORDER]
+        tables = [t for t in COMMIT_ORDER if not self._older(t, trace_id)]
+        files = [self._path(t, trace_id) for t in tables]
         con = duckdb_instance().cursor()
         try:
             got = {f: (n, v) for f, n, v in con.execute(
@@ -119,12 +127,18 @@ class Store:
             ).fetchall()}
         finally:
             con.close()
-        out = {}
-        for table, f in zip(COMMIT_ORDER, files, strict=True):
+        out = dict.fromkeys(COMMIT_ORDER, 0)
+        for table, f in zip(tables, files, strict=True):
             n, version = got[f]
             self._check_version(f, version)
             out[table] = n
         return out
+
+    def _older(self, table: str, trace_id: str) -> bool:
+        """Whether TABLE is one the trace's activity schema version lacks (``ADDED_IN``): its
+        trace is stored, the table's file is not (a commit writes the trace row last)."""
+        return (table in ADDED_IN and not (self.partition(table, trace_id) / PART).exists()
+                and self.has_trace(trace_id))
 
     def _path(self, table: str, trace_id: str) -> str:
         path = self.partition(table, trace_id) / PART
@@ -134,7 +148,7 @@ class Store:
 
     def _check_version(self, path: str | Path, found: str | None) -> None:
         """A store written by a daydream of another activity schema is refused, not misread."""
-        if found != str(SCHEMA_VERSION):
+        if found not in READABLE_VERSIONS:
             raise DaydreamError(
                 f"{path} has activity schema version {found or '(none)'}, this daydream "
                 f"reads version {SCHEMA_VERSION}; rebuild the store: run `daydream "

@@ -108,3 +108,30 @@ def test_trace_row_is_the_same_read_by_arrow_or_duckdb(tmp_path):
             assert by_arrow == by_duckdb, (r.path, columns)
             assert list(by_arrow) == (columns or list(schema.TABLES["trace"].schema.names))
         assert by_duckdb["ingested_at"].utcoffset().total_seconds() == 0
+
+
+def test_a_store_of_schema_version_1_reads_as_one_without_allocator_records(tmp_path):
+    """Version 1 lacked the memory table and nothing else: a trace stored by it is read as
+    one that recorded no allocator events, with no rebuild (its other tables as they were)."""
+    import shutil
+
+    st = tmp_path / "s"
+    rep = ingest(SMALL[:1], Store(st), jobs=1)
+    tid = rep.results[0].trace_id
+    store = Store(st)
+    kernels = store.read("kernel", tid)
+    # what a version-1 store holds: no memory table, every other file marked version 1
+    shutil.rmtree(st / "activity" / "memory" / f"trace_id={tid}")
+    for table in schema.COMMIT_ORDER:
+        f = st / "activity" / table / f"trace_id={tid}" / PART
+        if f.exists():
+            t = pq.read_table(f)
+            md = dict(t.schema.metadata)
+            md[b"daydream.schema_version"] = b"1"
+            pq.write_table(t.replace_schema_metadata(md), f)
+    old = Store(st)
+    assert old.read("memory", tid).num_rows == 0
+    assert old.read("memory", tid).schema.equals(schema.TABLES["memory"].schema)
+    assert old.read("kernel", tid).equals(kernels)
+    rows = old.table_rows(tid)
+    assert rows["memory"] == 0 and rows["kernel"] == kernels.num_rows
