@@ -47,11 +47,15 @@ def _used(rep, tables: dict[str, pa.Table]) -> tuple[np.ndarray, int]:
     return np.isin(it, used), max(len(used), 1)
 
 
-def _kinds(tables: dict[str, pa.Table]) -> np.ndarray:
+def _kind_in(tables: dict[str, pa.Table], kinds: tuple[str, ...]) -> np.ndarray:
+    """Mask of the tasks whose kind is one of KINDS, by the kind column's dictionary (a
+    string per task, and np.isin's sort of them, cost a millisecond a small trace)."""
     k = tables["task"]["kind"].combine_chunks()
-    if pa.types.is_dictionary(k.type):
-        k = k.cast(pa.string())
-    return np.asarray(k.to_pylist(), dtype=object)
+    if not pa.types.is_dictionary(k.type):
+        k = pc.dictionary_encode(k)
+    lut = np.array([w in kinds for w in k.dictionary.to_pylist()] + [False], bool)
+    idx = pc.fill_null(k.indices.cast(pa.int64()), -1).to_numpy(zero_copy_only=False)
+    return lut[idx]
 
 
 def floors(tables: dict[str, pa.Table], rep) -> dict:
@@ -59,14 +63,13 @@ def floors(tables: dict[str, pa.Table], rep) -> dict:
     iteration of REP (ms): the tasks' own costs (``dur_ns``) in TABLES, without the waiting
     the graph keeps as slack (a collective waiting for its peers does no work)."""
     mask, n = _used(rep, tables)
-    kind = _kinds(tables)
     unit = tables["task"]["unit_id"].to_numpy(zero_copy_only=False)
     work = tables["task"]["dur_ns"].to_numpy(zero_copy_only=False).astype(np.float64)
     names = dict(zip(tables["unit"]["unit_id"].to_pylist(), tables["unit"]["name"].to_pylist(),
                      strict=False))
     out = {}
     for key, kinds in (("cpu", CPU_KINDS), ("gpu", GPU_KINDS)):
-        sel = mask & np.isin(kind, kinds)
+        sel = mask & _kind_in(tables, kinds)
         if not sel.any():
             continue
         per = np.bincount(unit[sel], weights=work[sel])
@@ -98,7 +101,7 @@ def grown(base_tables: dict[str, pa.Table], base, tables: dict[str, pa.Table], p
                 if w.endswith(RECOMPUTE) else w for w in words] + ["?"]
         idx[idx < 0] = len(words)
         uniq, key_of = np.unique(np.array(keys, dtype=object), return_inverse=True)
-        cpu = np.isin(_kinds(t), CPU_KINDS)
+        cpu = _kind_in(t, CPU_KINDS)
         held = (rep.schedule.end_ns - rep.schedule.start_ns).astype(np.float64)
         work = (np.asarray(rep.work_ns, np.float64) if rep.work_ns is not None else held)
         w = np.where(cpu, held, work)
