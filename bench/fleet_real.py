@@ -201,9 +201,10 @@ def section(scale: str = "full") -> list[str]:
              "driver) and unpacked, the trace row, activity tables a spec asks for; "
              "converting: the graph from Arrow to Polars tables for the rewrite and back for "
              "the simulator; rewriting: the optimization; "
-             "replays: every simulation (baseline, its explained variants, the prediction "
-             "with slack kept and at zero); report: the result, gates and notes; other: the "
-             "rest.", "",
+             "replays: every simulation (the baseline and its explained replay, the "
+             "interval's low end, and per spec the prediction with slack kept and at zero; "
+             "reading is one trace's, whose DuckDB query a fleet's chunk of 64 traces "
+             "shares); report: the result, gates and notes; other: the rest.", "",
              "| trace | events | total ms | " + " | ".join(PARTS) + " | other |",
              "|---|---|---|" + "---|" * (len(PARTS) + 1)]
     for r in out:
