@@ -274,19 +274,28 @@ def predict(
 def _predict_all(store: Path, opts: list[str], where: str | None, workers: int | None,
                  ray: str | None, force: bool, top: int, fmt: str,
                  param_bytes: int | None) -> None:
-    from daydream import fleet
-    from daydream.report import fleet_progress, fleet_table, plural, print_fleet
+    from daydream.base.runner import started_early
+    # the workers start first, so that their imports run beside this process's
+    runner = started_early(workers, ray, "daydream.fleet:warm_worker")
+    try:
+        from daydream import fleet
+        from daydream.report import fleet_progress
+
+        with fleet_progress(enabled=sys.stderr.isatty() and fmt == "table") as (plan, tick):
+            def on_pair(r) -> None:
+                tick()
+                if r.status == "failed":
+                    error(r.error or f"{r.trace_id} {r.spec}")
+
+            rep = fleet.predict_all(store, opts, where=where, workers=workers, ray=ray,
+                                    force=force, param_bytes=param_bytes, on_progress=on_pair,
+                                    on_plan=plan, runner=runner)
+    finally:
+        if runner is not None:
+            runner.close()
+    from daydream.report import fleet_table, plural, print_fleet
     from daydream.text_table import to_csv
 
-    with fleet_progress(enabled=sys.stderr.isatty() and fmt == "table") as (plan, tick):
-        def on_pair(r) -> None:
-            tick()
-            if r.status == "failed":
-                error(r.error or f"{r.trace_id} {r.spec}")
-
-        rep = fleet.predict_all(store, opts, where=where, workers=workers, ray=ray,
-                                force=force, param_bytes=param_bytes, on_progress=on_pair,
-                                on_plan=plan)
     if fmt == "json":
         _json(rep.table.to_pylist())
     elif fmt == "csv":

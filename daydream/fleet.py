@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from daydream import pipeline
 from daydream.base.errors import DaydreamError
-from daydream.base.runner import make_runner
+from daydream.base.runner import Runner, make_runner
 from daydream.graphstore import db, sql_query
 from daydream.graphstore.prediction import PredictionResult
 from daydream.graphstore.schema import PREDICTION
@@ -177,13 +177,15 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
                 workers: int | None = None, ray: str | None = None, force: bool = False,
                 param_bytes: int | None = None,
                 on_progress: Callable[[PairResult], None] | None = None,
-                on_plan: Callable[[int], None] | None = None) -> FleetReport:
+                on_plan: Callable[[int], None] | None = None,
+                runner: Runner | None = None) -> FleetReport:
     """Predict every selected stored trace with every spec; results into ``prediction``.
 
     ``param_bytes``: the model's parameter bytes for ``ddp`` (as ``predict --param-bytes``;
     the same for every trace). ``on_plan(n)`` is told how many (trace, spec) pairs there are
     before the work starts, and ``on_progress`` gets each pair as it is done (or found
-    stored)."""
+    stored). ``runner``: where the predictions run (``base.runner.started_early``: its
+    workers started before this module was imported), closed here; else one is made."""
     from daydream.transforms.registry import check
 
     root = Path(store_root)
@@ -245,7 +247,8 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
                             error=f"trace {tid}: {err}" if named else f"trace {tid}: {s}: {err}"))
 
     items = list(todo)
-    runner = make_runner(workers, ray, tasks=len(items), share=warm_worker)
+    if runner is None:
+        runner = make_runner(workers, ray, tasks=len(items), share=warm_worker)
     limit = 2 * runner.workers
     try:
         with runner:

@@ -195,3 +195,28 @@ def test_shared_runner_is_not_used_for_isolated_work():
     assert type(make_runner(2, None, tasks=4, isolate=True, share=print)) is PoolRunner
     assert isinstance(make_runner(1, None, tasks=4, share=print), InlineRunner)
     assert not isinstance(make_runner(2, None, tasks=4), SharedRunner)
+
+
+def mark_preloaded() -> None:
+    """A warm-up named by string (``started_early``): writes this worker's pid where the
+    test's environment says."""
+    Path(os.environ["DAYDREAM_TEST_PRELOAD"]).write_text(str(os.getpid()))
+
+
+def test_started_early_runs_what_it_names_in_its_worker_before_any_task(tmp_path,
+                                                                         monkeypatch):
+    from daydream.base.runner import SharedRunner, started_early
+    assert started_early(1, None, "x:y") is None  # inline work: no worker to start
+    assert started_early(4, "auto", "x:y") is None  # Ray starts its own
+    mark = tmp_path / "preloaded"
+    monkeypatch.setenv("DAYDREAM_TEST_PRELOAD", str(mark))
+    runner = started_early(2, None, "tests.base.test_runner:mark_preloaded")
+    assert isinstance(runner, SharedRunner) and runner.workers == 2
+    with runner:
+        runner.submit("a", _pid_after, 0.0)
+        runner.submit("b", _pid_after, 0.0)  # both to the worker (two may queue there)
+        got = dict(x for _ in range(2) if runner.pending() for x in runner.next_done())
+        while runner.pending():
+            got.update(runner.next_done())
+    assert set(got) == {"a", "b"}
+    assert int(mark.read_text()) == got["a"] != os.getpid()

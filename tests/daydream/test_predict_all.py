@@ -167,6 +167,14 @@ def test_process_pool_gives_the_same_rows(fresh):
     two = sql_query.run_sql(fresh, "SELECT trace_id, spec, predicted_ms FROM prediction "
                      "ORDER BY ALL").to_pylist()
     assert one == two
+    # a runner started before the fleet's modules were imported (the CLI's) gives them too
+    from daydream.base.runner import started_early
+    runner = started_early(2, None, "daydream.fleet:warm_worker")
+    rep = fleet.predict_all(fresh, SPECS, force=True, runner=runner)
+    assert not rep.failed
+    three = sql_query.run_sql(fresh, "SELECT trace_id, spec, predicted_ms FROM prediction "
+                       "ORDER BY ALL").to_pylist()
+    assert one == three
 
 
 def test_cli_prints_by_gain_and_sql_sees_the_table(fresh):
