@@ -34,7 +34,8 @@ ParamBytesOpt = Annotated[int | None, Option(help="The model's parameter bytes, 
 TargetArg = Annotated[str, Argument(help="A trace file, stored trace id, job name or "
                                     "folder of rank traces.")]
 WorkersOpt = Annotated[int | None, Option(
-    "--workers", help="With --all: worker processes.", show_default="every core")]
+    "--workers", help="With --all: processes predicting, this one among them.",
+    show_default="every core")]
 
 
 def _fmt(json: bool, fmt: str, allowed: tuple[str, ...] = ("table", "json", "csv")) -> str:
@@ -68,7 +69,7 @@ def ingest(
                                          "recursively) or globs.")],
     store: StoreOpt = DEFAULT_STORE,
     jobs: Annotated[int | None, Option("--workers", "--jobs", "-j",
-                                       help="Worker processes converting files.",
+                                       help="Processes converting files, this one among them.",
                                        show_default="every core")] = None,
     force: Annotated[bool, Option(help="Replace traces already in the store.")] = False,
     strict: Annotated[bool, Option(help="Stop at the first file that fails.")] = False,
