@@ -66,6 +66,23 @@ def _edge_defaults(ed: pl.DataFrame, *replace: pl.Series) -> pl.DataFrame:
                             for c, v in _EDGE_DEFAULTS] + list(replace))
 
 
+def _interleave(old: pl.DataFrame, new: pl.DataFrame, order: np.ndarray) -> pl.DataFrame:
+    """``pl.concat([old, new])[order]`` where ORDER keeps OLD's rows in their order and puts
+    NEW's (indices from len(OLD)) among them: OLD's runs sliced (no copy) and concatenated
+    with the new rows, not every row gathered (an insert of a few tasks into a 4k-task graph
+    gathered every column, about a millisecond)."""
+    n = old.height
+    is_new = order >= n
+    # a boundary wherever the source changes or an old row does not follow its predecessor
+    cut = np.flatnonzero(np.r_[True, (is_new[1:] != is_new[:-1])
+                               | (order[1:] != order[:-1] + 1) | is_new[1:]])
+    parts = []
+    for a, b in zip(cut.tolist(), np.r_[cut[1:], len(order)].tolist(), strict=True):
+        i = int(order[a])
+        parts.append(new.slice(i - n, b - a) if is_new[a] else old.slice(i, b - a))
+    return pl.concat(parts, rechunk=True)
+
+
 class Graph:
     """One trace's graph; immutable by convention (primitives return new graphs)."""
 
@@ -429,7 +446,7 @@ class Graph:
         order = np.lexsort((tie, pos))
         newid = np.empty(n + k, np.int64)
         newid[order] = np.arange(n + k)
-        allt = pl.concat([self.task, newrows])[order].with_columns(
+        allt = _interleave(self.task, newrows, order).with_columns(
             pl.Series("task_id", np.arange(n + k, dtype=np.int64)))
         src = newid[self.edge["src"].to_numpy()]
         dst = newid[self.edge["dst"].to_numpy()]
