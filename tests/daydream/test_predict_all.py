@@ -175,6 +175,11 @@ def test_process_pool_gives_the_same_rows(fresh):
     three = sql_query.run_sql(fresh, "SELECT trace_id, spec, predicted_ms FROM prediction "
                        "ORDER BY ALL").to_pylist()
     assert one == three
+    # a fleet of one trace runs in this process (the worker started early is let go)
+    tid = one[0]["trace_id"]
+    rep = fleet.predict_all(fresh, SPECS, force=True, where=f"trace_id = '{tid}'",
+                            runner=started_early(2, None, "daydream.fleet:warm_worker"))
+    assert rep.count("predicted") == len(SPECS) and not rep.failed
 
 
 def test_cli_prints_by_gain_and_sql_sees_the_table(fresh):
