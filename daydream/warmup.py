@@ -52,14 +52,24 @@ def warm() -> float:
     from daydream.graphstore.check import check_acyclic
     from daydream.ingest.kineto import read_kineto
 
-    ev = [{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 0, "dur": 20},
-          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-           "ts": 1, "dur": 2, "args": {"correlation": 1, "External id": 1, "grid": [1, 1, 1],
-                                       "Input Dims": [[1]], "Collective name": "x"}},
-          {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 4, "dur": 1.5,
-           "args": {"correlation": 1, "stream": 7, "device": 0}},
-          {"ph": "s", "cat": "ac2g", "id": 1, "pid": 1, "tid": 1, "ts": 1, "name": "\\u00e9"},
-          {"ph": "f", "cat": "ac2g", "id": 1, "pid": 0, "tid": 7, "ts": 4, "bp": "e"}]
+    # two steps of the same work, so that a prediction's steady-state step (timed per
+    # iteration) runs too
+    ev = []
+    for k, at in ((1, 0), (2, 30)):
+        ev += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1,
+                "tid": 1, "ts": at, "dur": 25},
+               {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": at + 1,
+                "dur": 20},
+               {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                "tid": 1, "ts": at + 2, "dur": 2,
+                "args": {"correlation": k, "External id": k, "grid": [1, 1, 1],
+                         "Input Dims": [[1]], "Collective name": "x"}},
+               {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": at + 5,
+                "dur": 1.5, "args": {"correlation": k, "stream": 7, "device": 0}},
+               {"ph": "s", "cat": "ac2g", "id": k, "pid": 1, "tid": 1, "ts": at + 2,
+                "name": "\\u00e9"},
+               {"ph": "f", "cat": "ac2g", "id": k, "pid": 0, "tid": 7, "ts": at + 5,
+                "bp": "e"}]
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "warm.json"
         f.write_text(json.dumps({"traceEvents": ev}))

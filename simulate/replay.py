@@ -539,6 +539,15 @@ def _iterations_of(its: list, tasks: np.ndarray) -> np.ndarray:
     return out
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of A, for a kernel that only reads it: numba compiles a signature per
+    writability, and Arrow's buffers are read-only or not by where they came from (a DLRM
+    trace's prediction compiled two kernels anew after `make`'s warm-up, seconds each)."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 def _path_codes(col: pa.ChunkedArray, path: np.ndarray) -> tuple[np.ndarray, list] | None:
     """(index per path task, names; the last name is None, for null) as a dictionary encoding
     of the column's values along the path would give them; None for a column type not handled
@@ -564,9 +573,11 @@ def _path_codes(col: pa.ChunkedArray, path: np.ndarray) -> tuple[np.ndarray, lis
             continue
         valid, offsets, data = ch.buffers()
         rep, pos = _passes.group_strings(
-            path, lo, lo + len(ch), np.frombuffer(offsets, off_type), ch.offset,
-            np.frombuffer(data, np.uint8) if data is not None else np.empty(0, np.uint8),
-            np.frombuffer(valid, np.uint8) if valid is not None else np.empty(0, np.uint8),
+            path, lo, lo + len(ch), _read_only(np.frombuffer(offsets, off_type)), ch.offset,
+            _read_only(np.frombuffer(data, np.uint8) if data is not None else
+                       np.empty(0, np.uint8)),
+            _read_only(np.frombuffer(valid, np.uint8) if valid is not None else
+                       np.empty(0, np.uint8)),
             ch.null_count > 0, idx, len(local))
         for r, p in zip(rep.tolist(), pos.tolist(), strict=True):
             v = ch[r].as_py()
@@ -638,7 +649,8 @@ def steady_step(g: dict[str, pa.Table], its: list[Iteration], anchors: np.ndarra
     lab = _labels(g)
     f, last = used[0], used[-1]
     n_lab = int(max(idx.max(initial=-1), last)) + 1
-    task_end, gpu_end, backlog = _passes.ends_by_label(lab, end, is_gpu, orphan, n_lab)
+    task_end, gpu_end, backlog = _passes.ends_by_label(
+        *map(_read_only, (lab, end, is_gpu, orphan)), n_lab)
     gpu_upto = np.maximum(np.maximum.accumulate(gpu_end), max(int(backlog), 0))
 
     def done(x: int) -> int:
