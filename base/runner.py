@@ -99,6 +99,10 @@ class PoolRunner(Runner):
 
     def next_done(self):
         finished, _ = wait(self._futs, return_when=FIRST_COMPLETED)
+        yield from self._collect(finished)
+
+    def _collect(self, finished):
+        """(tag, result) of each FINISHED future, taken out of the pending ones."""
         for f in finished:
             tag = self._futs.pop(f)
             try:
@@ -143,18 +147,13 @@ class SharedRunner(PoolRunner):
         return len(self._futs) + len(self._here)
 
     def next_done(self):
-        if self._here:  # what ran here first, then whatever the pool has finished already
-            done, self._here = self._here, []
-            yield from done
-            finished = [f for f in self._futs if f.done()]
-        else:
-            finished, _ = wait(self._futs, return_when=FIRST_COMPLETED)
-        for f in finished:
-            tag = self._futs.pop(f)
-            try:
-                yield tag, f.result()
-            except Exception as e:
-                yield tag, _failed(e)
+        if not self._here:
+            yield from super().next_done()
+            return
+        # what ran here first, then whatever the pool has finished already
+        done, self._here = self._here, []
+        yield from done
+        yield from self._collect([f for f in self._futs if f.done()])
 
 
 class RayRunner(Runner):
