@@ -47,15 +47,17 @@ def _used(rep, tables: dict[str, pa.Table]) -> tuple[np.ndarray, int]:
     return np.isin(it, used), max(len(used), 1)
 
 
-def _kind_in(tables: dict[str, pa.Table], kinds: tuple[str, ...]) -> np.ndarray:
-    """Mask of the tasks whose kind is one of KINDS, by the kind column's dictionary (a
-    string per task, and np.isin's sort of them, cost a millisecond a small trace)."""
-    k = tables["task"]["kind"].combine_chunks()
-    if not pa.types.is_dictionary(k.type):
-        k = pc.dictionary_encode(k)
-    lut = np.array([w in kinds for w in k.dictionary.to_pylist()] + [False], bool)
-    idx = pc.fill_null(k.indices.cast(pa.int64()), -1).to_numpy(zero_copy_only=False)
-    return lut[idx]
+def is_in(col: pa.ChunkedArray, values: tuple[str, ...]) -> np.ndarray:
+    """Whether each value of a string (or dictionary) column is one of VALUES (null: no), a
+    dictionary column through its dictionary (a string per task, and np.isin's sort of them,
+    cost a millisecond a small trace's prediction)."""
+    arr = col.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        lut = np.array([w in values for w in arr.dictionary.to_pylist()] + [False], bool)
+        return lut[pc.fill_null(arr.indices.cast(pa.int64()), -1).to_numpy(
+            zero_copy_only=False)]
+    return pc.fill_null(pc.is_in(arr, value_set=pa.array(values, arr.type)),
+                        False).to_numpy(zero_copy_only=False)
 
 
 def floors(tables: dict[str, pa.Table], rep) -> dict:
@@ -69,7 +71,7 @@ def floors(tables: dict[str, pa.Table], rep) -> dict:
                      strict=False))
     out = {}
     for key, kinds in (("cpu", CPU_KINDS), ("gpu", GPU_KINDS)):
-        sel = mask & _kind_in(tables, kinds)
+        sel = mask & is_in(tables["task"]["kind"], kinds)
         if not sel.any():
             continue
         per = np.bincount(unit[sel], weights=work[sel])
@@ -101,7 +103,7 @@ def grown(base_tables: dict[str, pa.Table], base, tables: dict[str, pa.Table], p
                 if w.endswith(RECOMPUTE) else w for w in words] + ["?"]
         idx[idx < 0] = len(words)
         uniq, key_of = np.unique(np.array(keys, dtype=object), return_inverse=True)
-        cpu = _kind_in(t, CPU_KINDS)
+        cpu = is_in(t["task"]["kind"], CPU_KINDS)
         held = (rep.schedule.end_ns - rep.schedule.start_ns).astype(np.float64)
         work = (np.asarray(rep.work_ns, np.float64) if rep.work_ns is not None else held)
         w = np.where(cpu, held, work)

@@ -537,7 +537,7 @@ def phase_ms(tables: dict[str, pa.Table], rep: Replay | JobReplay, ranks: int = 
         phase = phase.cast(pa.string())
     phase = pc.fill_null(phase, "other").combine_chunks().dictionary_encode()
     codes = phase.indices.to_numpy(zero_copy_only=False)
-    gpu = _is_in(task["kind"], GPU_KINDS)
+    gpu = gates.is_in(task["kind"], GPU_KINDS)
     per = 1e6 * max(len(used), 1) * max(ranks, 1)
     out = {}
     for code, name in sorted(enumerate(phase.dictionary.to_pylist()), key=lambda x: x[1]):
@@ -546,12 +546,3 @@ def phase_ms(tables: dict[str, pa.Table], rep: Replay | JobReplay, ranks: int = 
             out[name] = {"gpu_ms": float(held[sel & gpu].sum() / per),
                          "cpu_ms": float(held[sel & ~gpu].sum() / per)}
     return out
-
-
-def _is_in(col: pa.ChunkedArray, values: tuple[str, ...]) -> np.ndarray:
-    """Whether each value of a string (or dictionary) column is one of VALUES."""
-    arr = col.combine_chunks()
-    if pa.types.is_dictionary(arr.type):
-        lut = np.isin(np.asarray(arr.dictionary.to_pylist(), object), values)
-        return lut[arr.indices.to_numpy(zero_copy_only=False)]
-    return pc.is_in(arr, value_set=pa.array(values, arr.type)).to_numpy(zero_copy_only=False)
