@@ -186,6 +186,27 @@ def split(comm: pl.DataFrame, n: int, cur: Link, algo: str = "ring") -> pl.DataF
                              pl.Series("rest_ns", rest))
 
 
+def as_all_gather(parts: pl.DataFrame, n: int, fraction: float) -> np.ndarray:
+    """New durations (ns) of split all-reduces (``split``) whose messages are exchanged
+    instead by an all-gather of FRACTION of their bytes per rank (compressed gradients cannot
+    be summed in flight): the rest kept, the latency part over the all-gather's steps, the
+    transfer (n-1) x FRACTION x bytes / B where it was 2(n-1)/n x bytes / B (ring)."""
+    s_ag, w_ag = cost_terms("all_gather", n)
+    s_ar, w_ar = cost_terms("all_reduce", n)
+    return (parts["rest_ns"].to_numpy() + parts["lat_ns"].to_numpy() * (s_ag / s_ar) +
+            parts["xfer_ns"].to_numpy() * (fraction * n * w_ag) / w_ar)
+
+
+def message_bytes(parts: pl.DataFrame, n: int, cur: Link) -> np.ndarray:
+    """Bytes of each split all-reduce's message: as recorded, else, where the trace records
+    no sizes, what its transfer time moves over link CUR."""
+    nbytes = parts["bytes"].fill_null(0).to_numpy().astype(np.float64)
+    if not nbytes.any():
+        _, w_ar = cost_terms("all_reduce", n)
+        nbytes = parts["xfer_ns"].to_numpy() * cur.gbps / max(w_ar, 1e-9)
+    return nbytes
+
+
 def rescale(parts: pl.DataFrame, n_old: int, n_new: int, old: Link, new: Link,
             algo: str = "ring") -> np.ndarray:
     """New durations (ns) of split comm tasks with n_new ranks on link ``new``: the rest kept;

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+from daydream.transforms.constants import GPU_MEMORY
 from daydream.transforms.hardware import DEVICES, Device, device_from_properties
 
 # Every family a constant table may be keyed by; "default" where the device is unknown.
@@ -75,3 +76,9 @@ def gpu(device: dict | None, figure: str | None = None) -> Device:
     if d is None or (figure is not None and getattr(d, figure) is None):
         return DEVICES[REFERENCE[family(device)]]
     return d
+
+
+def achieved_memory_bandwidth(device: dict | None) -> float:
+    """Bytes per ns the GPU's memory moves for an inserted bandwidth-bound kernel (a copy, a
+    gradient encode or decode): its memory_gbps (``gpu``) times GPU_MEMORY achieved."""
+    return gpu(device, "memory_gbps").memory_gbps * GPU_MEMORY["achieved"]["value"]

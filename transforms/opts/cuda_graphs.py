@@ -6,8 +6,7 @@ import numpy as np
 import polars as pl
 
 from daydream.transforms.constants import CUDA_GRAPHS as C
-from daydream.transforms.constants import GPU_MEMORY
-from daydream.transforms.devices import gpu
+from daydream.transforms.devices import achieved_memory_bandwidth
 from daydream.transforms.opts.distributed import launch_calls, rows_frame
 from daydream.transforms.primitives import Graph
 from daydream.transforms.registry import Context, register
@@ -114,7 +113,7 @@ def cuda_graphs(g: Graph, ctx: Context, *, static_inputs: bool = True) -> Graph:
              "dur_ns": C["graph_launch_ns"]["value"]} for (_, u, _), i in first.items()]
     g = g.scale(sel, 0.0)
     unit = g.array("unit_id")
-    bw = gpu(ctx.device, "memory_gbps").memory_gbps * GPU_MEMORY["achieved"]["value"]
+    bw = achieved_memory_bandwidth(ctx.device)
     for nbytes, at in copies.values():
         rows.append({"at": at, "kind": "memcpy", "unit_id": int(unit[at]), "bytes": nbytes,
                      "name": "Memcpy DtoD (Device -> Device) static inputs (inserted)",

@@ -8,8 +8,7 @@ import polars as pl
 from daydream.base.errors import DaydreamError
 from daydream.transforms import comm
 from daydream.transforms.constants import DISTRIBUTED as C
-from daydream.transforms.constants import GPU_MEMORY
-from daydream.transforms.devices import gpu
+from daydream.transforms.devices import achieved_memory_bandwidth
 from daydream.transforms.opts.distributed import (
     current_link,
     feeders,
@@ -39,16 +38,11 @@ def dgc(g: Graph, ctx: Context, *, ratio: float = 0.001) -> Graph:
     n, c = gradient_allreduces(g, ctx, "dgc")
     cur = current_link(g, ctx, n)
     parts = comm.split(c, n, cur)
-    s_ag, w_ag = comm.cost_terms("all_gather", n)
-    s_ar, w_ar = comm.cost_terms("all_reduce", n)
-    new = (parts["rest_ns"].to_numpy() + parts["lat_ns"].to_numpy() * (s_ag / s_ar) +
-           parts["xfer_ns"].to_numpy() * (2 * ratio * n * w_ag) / w_ar)
+    new = comm.as_all_gather(parts, n, 2 * ratio)  # values and their indices
     g = set_comm(g, c["task_id"].to_numpy(), np.rint(new).astype(np.int64))
     # selection kernels: on the stream of the GPU task that fed each collective
-    bw = gpu(ctx.device, "memory_gbps").memory_gbps * GPU_MEMORY["achieved"]["value"]
-    nbytes = parts["bytes"].fill_null(0).to_numpy().astype(np.float64)
-    if not nbytes.any():  # no sizes: the transfer time at the link's bandwidth says how much
-        nbytes = parts["xfer_ns"].to_numpy() * cur.gbps / max(w_ar, 1e-9)
+    bw = achieved_memory_bandwidth(ctx.device)
+    nbytes = comm.message_bytes(parts, n, cur)
     sel_ns = np.maximum(np.rint(nbytes * C["dgc_select_frac"]["value"] / bw),
                         C["dgc_min_kernel_ns"]["value"]).astype(np.int64)
     unit = g.task["unit_id"].to_numpy()

@@ -8,8 +8,7 @@ import polars as pl
 from daydream.base.errors import DaydreamError
 from daydream.transforms import comm
 from daydream.transforms.constants import DISTRIBUTED as C
-from daydream.transforms.constants import GPU_MEMORY
-from daydream.transforms.devices import gpu
+from daydream.transforms.devices import achieved_memory_bandwidth
 from daydream.transforms.opts.distributed import (
     current_link,
     feeders,
@@ -50,15 +49,10 @@ def qsgd(g: Graph, ctx: Context, *, bits: int = 8) -> Graph:
     cur = current_link(g, ctx, n)
     parts = comm.split(c, n, cur)
     q = bits / GRAD_BITS
-    s_ag, w_ag = comm.cost_terms("all_gather", n)
-    s_ar, w_ar = comm.cost_terms("all_reduce", n)
-    new = (parts["rest_ns"].to_numpy() + parts["lat_ns"].to_numpy() * (s_ag / s_ar) +
-           parts["xfer_ns"].to_numpy() * (q * n * w_ag) / w_ar)
+    new = comm.as_all_gather(parts, n, q)
     g = set_comm(g, c["task_id"].to_numpy(), np.rint(new).astype(np.int64))
-    bw = gpu(ctx.device, "memory_gbps").memory_gbps * GPU_MEMORY["achieved"]["value"]
-    nbytes = parts["bytes"].fill_null(0).to_numpy().astype(np.float64)
-    if not nbytes.any():  # no sizes: the transfer time at the link's bandwidth says how much
-        nbytes = parts["xfer_ns"].to_numpy() * cur.gbps / max(w_ar, 1e-9)
+    bw = achieved_memory_bandwidth(ctx.device)
+    nbytes = comm.message_bytes(parts, n, cur)
     floor = C["qsgd_min_kernel_ns"]["value"]
     enc = np.maximum(np.rint(nbytes * (2 + q) / bw), floor).astype(np.int64)
     dec = np.maximum(np.rint(nbytes * (n * q + 1) / bw), floor).astype(np.int64)
