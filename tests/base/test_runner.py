@@ -63,6 +63,20 @@ def _alive(pids: dict[int, str]) -> list[int]:
             if p in procs and procs[p][2] == st and procs[p][1] not in "ZX"]
 
 
+def _kill_and_wait(driver: subprocess.Popen, pids: dict[int, str]) -> list[int]:
+    """SIGKILL the driver, then give PIDS 5 s to end; those still alive are returned (and
+    killed, to leave the machine clean whatever the outcome)."""
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    deadline = time.monotonic() + 5
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _alive(pids)
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    return left
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigkilled_driver_leaves_no_worker(tmp_path, fleet):
     driver = subprocess.Popen(
@@ -82,14 +96,7 @@ def test_sigkilled_driver_leaves_no_worker(tmp_path, fleet):
         assert driver.poll() is None, "the ingest ended before its workers could be seen"
         kids = _descendants(driver.pid)
         assert len(kids) >= 3
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait()
-        deadline = time.monotonic() + 5
-        while _alive(kids) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        left = _alive(kids)
-        for p in left:  # leave the machine clean whatever the outcome
-            os.kill(p, signal.SIGKILL)
+        left = _kill_and_wait(driver, kids)
         assert not left, f"{len(left)} of the killed driver's processes still run after 5 s"
     finally:
         if driver.poll() is None:
@@ -128,14 +135,7 @@ def test_sigkilled_driver_leaves_no_ray_task_worker(tmp_path, fleet):
         assert tasks, "no Ray task worker was seen running the ingest"
         time.sleep(0.5)
         everything = _descendants(driver.pid)
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait()
-        deadline = time.monotonic() + 5
-        while _alive(tasks) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        left = _alive(tasks)
-        for p in left:
-            os.kill(p, signal.SIGKILL)
+        left = _kill_and_wait(driver, tasks)
         assert not left, f"{len(left)} Ray task workers of the killed driver still run after 5 s"
     finally:
         if driver.poll() is None:
