@@ -1087,7 +1087,7 @@ def _first_triggers(kind, unit, start, end, nthr, pid):
 
 def _poll_waits(kind, unit, start, end, names, vocab, rid, nthr, threads, thr_prev, thr_next,
                 in_op, launch_of, gpu_mask) -> tuple[np.ndarray, np.ndarray, int]:
-    """The waits of polling (graphstore.calls.poll_kinds): (GPU task, host stretch) pairs and
+    """The waits of polling (graphstore.calls.poll_kind): (GPU task, host stretch) pairs and
     the number of polling threads.
 
     A stretch polls when its thread is a polling thread (every call a query or an inspection,
@@ -1099,11 +1099,8 @@ def _poll_waits(kind, unit, start, end, names, vocab, rid, nthr, threads, thr_pr
     if nthr == 0 or not gpu_mask.any():
         return empty, empty, 0
     api_ids = np.flatnonzero(kind == KIND_API)
-    # the call names only (the vocabulary holds every name); most traces make no query
-    called = np.flatnonzero(np.bincount(names[api_ids], minlength=len(vocab)))
-    pk = np.zeros(len(vocab), np.int8)
-    pk[called] = calls.poll_kinds(vocab[called])
-    if not (pk == 2).any():
+    pk = _by_call_name(calls.poll_kind, vocab, names, kind, np.int8)
+    if not (pk == 2).any():  # most traces make no query
         return empty, empty, 0
     apk = pk[names[api_ids]]  # per call: 2 query, 1 inspect, 0 other
     q = api_ids[apk == 2]

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-
 # What a call waits for (``wait_class``): codes stored per call in the graph build.
 WAIT_NONE, WAIT_STREAM, WAIT_DEVICE, WAIT_EVENT, WAIT_COPY = range(5)
 WAIT_CLASS_NAMES = ("none", "stream", "device", "event", "copy")
@@ -60,11 +58,10 @@ _INSPECT = re.compile(r"^(cuda|hip)(PointerGetAttributes|GetDevice|GetDeviceCoun
                       r"CtxGetCurrent|CtxSetCurrent|DeviceGet)")
 
 
-def poll_kinds(names: np.ndarray) -> np.ndarray:
-    """Per distinct call name: 2 for a query (``cudaEventQuery``, ``cudaStreamQuery``, the HIP
-    and driver ones), 1 for a call that only inspects state, 0 for any other."""
-    return np.array([2 if _QUERY.search(str(n)) else 1 if _INSPECT.search(str(n)) else 0
-                     for n in names], np.int8)
+def poll_kind(name: str) -> int:
+    """2 for a query (``cudaEventQuery``, ``cudaStreamQuery``, the HIP and driver ones), 1 for
+    a call that only inspects state, 0 for any other."""
+    return 2 if _QUERY.search(name) else 1 if _INSPECT.search(name) else 0
 
 
 def wait_class(name: str) -> int:
