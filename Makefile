@@ -6,11 +6,11 @@ PY := $(VENV)/bin/python
 # ingest and accuracy), and the test extras on top of it (make test, lint, bench).
 CORE := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
-# The kernels of ingest and graphstore compiled ahead of time (base/compiled.py; the modules
+# The kernels of ingest, graphstore and the simulator compiled ahead of time (base/compiled.py; the modules
 # that declare them are named once, in daydream/warmup.py): rebuilt when a source of those
 # stages changes; without a C compiler the stamp says so and numba compiles them on first use
 KERNELS := base/_kernels.stamp
-KERNEL_SOURCES := $(wildcard base/*.py ingest/*.py graphstore/*.py) daydream/warmup.py
+KERNEL_SOURCES := $(wildcard base/*.py ingest/*.py graphstore/*.py simulate/*.py) daydream/warmup.py
 STORE ?= .daydream
 TRACE ?= tests/data/kineto/resnet50_v100_nw0_run1.json.gz
 OPT ?= amp

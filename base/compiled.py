@@ -1,5 +1,5 @@
-"""The loader of compiled kernels (ingest's and graphstore's): built ahead of time where a C
-compiler is, else compiled by numba on first use, from the one source either way.
+"""The loader of compiled kernels (ingest's, graphstore's and the simulator's): built ahead of
+time where a C compiler is, else compiled by numba on first use, from the one source either way.
 
 Why: numba's import and its first dispatch in a process (llvmlite, the target context, the
 cache index) cost 0.4-0.5 s of one core holding the GIL, a quarter of ``daydream ingest`` of a

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # stage, so that the loader below them names none
 KERNEL_MODULES = ("daydream.ingest.kineto_scan", "daydream.ingest.nesting",
                   "daydream.graphstore.build", "daydream.graphstore.check",
-                  "daydream.graphstore.load")
+                  "daydream.graphstore.load", "daydream.simulate._core",
+                  "daydream.simulate._passes")
 
 
 def packages() -> list[str]:

@@ -1,4 +1,5 @@
-"""Graph arrays -> predicted schedule: Daydream's Algorithm 1, compiled with numba.
+"""Graph arrays -> predicted schedule: Daydream's Algorithm 1, compiled with numba (ahead of time
+where a C compiler is: daydream.base.compiled).
 
 ``simulate(SimGraph) -> Schedule``; see ``simulate.graph`` for the input contract.
 """

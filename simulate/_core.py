@@ -31,13 +31,9 @@ Task state (``start_cnt`` after the run): >= 0 not started (count of missing pre
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.extending import intrinsic
 
-from daydream.base.compiled import announce_compiles
+from daydream.base.compiled import helper, kernel
 
 # The unit policies and edge kinds by their codes (declared in simulate.codes): module globals,
 # which numba compiles in as constants.
@@ -47,8 +43,6 @@ from daydream.simulate.codes import FIXED as _FIXED
 from daydream.simulate.codes import START as _START
 from daydream.simulate.codes import START_START as _START_START
 
-announce_compiles()  # the first prediction after a plain install compiles these
-
 _QUEUED = -3  # state of a task waiting in its FCFS/PRIORITY unit's queue
 # Lags may be negative (a kernel may start shortly before its launching call returns, as the
 # profiler records that return): down to this bound, far beyond any latency, so that no time
@@ -56,7 +50,7 @@ _QUEUED = -3  # state of a task waiting in its FCFS/PRIORITY unit's queue
 MIN_LAG_NS = -(1 << 40)
 
 
-@nb.njit(cache=True, inline="always")
+@helper(inline="always")
 def _U(i):
     """An index known to be >= 0, as unsigned: numba then indexes without the wraparound
     arithmetic (a select on the sign and a load of the array's length) it adds for a signed
@@ -69,13 +63,13 @@ def _U(i):
 # --- heaps over task indices, keys read through arrays --------------------------------------
 
 
-@nb.njit(cache=True)
+@helper()
 def _pend_less(a, b, ready):
     # FCFS / pending order: (ready time, task index)
     return ready[_U(a)] < ready[_U(b)] or (ready[_U(a)] == ready[_U(b)] and a < b)
 
 
-@nb.njit(cache=True)
+@helper()
 def _prio_less(a, b, ready, priority):
     # PRIORITY order among ready tasks: (priority, ready time, task index)
     if priority[_U(a)] != priority[_U(b)]:
@@ -83,7 +77,7 @@ def _prio_less(a, b, ready, priority):
     return _pend_less(a, b, ready)
 
 
-@nb.njit(cache=True)
+@helper()
 def _pend_push(h, base, size, t, ready):
     i = size
     while i > 0:
@@ -96,7 +90,7 @@ def _pend_push(h, base, size, t, ready):
     h[_U(base + i)] = t
 
 
-@nb.njit(cache=True)
+@helper()
 def _pend_pop(h, base, size, ready):
     top = h[_U(base)]
     size -= 1
@@ -118,7 +112,7 @@ def _pend_pop(h, base, size, ready):
     return top
 
 
-@nb.njit(cache=True)
+@helper()
 def _prio_push(h, base, size, t, ready, priority):
     i = size
     while i > 0:
@@ -131,7 +125,7 @@ def _prio_push(h, base, size, t, ready, priority):
     h[_U(base + i)] = t
 
 
-@nb.njit(cache=True)
+@helper()
 def _prio_pop(h, base, size, ready, priority):
     top = h[_U(base)]
     size -= 1
@@ -153,7 +147,7 @@ def _prio_pop(h, base, size, ready, priority):
     return top
 
 
-@nb.njit(cache=True)
+@helper()
 def _unit_push(hk, hu, size, key, u):
     # heap of (candidate start time, unit id)
     i = size
@@ -169,7 +163,7 @@ def _unit_push(hk, hu, size, key, u):
     hu[_U(i)] = u
 
 
-@nb.njit(cache=True)
+@helper()
 def _unit_pop(hk, hu, size):
     size -= 1
     if size > 0:
@@ -194,7 +188,7 @@ def _unit_pop(hk, hu, size):
         hu[_U(i)] = u
 
 
-@nb.njit(cache=True)
+@helper()
 def _candidate(u, free, pend, psize, prio, qsize, qbase, ready):
     """Earliest start of the next task on non-FIXED unit u (which is idle and has a queue)."""
     if qsize[_U(u)] > 0:
@@ -209,14 +203,21 @@ def _candidate(u, free, pend, psize, prio, qsize, qbase, ready):
 # single word: insert and pop-lowest cost a few word operations each.
 
 
-@intrinsic
-def _cttz(typingctx, x):
-    sig = types.int64(types.int64)
+# Count trailing zeros of a nonzero word by a de Bruijn sequence: the lowest set bit times
+# the sequence puts a distinct 6-bit pattern in the top bits, which a table maps back to the
+# bit's index (a multiply, a shift and a load). No intrinsic: the module then needs no numba
+# where its kernels are compiled ahead of time (daydream.base.compiled).
+_DE_BRUIJN = 0x022FDD63CC95386D
+_CTTZ_TABLE = np.zeros(64, np.int64)
+for _bit in range(64):
+    _CTTZ_TABLE[((_DE_BRUIJN << _bit) & 0xFFFFFFFFFFFFFFFF) >> 58] = _bit
+del _bit
 
-    def codegen(context, builder, signature, args):
-        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
 
-    return sig, codegen
+@helper(inline="always")
+def _cttz(x):
+    low = np.uint64(x) & (np.uint64(0) - np.uint64(x))
+    return _CTTZ_TABLE[(low * np.uint64(_DE_BRUIJN)) >> np.uint64(58)]
 
 
 def bitmap_offsets(n: int) -> np.ndarray:
@@ -231,7 +232,7 @@ def bitmap_offsets(n: int) -> np.ndarray:
     return np.array(offs, np.int64)
 
 
-@nb.njit(cache=True)
+@helper()
 def _bm_insert(bits, loff, x):
     i = x
     for lv in range(loff.shape[0] - 1):
@@ -243,7 +244,7 @@ def _bm_insert(bits, loff, x):
         i >>= 6
 
 
-@nb.njit(cache=True)
+@helper()
 def _bm_pop(bits, loff, minw):
     """Remove and return the lowest set index; ``minw`` is a level-0 word index below which
     every word is zero. Returns (index, new minw), or (-1, minw) when empty."""
@@ -276,7 +277,8 @@ def _bm_pop(bits, loff, minw):
 
 
 
-@nb.njit(cache=True)
+@kernel("boolean", "readonly int64[::1]", "readonly int64[::1]", "readonly int64[::1]",
+        "readonly int8[::1]")
 def csr_ok(indptr, dst, lag, kind):
     """One pass over the CSR values ``check.check_graph`` checks: indptr from 0 to the edge
     count and never decreasing, destinations in range, lags >= MIN_LAG_NS, known edge kinds.
@@ -294,7 +296,8 @@ def csr_ok(indptr, dst, lag, kind):
     return not bad
 
 
-@nb.njit(cache=True)
+@kernel("UniTuple(boolean, 2)", "int64", "readonly int64[::1]", "readonly int64[::1]",
+        "readonly int64[::1]", "readonly int8[::1]")
 def edge_list_ok(n, src, dst, lag, kind):
     """One pass over an edge list (``SimGraph.from_edges``): (every value valid, sources
     already non-decreasing). Invalid: ``check.check_edge_list`` names the problem."""
@@ -311,7 +314,7 @@ def edge_list_ok(n, src, dst, lag, kind):
     return ok, is_sorted
 
 
-@nb.njit(cache=True)
+@kernel("boolean", "readonly int64[::1]", "readonly int32[::1]", "readonly int8[::1]")
 def tasks_ok(dur, unit, unit_policy):
     """One pass over the per-task values ``check.check_tasks`` checks (vectorizable, as
     ``csr_ok``)."""
@@ -325,7 +328,8 @@ def tasks_ok(dur, unit, unit_policy):
     return not bad
 
 
-@nb.njit(cache=True)
+@kernel("boolean", "readonly int32[::1]", "readonly int8[::1]", "readonly int64[::1]",
+        "int32[::1]", "int32[::1]")
 def prepare(unit, unit_policy, order_key, nxt, start_cnt):
     """Link FIXED units in index order, into zeroed arrays: ``nxt[p] = i + 1`` when task i
     follows task p on its unit, and ``start_cnt[i] = 1`` for the link. Returns False, having
@@ -348,7 +352,8 @@ def prepare(unit, unit_policy, order_key, nxt, start_cnt):
     return sorted_
 
 
-@nb.njit(cache=True)
+@kernel("UniTuple(boolean, 2)", "readonly int64[::1]", "readonly int64[::1]",
+        "readonly int64[::1]", "readonly int8[::1]", "int32[::1]", "int32[::1]")
 def count_in(indptr, dst, lag, kind, start_cnt, end_cnt):
     """Count START and START_START predecessors into ``start_cnt``, END ones into ``end_cnt``,
     checking in the same pass what ``csr_ok`` checks (an edge that fails is not counted), so
@@ -377,7 +382,8 @@ def count_in(indptr, dst, lag, kind, start_cnt, end_cnt):
     return not bad, has_ss
 
 
-@nb.njit(cache=True)
+@kernel("none", "readonly int32[::1]", "readonly int8[::1]", "readonly int64[::1]", "int32[::1]",
+        "int32[::1]")
 def relink(unit, unit_policy, perm, nxt, start_cnt):
     """Undo the links ``prepare`` made, then link FIXED units visiting tasks in ``perm`` order
     (by (order_key, index))."""
@@ -405,7 +411,7 @@ def relink(unit, unit_policy, perm, nxt, start_cnt):
 _CUR, _MINW, _BEHIND, _DONE, _HSIZE, _ALL_FIXED, _HAS_SS = 0, 1, 2, 3, 4, 5, 6
 
 
-@nb.njit(cache=True)
+@helper()
 def _release(d, unit, start, pend, qbase, psize, qsize, prio, free, busy, hk, hu, st):
     """Task ``d`` on a FCFS/PRIORITY unit has its START predecessors done: queue it."""
     u = unit[_U(d)]
@@ -417,7 +423,7 @@ def _release(d, unit, start, pend, qbase, psize, qsize, prio, free, busy, hk, hu
         st[_HSIZE] += 1
 
 
-@nb.njit(cache=True)
+@helper()
 def _unit_freed(t, e, u, start, pend, qbase, psize, qsize, prio, free, busy, last, hk, hu, st):
     """Task ``t`` on FCFS/PRIORITY unit ``u`` ended at ``e``: the unit can take its next."""
     busy[_U(u)] = False
@@ -429,7 +435,7 @@ def _unit_freed(t, e, u, start, pend, qbase, psize, qsize, prio, free, busy, las
         st[_HSIZE] += 1
 
 
-@nb.njit(cache=True, inline="always")
+@helper(inline="always")
 def _push(d, cur, minw, behind, stack, bits, loff, use_bitmap):
     """Task ``d`` became runnable: behind the sweep cursor it goes on the stack (or, once the
     sweep is over, into the bitmap); at or past it the sweep finds it. Returns (minw, behind).
@@ -446,7 +452,7 @@ def _push(d, cur, minw, behind, stack, bits, loff, use_bitmap):
     return minw, behind
 
 
-@nb.njit(cache=True, inline="always")
+@helper(inline="always")
 def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, end_cnt, start,
                 end, bound, via, end_bound, stack, bits, loff, pend, qbase, psize, qsize, prio,
                 free, busy, last, hk, hu, st, use_bitmap):
@@ -601,7 +607,7 @@ def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, 
     st[_DONE] = done
 
 
-@nb.njit(cache=True)
+@helper()
 def _drain_sweep(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, end_cnt, start,
                  end, bound, via, end_bound, stack, bits, loff, pend, qbase, psize, qsize, prio,
                  free, busy, last, hk, hu, st):
@@ -610,7 +616,7 @@ def _drain_sweep(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt,
                 free, busy, last, hk, hu, st, False)
 
 
-@nb.njit(cache=True)
+@helper()
 def _drain_bitmap(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, end_cnt, start,
                   end, bound, via, end_bound, stack, bits, loff, pend, qbase, psize, qsize, prio,
                   free, busy, last, hk, hu, st):
@@ -619,7 +625,11 @@ def _drain_bitmap(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt
                 free, busy, last, hk, hu, st, True)
 
 
-@nb.njit(cache=True)
+@kernel("int64", "readonly int64[::1]", "readonly int32[::1]", "readonly int8[::1]",
+        "readonly int64[::1]", "bool", "readonly int64[::1]", "readonly int64[::1]",
+        "readonly int64[::1]", "readonly int8[::1]", "int32[::1]", "int32[::1]", "int32[::1]",
+        "int64[::1]", "int64[::1]", "int64[::1]", "int8[::1]", "int64[::1]", "int64[::1]",
+        "readonly int64[::1]")
 def run(dur, unit, unit_policy, priority, has_ss, indptr, dst, lag, kind, nxt, start_cnt,
         end_cnt, start, end, bound, via, end_bound, bits, loff):
     """Simulate. On entry (see ``prepare``/``count_in``) ``start_cnt``/``end_cnt`` hold
@@ -734,7 +744,7 @@ def run(dur, unit, unit_policy, priority, has_ss, indptr, dst, lag, kind, nxt, s
     return st[_DONE]
 
 
-@nb.njit(cache=True)
+@helper()
 def _walk(bound, via, end_bound, t, out):
     """Follow binders back from the end of task ``t``: a task's end is bound by its END
     predecessor when one extended it, else by its start; a start is bound by ``bound`` through
@@ -757,7 +767,8 @@ def _walk(bound, via, end_bound, t, out):
         x = b
 
 
-@nb.njit(cache=True)
+@kernel("int64[::1]", "readonly int64[::1]", "readonly int64[::1]", "readonly int8[::1]",
+        "readonly int64[::1]")
 def critical_path(end, bound, via, end_bound):
     """Task indices in time order, from a task with nothing binding it to the last-ending task
     (the lowest index among ties), following the binders as in ``_walk``."""

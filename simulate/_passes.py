@@ -11,9 +11,9 @@ the simulator does not need contiguous).
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from daydream.base.compiled import helper, kernel
 from daydream.simulate._core import MIN_LAG_NS
 
 _FNV_OFFSET = np.uint64(14695981039346656037)
@@ -26,7 +26,7 @@ FB_START, FB_TASK, MINE_TASK, MINE_END, DONE_OBS_END, DONE_SIM_END, DONE_N = ran
 N_ACC = 7
 
 
-@nb.njit(cache=True)
+@kernel("Tuple((boolean, int64))", "int64", "readonly int64[::1]", "int64", "int64[::1]", "int64")
 def csr_offsets(n, src, at, indptr, nxt):
     """``indptr`` of a CSR from a batch of edge sources that starts at edge ``at``: sources
     in order, each task's first edge is where its source first appears (``nxt``: the first
@@ -42,14 +42,15 @@ def csr_offsets(n, src, at, indptr, nxt):
     return True, nxt
 
 
-@nb.njit(cache=True)
+@kernel("none", "int64[::1]", "int64", "int64")
 def csr_close(indptr, nxt, m):
     """The tasks after the last source have no edges."""
     for t in range(nxt, indptr.shape[0]):
         indptr[t] = m
 
 
-@nb.njit(cache=True)
+@kernel("boolean", "readonly int64[::1]", "readonly int32[::1]", "int64", "int64[::1]",
+        "int32[::1]", "int64", "bool")
 def tasks_into(dur_in, unit_in, n_units, dur, unit, at, copy):
     """Check a batch of task durations (>= 0) and units (in 0..n_units-1), copying them to
     ``dur``/``unit`` from ``at`` when ``copy``: one pass for both."""
@@ -63,7 +64,8 @@ def tasks_into(dur_in, unit_in, n_units, dur, unit, at, copy):
     return True
 
 
-@nb.njit(cache=True)
+@kernel("boolean", "int64", "readonly int64[::1]", "readonly int64[::1]", "int64[::1]",
+        "int64[::1]", "int64", "bool")
 def edges_into(n, dst_in, lag_in, dst, lag, at, copy):
     """Check a batch of edge destinations (in 0..n-1) and lags (>= MIN_LAG_NS), copying them
     to ``dst``/``lag`` from ``at`` when ``copy``."""
@@ -77,14 +79,7 @@ def edges_into(n, dst_in, lag_in, dst, lag, at, copy):
     return True
 
 
-@nb.njit(cache=True)
-def decode_into(indices, lut, out, at):
-    """``out[at + i] = lut[indices[i]]``: a batch of a dictionary column decoded."""
-    for i in range(indices.shape[0]):
-        out[at + i] = lut[indices[i]]
-
-
-@nb.njit(cache=True)
+@kernel("UniTuple(int64[::1], 2)", "readonly int64[::1]", "readonly int64[::1]", "int64")
 def group_sums(idx, ns, k):
     """Per group 0..k-1: ``ns`` summed (as integers: what float64 sums exactly below 2**53)
     and the number of members."""
@@ -96,12 +91,16 @@ def group_sums(idx, ns, k):
     return sums, count
 
 
-@nb.njit(cache=True)
+@helper()
 def _valid(valid, i):
     return (valid[i >> 3] >> (i & 7)) & 1
 
 
-@nb.njit(cache=True)
+@kernel("none", "int64", "readonly int64[::1]", "readonly int64[::1]", "readonly int32[::1]",
+        "readonly bool[::1]", "readonly int32[::1]", "readonly uint8[::1]", "int64", "bool",
+        "readonly int64[::1]", "readonly int64[::1]", "readonly int32[::1]", "readonly int64[::1]",
+        "int64[::1]", "readonly int64[::1]", "int64[::1]", "int64[::1]", "int64[::1]", "int64",
+        "int64")
 def task_scan(lo, start, obs_dur, kind_idx, cpu_lut, it_val, it_valid, it_voff, it_nulls,
               sim_start, sim_end, unit, work, busy, t_sorted, b_start, b_task, acc, last_it,
               last_end):
@@ -166,7 +165,8 @@ def task_scan(lo, start, obs_dur, kind_idx, cpu_lut, it_val, it_valid, it_voff, 
     acc[DONE_OBS_END], acc[DONE_SIM_END], acc[DONE_N] = done_obs, done_sim, done_n
 
 
-@nb.njit(cache=True)
+@kernel("none", "int64", "readonly int32[::1]", "readonly uint8[::1]", "int64", "bool",
+        "readonly int64[::1]", "int64[::1]")
 def iteration_of(lo, it_val, it_valid, it_voff, it_nulls, tasks, out):
     """``out[p]``: the iteration of task ``tasks[p]`` (-1 for null), for the tasks in this
     batch (global indices ``lo``..)."""
@@ -178,7 +178,8 @@ def iteration_of(lo, it_val, it_valid, it_voff, it_nulls, tasks, out):
             out[p] = -1 if it_nulls and not _valid(it_valid, it_voff + r) else it_val[r]
 
 
-@nb.njit(cache=True)
+@kernel("int64", "int64", "readonly int32[::1]", "readonly uint8[::1]", "int64", "bool", "int64",
+        "readonly int64[::1]", "int64")
 def last_in(lo, it_val, it_valid, it_voff, it_nulls, iteration, end, best):
     """The task of ``iteration`` in this batch that ends last, if later than ``best`` (the
     lowest index among ties; -1: none yet)."""
@@ -190,7 +191,7 @@ def last_in(lo, it_val, it_valid, it_voff, it_nulls, iteration, end, best):
     return best
 
 
-@nb.njit(cache=True)
+@kernel("int64[::1]", "readonly int64[::1]", "readonly int64[::1]", "int64")
 def finish_anchors(b_start, b_task, fallback):
     """From ``task_scan``'s buckets: per sorted iteration start, the CPU task with the
     smallest (start, index) at or after it (``fallback``, the largest, when there is none)."""
@@ -207,54 +208,7 @@ def finish_anchors(b_start, b_task, fallback):
     return out
 
 
-@nb.njit(cache=True)
-def walk_back(bound, via, end_bound, x, at_end, out):
-    """``_core._walk`` in blocks: from task ``x`` (at its end when ``at_end``), writes up to
-    ``len(out)`` tasks in walk order (last first). Returns (tasks written, where to resume:
-    task (-1 when the walk has ended) and whether at its end), so that a caller can stop
-    where the path leaves an iteration instead of walking back to the start of the trace."""
-    k = 0
-    while k < out.shape[0]:
-        out[k] = x
-        k += 1
-        if at_end and end_bound[x] >= 0:
-            x = end_bound[x]
-            continue
-        b = bound[x]
-        if b < 0:
-            return k, -1, at_end
-        at_end = via[x] == 0
-        x = b
-    return k, x, at_end
-
-
-@nb.njit(cache=True)
-def path_held(path, start, end):
-    """A critical path (time order) with a task entered and left counted once, and the time
-    each task holds the path: from where the task before it on the path ended (a kernel that
-    starts while its launch call runs counts only from the call's end). Returns (tasks,
-    held ns)."""
-    n = path.shape[0]
-    out = np.empty(n, np.int64)
-    held = np.empty(n, np.int64)
-    m = 0
-    cursor = 0
-    for p in range(n):
-        t = path[p]
-        if m > 0 and out[m - 1] == t:
-            continue
-        s, e = start[t], end[t]
-        if m == 0:
-            cursor = s
-        h = e - max(s, cursor)
-        held[m] = h if h > 0 else 0
-        cursor = max(cursor, e)
-        out[m] = t
-        m += 1
-    return out[:m], held[:m]
-
-
-@nb.njit(cache=True)
+@helper()
 def _same(data, a0, a1, b0, b1):
     if a1 - a0 != b1 - b0:
         return False
@@ -264,7 +218,8 @@ def _same(data, a0, a1, b0, b1):
     return True
 
 
-@nb.njit(cache=True)
+@kernel("UniTuple(int64[::1], 2)", "readonly int64[::1]", "int64", "int64", "readonly int32[::1]",
+        "int64", "readonly uint8[::1]", "readonly uint8[::1]", "bool", "int64[::1]", "int64")
 def group_strings(path, lo, hi, offsets, off0, data, valid, nulls, gid, base):
     """Group the values of one string column chunk (rows ``lo``..``hi`` of the table) at the
     path's tasks in that range: ``gid[p] = base + local group`` (-1 for null), groups numbered
@@ -329,7 +284,7 @@ def group_strings(path, lo, hi, offsets, off0, data, valid, nulls, gid, base):
     return rep[:ng], first[:ng]
 
 
-@nb.njit(cache=True)
+@kernel("none", "readonly int64[::1]", "int64", "int64", "readonly int32[::1]", "int64[::1]")
 def gather_codes(path, lo, hi, indices, out):
     """``out[p] = indices[path[p] - lo]`` for the path's tasks in rows lo..hi."""
     for p in range(path.shape[0]):
@@ -338,7 +293,9 @@ def gather_codes(path, lo, hi, indices, out):
             out[p] = indices[t - lo]
 
 
-@nb.njit(cache=True)
+@kernel("UniTuple(int64, 2)", "readonly int64[::1]", "readonly int8[::1]", "readonly int64[::1]",
+        "readonly int64[::1]", "readonly int64[::1]", "readonly int64[::1]", "int64", "bool",
+        "int64", "int64[::1]", "int64[::1]", "int64[::1]")
 def path_parts(bound, via, end_bound, start, end, dur, x, at_end, t_stop, seg_task, seg_src,
                seg_ns):
     """The critical path back from task ``x`` (from its end when ``at_end``, else from its
@@ -378,7 +335,8 @@ def path_parts(bound, via, end_bound, start, end, dur, x, at_end, t_stop, seg_ta
     return k, t
 
 
-@nb.njit(cache=True)
+@kernel("none", "readonly int64[::1]", "readonly int64[::1]", "readonly int64[::1]",
+        "readonly int64[::1]", "int64[::1]")
 def edge_of(indptr, dst, src_q, dst_q, out):
     """For each (src_q[i], dst_q[i]), the position in CSR order of the first edge from the one
     to the other, or -1 (out-edges of a task are few: a scan of them)."""
@@ -393,7 +351,8 @@ def edge_of(indptr, dst, src_q, dst_q, out):
                 break
 
 
-@nb.njit(cache=True)
+@kernel("Tuple((int64[::1], int64[::1], int64))", "readonly int64[::1]", "readonly int64[::1]",
+        "readonly bool[::1]", "readonly bool[::1]", "int64")
 def ends_by_label(lab, end, is_gpu, orphan, n_labels):
     """One pass for ``steady_step``: per iteration label 0..n_labels-1, the latest end of its
     tasks and of its GPU tasks; and the latest end of the GPU backlog (``orphan``)."""

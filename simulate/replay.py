@@ -66,8 +66,8 @@ def _codes8(col: pa.ChunkedArray, mapping: dict[str, int], what: str) -> np.ndar
         return _codes(col, mapping, what).astype(np.int8)
     out = np.empty(len(col), np.int8)
     for lo, ch in _offsets(col):
-        _passes.decode_into(ch.indices.to_numpy(), _lut(ch.dictionary, mapping, what, np.int8),
-                            out, lo)
+        idx = ch.indices.to_numpy()
+        np.take(_lut(ch.dictionary, mapping, what, np.int8), idx, out=out[lo:lo + len(idx)])
     return out
 
 
@@ -291,17 +291,19 @@ def _batch_codes(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(index per task, is-CPU per index) of one batch of the task kind column."""
     if pa.types.is_dictionary(arr.type) and not arr.null_count:
         lut = _lut(arr.dictionary, KIND_CODE, "task kind", np.int8) < len(CPU_KINDS)
-        return arr.indices.to_numpy(), lut
-    return _codes(arr, KIND_CODE, "task kind"), np.arange(len(KIND_CODE)) < len(CPU_KINDS)
+        return arr.indices.to_numpy().astype(np.int32, copy=False), lut
+    return (_codes(arr, KIND_CODE, "task kind").astype(np.int32, copy=False),
+            np.arange(len(KIND_CODE)) < len(CPU_KINDS))
 
 
 def _batch_ints(arr: pa.Array, fill: int) -> tuple[np.ndarray, np.ndarray, int, bool]:
-    """(values, validity bitmap, its bit offset, has nulls) of an integer batch column."""
+    """(values as int32, validity bitmap, its bit offset, has nulls) of a batch of the
+    iteration column (the compiled passes take int32: the graph's INTEGER column as it is)."""
     if not pa.types.is_integer(arr.type) or not len(arr):
-        return (arr.fill_null(fill).cast(pa.int64()).to_numpy(zero_copy_only=False),
+        return (arr.fill_null(fill).cast(pa.int32()).to_numpy(zero_copy_only=False),
                 np.empty(0, np.uint8), 0, False)
     vals = np.frombuffer(arr.buffers()[1], arr.type.to_pandas_dtype())
-    vals = vals[arr.offset:arr.offset + len(arr)]
+    vals = vals[arr.offset:arr.offset + len(arr)].astype(np.int32, copy=False)
     if not arr.null_count:
         return vals, np.empty(0, np.uint8), 0, False
     return vals, np.frombuffer(arr.buffers()[0], np.uint8), arr.offset, True
@@ -560,7 +562,8 @@ def _path_codes(col: pa.ChunkedArray, path: np.ndarray) -> tuple[np.ndarray, lis
                 any(not ch.dictionary.equals(col.chunk(0).dictionary) for ch in col.chunks):
             return None
         for ch in col.chunks:
-            _passes.gather_codes(path, lo, lo + len(ch), ch.indices.to_numpy(), idx)
+            _passes.gather_codes(path, lo, lo + len(ch),
+                                 ch.indices.to_numpy().astype(np.int32, copy=False), idx)
             lo += len(ch)
         return idx, col.chunk(0).dictionary.to_pylist() + [None]
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
@@ -604,7 +607,7 @@ def _time_by(col: pa.ChunkedArray, path: np.ndarray, ns: np.ndarray, top: int,
         idx = d.indices.fill_null(len(names) - 1).to_numpy()
     else:
         idx, names = coded
-    sums, seen = _passes.group_sums(idx, ns, len(names))
+    sums, seen = _passes.group_sums(idx.astype(np.int64, copy=False), ns, len(names))
     keys = [k for k in np.argsort(-sums, kind="stable") if seen[k]][:top]
     return [{name: names[k], "ns": int(round(sums[k]))} for k in keys]
 
