@@ -2,7 +2,8 @@
 
 Outline (each step set-based over numpy columns; the one per-thread sweep is compiled):
   1. units: every CPU thread with calls or ranges, every (device, stream) with GPU work, and an
-     ``origin`` unit holding one zero-length task at the trace's start;
+     ``origin`` unit holding one zero-length task at the trace's start; after it, a lane unit
+     for each parallel branch of a CUDA graph launch seen on a stream (``_graph_lanes``);
   2. CPU tasks: each runtime/driver call, and each stretch of host time between calls, split
      where the innermost enclosing range changes (a ``host`` task named after that range);
   3. GPU tasks: kernels (NCCL/RCCL ones as ``comm``), copies, sets;
@@ -531,8 +532,20 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     per_stream = _stream_tasks(unit, gpu_mask)
     sp = np.concatenate([ids[:-1] for ids in per_stream.values()] + [np.zeros(0, np.int64)])
     sq = np.concatenate([ids[1:] for ids in per_stream.values()] + [np.zeros(0, np.int64)])
-    stats.add("stream_overlap", int((start[sq] < end[sp]).sum()), severity="warning",
+    overlap = start[sq] < end[sp]
+    stats.add("stream_overlap", int(overlap.sum()), severity="warning",
               detail="GPU tasks that start before the previous task on their stream ends")
+    # graph lanes: the nodes of one CUDA graph launch that ran side by side on their stream
+    lanes = _graph_lanes(per_stream, np.unique(unit[sq[overlap]]), start, end, corr) if (
+        overlap.any()) else None
+    if lanes is not None:
+        keep = ~np.isin(unit[sq], lanes.streams)
+        sp, sq = np.r_[sp[keep], lanes.src], np.r_[sq[keep], lanes.dst]
+        stats.add("graph_lanes", len(lanes.task), severity="info",
+                  detail="GPU tasks of one graph launch (one correlation id) that ran beside "
+                         "another of its nodes on their stream: run on a lane unit of the "
+                         "stream, after the nodes of the stream that ended before they began")
+    several = (EK_WAIT,) if lanes is None else (EK_WAIT, EK_STREAM)
     launch_of = _launches(api, api_task, corr, gpu_task, len(kind))
     has_launch = launch_of >= 0
     stats.add("gpu_without_launch", int((gpu_mask & ~has_launch).sum()), severity="warning",
@@ -594,7 +607,7 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
 
     def gpu_edge(s, d, k, anchor_t, lag_ns, anchor, inferred):
         b = cand_kind[d] == k
-        if k == EK_WAIT:  # several waits into one task: only the latest-ending one binds
+        if k in several:  # several waits (or lane edges) into one task: the latest binds
             b &= anchor_t + lag_ns == cand_time[d]
         beyond = start[d] - anchor_t - lag_ns  # what the trace shows beyond the latency
         # an edge that did not bind gives back only what makes it hold in the trace
@@ -728,6 +741,18 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
                      "headline, dropped at the interval's low end)")
     task_slack[gaps] = dur[gaps]
     dur[gaps] = 0
+    if lanes is not None:  # the lanes' units follow the origin's, each beside its stream's
+        for u, n_lanes in zip(lanes.streams, lanes.n_lanes, strict=True):
+            i = u - nthr
+            for k in range(1, n_lanes):
+                lanes.unit_id[(lanes.stream == u) & (lanes.lane == k)] = len(unit_kind)
+                unit_kind.append("stream")
+                unit_pid.append(None)
+                unit_tid.append(None)
+                unit_device.append(int(streams[i, 0]))
+                unit_stream.append(int(streams[i, 1]))
+                unit_name.append(f"gpu {streams[i, 0]} stream {streams[i, 1]} lane {k}")
+        unit[lanes.task] = lanes.unit_id
     e = edges.arrays()
     return Graph(kind=kind, unit=unit, start_ns=start, obs_dur_ns=obs, dur_ns=dur,
                  task_slack_ns=task_slack,
@@ -737,6 +762,103 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
                  binding=e["binding"], inferred=e["inferred"], unit_kind=unit_kind,
                  unit_pid=unit_pid, unit_tid=unit_tid, unit_device=unit_device,
                  unit_stream=unit_stream, unit_name=unit_name, stats=stats)
+
+
+@dataclass
+class _Lanes:
+    """The graph lanes of a trace (``_graph_lanes``)."""
+
+    streams: np.ndarray  # the stream units with lanes
+    n_lanes: list        # lanes of each, the stream's own unit (lane 0) counted
+    task: np.ndarray     # the tasks on lanes 1.., by task id
+    stream: np.ndarray   # the stream unit of each
+    lane: np.ndarray     # its lane (>= 1)
+    unit_id: np.ndarray  # its lane's unit (set by build once the units are numbered)
+    src: np.ndarray      # the stream edges of the laned streams (in place of their
+    dst: np.ndarray      # adjacent pairs)
+
+
+def _graph_lanes(per_stream: dict, overlapped: np.ndarray, start: np.ndarray, end: np.ndarray,
+                 corr: np.ndarray) -> _Lanes | None:
+    """Lanes for the nodes of one CUDA graph launch that ran side by side on their stream.
+
+    A graph runs its nodes on parallel branches, yet the profiler puts every one of them on
+    the stream the graph was launched onto, so on that stream some of them overlap. A stream
+    unit runs one task at a time, which would stretch the replay. The rule, on each stream
+    ``overlapped`` names (those with a task starting before an earlier one ended; no other
+    stream is looked at, so a trace without overlaps pays nothing):
+
+    - a *cluster* is a maximal run of the stream's tasks (in start order) each of which starts
+      before every earlier task of the run has ended; a cluster of several tasks that all share
+      one correlation id (>= 0: one launching call, i.e. one graph launch) is a *graph
+      cluster*. Other clusters (tasks of different launches overlapping) are left as they
+      are: serialized on the stream, as before;
+    - in a graph cluster each task goes to the lowest lane whose last task ended by its
+      start (lane 0 is the stream's own unit; lane k >= 1 a unit of its own, named
+      ``gpu D stream S lane k``), so a lane never holds two overlapping tasks, and every task
+      outside graph clusters stays on lane 0;
+    - stream edges (end_start) keep the order the trace shows: each task follows the task
+      before it on its lane, and on every other lane of its stream the last task that ended
+      by its start (with every earlier task of that lane), unless that task already precedes
+      the task before it on its own lane. So a node starts after every node of its stream
+      that ended before it began, as measured, and nothing more: under a what-if the nodes
+      still serialize where they did and run side by side where they did.
+
+    Returns None when no overlap is one of a graph launch's nodes."""
+    streams, n_lanes, tasks, t_stream, t_lane, srcs, dsts = [], [], [], [], [], [], []
+    for u in overlapped:
+        ids = per_stream[int(u)]
+        s, e = start[ids], end[ids]
+        head = np.r_[True, s[1:] >= np.maximum.accumulate(e)[:-1]]
+        first = np.flatnonzero(head)
+        size = np.diff(np.r_[first, len(ids)])
+        c = corr[ids]
+        cid = np.cumsum(head) - 1
+        mixed = np.bincount(cid, weights=c != c[first][cid], minlength=len(first)) > 0
+        graph = (size > 1) & ~mixed & (c[first] >= 0)
+        if not graph.any():
+            continue
+        lane = np.zeros(len(ids), np.int64)
+        for a, m in zip(first[graph], size[graph], strict=True):
+            free = [e[a]]  # the end of each lane's last task
+            for p in range(a + 1, a + m):
+                k = next((k for k, f in enumerate(free) if f <= s[p]), len(free))
+                if k == len(free):
+                    free.append(e[p])
+                else:
+                    free[k] = e[p]
+                lane[p] = k
+        n = int(lane.max()) + 1
+        prev = np.full(len(ids), -1, np.int64)  # the task before each on its lane
+        on = [np.flatnonzero(lane == k) for k in range(n)]
+        for o in on:
+            prev[o[1:]] = o[:-1]
+            srcs.append(ids[o[:-1]])
+            dsts.append(ids[o[1:]])
+        for k, o in enumerate(on):
+            q = np.flatnonzero(lane != k)
+            # lane k's tasks that ended by q's start, every earlier one of the lane with them
+            cnt = np.minimum(np.searchsorted(np.maximum.accumulate(e[o]), s[q], "right"),
+                             np.searchsorted(o, q))
+            src = np.where(cnt > 0, o[np.maximum(cnt - 1, 0)], -1)
+            by = np.full(len(ids), -1, np.int64)
+            by[q] = src
+            new = (src >= 0) & ((prev[q] < 0) | (by[np.maximum(prev[q], 0)] != src))
+            srcs.append(ids[src[new]])
+            dsts.append(ids[q[new]])
+        streams.append(int(u))
+        n_lanes.append(n)
+        moved = np.flatnonzero(lane > 0)
+        tasks.append(ids[moved])
+        t_stream.append(np.full(len(moved), int(u), np.int64))
+        t_lane.append(lane[moved])
+    if not streams:
+        return None
+    task = np.concatenate(tasks)
+    return _Lanes(streams=np.array(streams, np.int64), n_lanes=n_lanes, task=task,
+                  stream=np.concatenate(t_stream), lane=np.concatenate(t_lane),
+                  unit_id=np.zeros(len(task), np.int32), src=np.concatenate(srcs),
+                  dst=np.concatenate(dsts))
 
 
 class _Edges:

@@ -138,7 +138,9 @@ UNIT = GTable("unit", "Who runs tasks one at a time: CPU threads, GPU streams, c
     Col("tid", "BIGINT", "Thread id (threads)."),
     Col("device", "INTEGER", "GPU index (streams)."),
     Col("stream", "BIGINT", "Stream id (streams)."),
-    Col("name", "VARCHAR", "Readable name, e.g. 'thread 4037' or 'gpu 0 stream 7'."),
+    Col("name", "VARCHAR", "Readable name, e.g. 'thread 4037', 'gpu 0 stream 7' or 'gpu 0 "
+        "stream 7 lane 1' (a graph lane: nodes of one CUDA graph launch that ran beside others "
+        "of it on stream 7; docs/graph.md)."),
     Col("policy", f"{enum(POLICIES)} NOT NULL", "fixed (trace order kept), fcfs or priority."),
 ))
 
