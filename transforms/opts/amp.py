@@ -537,9 +537,9 @@ def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
     host wait for the GPU once per step). GPU: the GPU table's name of the device, where the
     trace names none (or to predict on another GPU's peaks). LAYOUT nchw (PyTorch's default
     memory format): the 16-bit tensor-core convolutions work in NHWC, so each convolution
-    call transposes its 16-bit inputs and outputs (``layout_transposes``); nhwc
-    (channels_last): none. A trace already in reduced precision is left unchanged with a
-    note."""
+    call transposes its 16-bit inputs and outputs (``layout_transposes``: from the op's
+    shapes, else by the per-pass rule of constants.AMP_TRANSPOSE); nhwc (channels_last):
+    none. A trace already in reduced precision is left unchanged with a note."""
     if dtype not in DTYPES:
         raise DaydreamError(f"amp: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if layout not in ("nchw", "nhwc"):
