@@ -9,6 +9,14 @@ forward and backward whose op's shapes are recorded, intensity = F / B (transfor
 ``op_work``) and work = duration minus the trace's fixed kernel cost; it prints the histogram
 (4 bins a decade) to paste into AMP_INTENSITY with this run's date.
 
+It also measures constants.AMP_TRANSPOSE, the rule that sizes cuDNN's NCHW<->NHWC transposes
+around a 16-bit convolution whose op records no shapes: per pass (forward, backward), the
+transposed bytes of the convolution calls with shapes (passes x B, amp.layout_transposes) over
+the peak FLOPs of their kernels' FP32 work (amp.peak_flops), and checks it with the shapes
+withheld: the whole trace (in-sample), each half of the layers sized by the other half's rule
+(the layer-split check: conv calls alternate between halves by their order in their iteration
+and pass), each iteration by the others', and the spread per call.
+
     .venv/bin/python bench/amp_calibration.py [--store DIR]
 
 The calibration traces are bench/manifest.py's for "amp.conv" and "amp.gemm", read through
@@ -31,7 +39,8 @@ if str(ROOT) not in sys.path:
 from bench import manifest  # noqa: E402
 
 SHARED = manifest.SHARED
-CALIBRATION = {"conv": manifest.calibration("amp.conv"), "gemm": manifest.calibration("amp.gemm")}
+CALIBRATION = {"conv": manifest.calibration("amp.conv"), "gemm": manifest.calibration("amp.gemm"),
+               "transpose": manifest.calibration("amp.transpose")}
 BINS_PER_DECADE = 4
 
 
@@ -64,6 +73,83 @@ def intensities(path: Path, store: Path) -> dict[str, list[tuple[float, float]]]
     return out
 
 
+def transpose_calls(path: Path, store: Path) -> tuple[list[dict], int, str]:
+    """The convolution calls with shapes of PATH (amp.transpose_calls: pass, iteration,
+    transposed bytes, peak FLOPs of their work), the number of lowered convolution kernels, and
+    the device whose peaks count the FLOPs."""
+    import polars as pl
+
+    from daydream import pipeline
+    from daydream.ingest.store import Store
+    from daydream.transforms.constants import AMP
+    from daydream.transforms.kernel_class import kernel_precision
+    from daydream.transforms.opts import amp
+    from daydream.transforms.primitives import Graph
+
+    s = pipeline.resolve(str(path), Store(store))
+    g = Graph.from_tables(s.tables)
+    kern = g.task.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64)).filter(
+        pl.col("kind") == "kernel")
+    names = kern["name"].fill_null("").to_list()
+    prec = [kernel_precision(n) for n in names]
+    dev, _ = amp.amp_device(pipeline.context(s), names)
+    pk = amp.peaks(dev, "fp16")
+    ops = amp.Ops(s.activity("range"))
+    dt, op_rid = amp.kernel_dtypes(g, kern, prec, ops)
+    work = amp.matrix_work(kern, prec, ops, op_rid)
+    dur = kern["dur_ns"].to_numpy()
+    t0 = float(np.percentile(dur, AMP["fixed_percentile"]["value"]))
+    region = np.array([ph in amp.PHASES and it is not None for ph, it in zip(
+        kern["phase"].to_list(), kern["iteration"].to_list(), strict=True)], bool)
+    conv = amp.conv_kernels(prec, dt, region, ops, op_rid)
+    return amp.transpose_calls(kern, prec, conv, work, ops, op_rid, t0, pk), len(conv), dev.name
+
+
+def transpose_rule(calls: list[dict]) -> dict[str, float]:
+    """Per pass: transposed bytes per peak FLOP of work, work-weighted (sum over sum)."""
+    out = {}
+    for k in ("forward", "backward"):
+        cs = [c for c in calls if c["pass"] == k]
+        f = sum(c["flops"] for c in cs)
+        if f > 0:
+            out[k] = sum(c["bytes"] for c in cs) / f
+    return out
+
+
+def rule_error(fit: list[dict], held: list[dict]) -> float:
+    """Relative error of HELD's transposed bytes sized by FIT's rule, against their shapes."""
+    q = transpose_rule(fit)
+    got = sum(q.get(c["pass"], 0.0) * c["flops"] for c in held)
+    want = sum(c["bytes"] for c in held)
+    return got / want - 1 if want else float("nan")
+
+
+def transpose_check(calls: list[dict]) -> dict:
+    """The rule's errors with the shapes withheld (see the module's docstring)."""
+    pos: dict[tuple, int] = {}
+    half = []
+    for c in sorted(calls, key=lambda c: c["kernels"][0]):
+        key = (c["iteration"], c["pass"])
+        half.append(pos.get(key, 0) % 2)
+        pos[key] = pos.get(key, 0) + 1
+    order = sorted(calls, key=lambda c: c["kernels"][0])
+    a = [c for c, h in zip(order, half, strict=True) if h == 0]
+    b = [c for c, h in zip(order, half, strict=True) if h == 1]
+    its = sorted({c["iteration"] for c in calls})
+    per_it = [rule_error([c for c in calls if c["iteration"] != i],
+                         [c for c in calls if c["iteration"] == i]) for i in its]
+    q = transpose_rule(calls)
+    per_call = np.array([abs(q[c["pass"]] * c["flops"] / c["bytes"] - 1) for c in calls
+                         if c["bytes"] > 0])
+    return {"in_sample": rule_error(calls, calls),
+            "per_pass_in_sample": {k: rule_error(calls, [c for c in calls if c["pass"] == k])
+                                   for k in q},
+            "layer_split": (rule_error(a, b), rule_error(b, a)),
+            "iteration_out": per_it,
+            "per_call_median": float(np.median(per_call)),
+            "per_call_p90": float(np.percentile(per_call, 90))}
+
+
 def histogram(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """(bin centre intensity, share of work) per occupied log bin."""
     ai = np.array([a for a, _ in points])
@@ -85,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", type=Path, default=ROOT / ".daydream-accuracy")
     a = ap.parse_args(argv)
     for cls, files in CALIBRATION.items():
+        if cls == "transpose":
+            continue
         pts: list[tuple[float, float]] = []
         for rel in files:
             p = manifest.calibration_path(rel)
@@ -96,6 +184,29 @@ def main(argv: list[str] | None = None) -> int:
             pts += got
         if pts:
             print(f'"{cls}": {histogram(pts)},')
+    calls: list[dict] = []
+    for rel in CALIBRATION.get("transpose", []):
+        p = manifest.calibration_path(rel)
+        if not p.exists():
+            print(f"# {rel}: not here, skipped", file=sys.stderr)
+            continue
+        got, n_conv, dev = transpose_calls(p, a.store)
+        print(f"# {rel}: {len(got)} convolution calls with shapes "
+              f"({sum(len(c['kernels']) for c in got)} of its {n_conv} lowered convolution "
+              f"kernels), peaks of the {dev}", file=sys.stderr)
+        calls += got
+    if calls:
+        q = transpose_rule(calls)
+        print("AMP_TRANSPOSE value: {" + ", ".join(f'"{k}": {v:.4g}' for k, v in q.items())
+              + "}")
+        chk = transpose_check(calls)
+        print("# check, shapes withheld: in-sample {:+.2%} (per pass {}); layer split "
+              "{:+.2%} / {:+.2%}; each iteration by the others {}; per call |error| "
+              "median {:.0%}, 90th percentile {:.0%}".format(
+                  chk["in_sample"], ", ".join(f"{k} {v:+.2%}" for k, v in
+                                               chk["per_pass_in_sample"].items()),
+                  *chk["layer_split"], ", ".join(f"{e:+.2%}" for e in chk["iteration_out"]),
+                  chk["per_call_median"], chk["per_call_p90"]))
     return 0
 
 

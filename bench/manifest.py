@@ -97,9 +97,9 @@ TRACES: dict[str, Entry] = {
     "tracelens/resnet_actckpt_mi300x_rank0_of8.json.gz": Entry(CALIBRATE, ("gpu.fixed",)),
     "nsys/fsdp_t5_2xh100_1s.sqlite": Entry(CALIBRATE, ("gpu.fixed",)),
     "kineto-tb-plugin/resnet50_v100_nw0_run1.json.gz": Entry(
-        CALIBRATE, ("latency", "amp.conv", "edges"),
-        note="same network and GPU as the AMP check's trace: its intensities are those of "
-        "CIFAR-10 images, batch 32"),
+        CALIBRATE, ("latency", "amp.conv", "amp.transpose", "edges"),
+        note="same network and GPU as the AMP check's trace: its intensities and transposed "
+        "bytes per FLOP are those of CIFAR-10 images resized to 224, batch 32"),
 }
 
 # Files of ../shared/traces that neither calibrate nor are judged (a read of one is refused
@@ -121,6 +121,9 @@ FITS: dict[str, dict] = {
                  "script": "bench/amp_calibration.py"},
     "amp.gemm": {"what": "transforms/constants.py AMP_INTENSITY['gemm']",
                  "script": "bench/amp_calibration.py"},
+    "amp.transpose": {"what": "transforms/constants.py AMP_TRANSPOSE (the NCHW transposes of "
+                              "convolutions without shapes, per pass)",
+                      "script": "bench/amp_calibration.py"},
     "gpu.fixed": {"what": "transforms/constants.py GPU_ACHIEVED fixed costs (memory and "
                           "matrix kernels, per GPU: the 10th percentile of each group's "
                           "kernel durations)",

@@ -55,6 +55,26 @@ AMP_INTENSITY = {
              "which the accuracy sections judge)"},
 }
 
+# cuDNN's NCHW<->NHWC transposes around a 16-bit tensor-core convolution whose op records no
+# shapes (transforms/opts/amp.py layout_transposes): transposed bytes per peak FLOP of the
+# convolution kernel's FP32 work ((duration - fixed cost) x the FP32/TF32 peak), per pass
+# (forward; backward: the data- and weight-gradient passes together, one op since PyTorch
+# 1.11). A call of F FLOPs at an achieved fraction e of the peak and intensity F / B moves
+# passes x B bytes, i.e. passes x e / (F / B) per peak FLOP: the work-weighted figure of the
+# convolution calls with recorded shapes of a calibration trace (sum of passes x B over sum of
+# peak FLOPs), measured by bench/amp_calibration.py as AMP_INTENSITY is.
+AMP_TRANSPOSE = {
+    "value": {"forward": 0.009285, "backward": 0.00881},
+    "source": "bench/amp_calibration.py: the 636 convolution calls with shapes of "
+    "kineto-tb-plugin/resnet50_v100_nw0_run1 (ResNet-50, batch 32 at 224x224, V100, FP32 "
+    "NCHW; all 948 of its lowered convolution kernels), peak FLOPs at the V100's 15.7 TFLOPS; "
+    "run 2026-12-05. Checked there with the shapes withheld: each half of the layers sized by "
+    "the other half's rule -7.2% / +7.8% of its shaped bytes (the stated error), each "
+    "iteration by the others' within 0.2%, one call alone 57% median; a calibration trace of "
+    "bench/manifest.py, the same network and GPU as the judged AMP check (no shaped FP32 "
+    "convolutions of another network are in ../shared)",
+}
+
 # Passes over parameter-sized tensors of one optimizer step in torch.optim's for-loop (and
 # foreach) form and of its fused kernel (unfused, fused): the derivation above FUSED_OPTIMIZER.
 FUSED_OPTIMIZER_PASSES = {

@@ -9,7 +9,10 @@ P_new/P_old, and without recorded shapes the work-weighted ratio over its class'
 distribution (constants.AMP_INTENSITY, measured on other traces than those judged here); a
 bandwidth-bound kernel autocast feeds 16-bit data moves half the bytes (2x at most); the ops
 of autocast's float32 list (softmax, layer norm, losses, sums), the optimizer and the
-gradients keep their time."""
+gradients keep their time. In NCHW (the default), cuDNN's transposes around each 16-bit
+tensor-core convolution are added: from the op's shapes, or without shapes by
+constants.AMP_TRANSPOSE (transposed bytes per peak FLOP of the kernel's FP32 work, per pass,
+measured on a calibration trace with shapes)."""
 
 from __future__ import annotations
 
@@ -159,8 +162,11 @@ def per_class(ctx: Context, path) -> tuple[list[str], dict]:
     from daydream.transforms.registry import rewrite
     s = pipeline.resolve(str(path), open_store(ctx.store))
     new = rewrite(s.tables, "amp(casts=false,loss_scaling=false)", pipeline.context(s))
+    nhwc = rewrite(s.tables, "amp(casts=false,loss_scaling=false,layout=nhwc)",
+                   pipeline.context(s))
     t0 = pl.from_arrow(s.tables["task"]).with_row_index("id")
     t1 = pl.from_arrow(new["task"])
+    t2 = pl.from_arrow(nhwc["task"])
     k = t0.filter(pl.col("kind") == "kernel", pl.col("iteration").is_not_null())
     its = max(k["iteration"].n_unique(), 1)
     after = t1["dur_ns"].to_numpy()
@@ -183,8 +189,11 @@ def per_class(ctx: Context, path) -> tuple[list[str], dict]:
                      f"{b / its / 1e6:.2f} | {100 * b / tot1:.0f}% | {_f(a / b if b else None)} |")
     lines.append(f"| all kernels | {sum(v[2] for v in acc.values())} | {tot0 / its / 1e6:.2f} | "
                  f"| {tot1 / its / 1e6:.2f} | | {_f(tot0 / tot1)} |")
+    ids = k["id"].to_numpy()
+    tr_ns = float(after[ids].sum() - t2["dur_ns"].to_numpy()[ids].sum())
     data["all"] = {"fp32_ms": tot0 / its / 1e6, "amp_ms": tot1 / its / 1e6,
-                   "factor": tot0 / tot1}
+                   "factor": tot0 / tot1, "transposes_ms": tr_ns / its / 1e6,
+                   "nhwc_factor": tot0 / (tot1 - tr_ns) if tot1 > tr_ns else None}
     return lines, data
 
 
@@ -220,7 +229,10 @@ def run(ctx: Context) -> Result:
     unprof = (r["no_profiler"]["predicted_ms"] / r["no_profiler+amp"]["predicted_ms"]
               if not any(isinstance(r[k], Exception) for k in ("no_profiler", "no_profiler+amp"))
               else None)
-    data.update(step=step, unprofiled_speedup=unprof, floor=floor,
+    amp_np = r["no_profiler+amp"]
+    tr_note = (next((n for n in amp_np.get("notes") or [] if "NCHW layout" in n), None)
+               if not isinstance(amp_np, Exception) else None)
+    data.update(step=step, unprofiled_speedup=unprof, floor=floor, transposes_note=tr_note,
                 published=[{"speedup": v, "what": w, "source": s} for v, w, s in V100_PUBLISHED],
                 nchw_range=NCHW_RANGE)
     lo, hi = NCHW_RANGE
@@ -253,12 +265,8 @@ def run(ctx: Context) -> Result:
               f"by 2x at most while convolutions and GEMMs shrink by {_matrix(c_data)}, so "
               f"after amp the bandwidth-bound kernels hold most of the GPU time; and the "
               f"host's work (the profiled per-op cost included) comes close to the GPU's "
-              f"(the floors above), so the step gains less than the GPU time. cuDNN's "
-              f"NCHW<->NHWC transposes around FP16 tensor-core convolutions "
-              f"(amp(layout=nchw)) are sized from recorded shapes, which this trace lacks: "
-              f"none are added here, so the prediction is an upper bound; on the V100 "
-              f"ResNet-50 trace with shapes they take ~14% of the FP32 GPU time "
-              f"(docs/whatif-hw.md, 'AMP like for like').", ""]
+              f"(the floors above), so the step gains less than the GPU time.", "",
+              _transposes(c_data, tr_note), ""]
     data["within_nchw_range"] = within
     return Result(lines, data)
 
@@ -273,3 +281,35 @@ def _matrix(c: dict) -> str:
     m = [v for k, v in c.items() if k.split(" ")[0] in ("conv", "gemm", "attention")]
     a, b = sum(v["fp32_ms"] for v in m), sum(v["amp_ms"] for v in m)
     return _f(a / b if b else None)
+
+
+def _transposes(c: dict, note: str | None) -> str:
+    """The paragraph on cuDNN's NCHW transposes: the rule, its check, and this trace's
+    counts (from the amp note of ``no_profiler+amp``)."""
+    from daydream.transforms.constants import AMP_TRANSPOSE
+    a = c["all"]
+    q = AMP_TRANSPOSE["value"]
+    counts = NA
+    if note:
+        i = note.find("NCHW layout")
+        j = note.find(" ms: ", i)
+        k = note.find(" by the rule", j)
+        counts = note[j + 5:k] if j > 0 and k > j else note[i:]
+    return (f"cuDNN's NCHW<->NHWC transposes around FP16 tensor-core convolutions "
+            f"(amp(layout=nchw), the default) are sized from an op's recorded shapes, which "
+            f"this trace lacks; a convolution kernel without shapes is sized by the rule of "
+            f"constants.AMP_TRANSPOSE: its transposed bytes are its FP32 work ((duration - "
+            f"fixed cost) x the FP32 peak, in FLOPs) times the calibration trace's transposed "
+            f"bytes per peak FLOP of its pass (forward {q['forward']:.4g}; backward, both "
+            f"gradient passes, {q['backward']:.4g}), at the achieved memory bandwidth. The "
+            f"figure is passes x e / (F/B) (achieved fraction of the peak over intensity), "
+            f"work-weighted over the 636 convolution calls with shapes of "
+            f"kineto-tb-plugin/resnet50_v100_nw0_run1 (bench/amp_calibration.py; a calibration "
+            f"trace of bench/manifest.py: the same network and GPU, so not an independent "
+            f"check); there, with the shapes withheld, each half of the layers sized by the "
+            f"other half's figures is off by -7.2% and +7.8% of its shaped bytes, one call "
+            f"alone by 57% (median). Here: {counts}; the transposes take "
+            f"{a['transposes_ms']:.2f} ms per iteration, "
+            f"{100 * a['transposes_ms'] / a['fp32_ms']:.1f}% of the FP32 GPU time (13.6% on "
+            f"the shaped trace from its shapes); without them (amp(layout=nhwc)) the GPU time "
+            f"would shrink {_f(a['nhwc_factor'])} instead of {_f(a['factor'])}.")

@@ -138,6 +138,71 @@ def test_a_conv_from_its_shapes(graphs, activity):
     assert T(g3)["dur_ns"][int(kern["id"][first])] == round(t0 + (d0[first] - t0) / ratio)
 
 
+def test_transposes_without_shapes_by_hand():
+    """Two FP32 convolution kernels whose ops record no shapes (no op ranges: the phase says
+    the pass), on a V100 (15.7 TFLOPS FP32, 900 GB/s x 0.7 achieved), fixed cost 1,800 ns, a
+    rule of 0.01 (forward) and 0.02 (backward) transposed bytes per peak FLOP of work:
+    forward 101,800 ns: 100,000 ns x 15.7e12 FLOP/s = 1.57e9 peak FLOPs, 1.57e7 bytes at 630
+    bytes/ns = 24,920.6 ns; backward 201,800 ns: 3.14e9 x 0.02 = 6.28e7 bytes = 99,682.5 ns."""
+    name = "volta_scudnn_128x64_relu_interior_nn_v1"
+    kern = pl.DataFrame({"dur_ns": [101_800, 201_800], "phase": ["forward", "backward"],
+                         "name": [name, name]})
+    prec = [kernel_precision(name)] * 2
+    ops = amp.Ops(None)
+    add, n = amp.layout_transposes(kern, prec, ["reduced"] * 2, np.ones(2, bool), [None] * 2,
+                                   ops, [None] * 2, BW * 0.7, 1_800.0,
+                                   {"fp32": P32, "tf32": P32},
+                                   rule={"forward": 0.01, "backward": 0.02})
+    assert add.tolist() == [24_921, 99_683]
+    assert n == {"calls": 0, "shaped_kernels": 0, "rule_kernels": 2}
+
+
+def _conv_inputs(graphs, activity, key):
+    g = Graph.from_tables(graphs[key])
+    kern = g.task.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64)).filter(
+        pl.col("kind") == "kernel")
+    prec = [kernel_precision(n) for n in kern["name"].fill_null("").to_list()]
+    ops = amp.Ops(activity[key]("range"))
+    dt, rid = amp.kernel_dtypes(g, kern, prec, ops)
+    region = np.array([ph in amp.PHASES and it is not None for ph, it in zip(
+        kern["phase"].to_list(), kern["iteration"].to_list(), strict=True)], bool)
+    t0 = float(np.percentile(kern["dur_ns"].to_numpy(), 10))
+    return kern, prec, ops, dt, rid, region, t0
+
+
+def test_transposes_without_shapes_against_the_shaped_trace(graphs, activity):
+    """The calibration trace with shapes (ResNet-50, V100, batch 32; tests/data copy of
+    kineto-tb-plugin/resnet50_v100_nw0_run1): its transposes sized from the shapes, and sized
+    by constants.AMP_TRANSPOSE with the shapes withheld, agree within the rule's stated error
+    (7.8%: each half of the layers sized by the other half's rule, bench/amp_calibration.py).
+    In-sample the rule was measured on these calls, so the totals agree closely; the stated
+    error is the held-out one."""
+    kern, prec, ops, dt, rid, region, t0 = _conv_inputs(graphs, activity, "v100")
+    work = amp.matrix_work(kern, prec, ops, rid)
+    bw, pk = BW * 0.7, {"fp32": P32, "tf32": P32}
+    shaped, n1 = amp.layout_transposes(kern, prec, dt, region, work, ops, rid, bw, t0, pk)
+    rule, n2 = amp.layout_transposes(kern, prec, dt, region, [None] * kern.height, ops, rid,
+                                     bw, t0, pk)
+    assert n1["rule_kernels"] == 0 and n1["shaped_kernels"] == n2["rule_kernels"] == 948
+    assert rule.sum() / shaped.sum() - 1 == pytest.approx(0, abs=0.078)
+    # per pass too: forward and backward are sized by their own figures
+    fwd = (kern["phase"] == "forward").to_numpy()
+    assert rule[fwd].sum() / shaped[fwd].sum() - 1 == pytest.approx(0, abs=0.078)
+
+
+def test_amp_note_counts_the_convolutions_by_rule_and_by_shapes(graphs, activity):
+    """The judged HTA V100 ResNet-50 records no shapes: all its lowered convolution kernels
+    are sized by the rule, and the note says so."""
+    ctx = Context(device=V100_SXM2, activity=activity["v100_hta"])
+    rewrite(graphs["v100_hta"], "amp(casts=false,loss_scaling=false)", ctx)
+    note = next(n for n in ctx.notes if "NCHW layout" in n)
+    assert "0 convolution kernels (0 calls) sized from their shapes, 790 without shapes" in note
+    ctx = Context(device=V100, activity=activity["v100"])
+    rewrite(graphs["v100"], "amp(casts=false,loss_scaling=false)", ctx)
+    note = next(n for n in ctx.notes if "NCHW layout" in n)
+    assert "948 convolution kernels (636 calls) sized from their shapes, 0 without" in note
+
+
 def test_what_autocast_keeps_fp32(graphs, activity):
     """Loss (cross_entropy: log_softmax, nll_loss) kernels, the optimizer's and the gradient
     accumulation's keep their time; batch norm and ReLU after a convolution follow its FP16."""
@@ -181,6 +246,11 @@ def test_weight_casts_and_grad_scaler(graphs, activity):
     assert r.mean("simulated_ns") > 0
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "since its convolutions without shapes get cuDNN's NCHW transposes by the rule of "
+    "constants.AMP_TRANSPOSE (measured on the shaped calibration trace), the predicted step "
+    "is 1.94x, below this range's 2.15x (published at batch 112-256; this trace runs batch "
+    "32): reported, not tuned (docs/whatif-hw.md, 'AMP like for like')"))
 def test_v100_resnet50_lands_in_the_published_range(graphs, activity):
     """The HTA ResNet-50 V100 trace (GPU-bound, FP32, no shapes): the step predicted with AMP
     is 2.15-3.26x faster, the range NVIDIA publishes for ResNet-50 v1.5 mixed precision

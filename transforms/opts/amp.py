@@ -47,7 +47,12 @@ import pyarrow.compute as pc
 from daydream.base.errors import DaydreamError
 from daydream.graphstore.latency import LATENCY
 from daydream.transforms import hardware, memory
-from daydream.transforms.constants import AMP, AMP_INTENSITY, FUSED_OPTIMIZER_PASSES
+from daydream.transforms.constants import (
+    AMP,
+    AMP_INTENSITY,
+    AMP_TRANSPOSE,
+    FUSED_OPTIMIZER_PASSES,
+)
 from daydream.transforms.kernel_class import (
     KernelPrecision,
     autocast_policy,
@@ -398,12 +403,67 @@ def matrix_work(kern: pl.DataFrame, prec: list[KernelPrecision], ops: Ops,
     return out
 
 
+def conv_kernels(prec: list[KernelPrecision], dt: list[str], region: np.ndarray, ops: Ops,
+                 op_rid: list[int | None]) -> list[int]:
+    """Positions in KERN of the convolution kernels autocast lowers from FP32 (or TF32) to a
+    16-bit tensor-core convolution: those whose layout NCHW makes cuDNN transpose."""
+    return [j for j, p in enumerate(prec)
+            if region[j] and dt[j] == "reduced" and p.math and not p.reduced
+            and p.precision in OLD_PEAK and op_class(ops, op_rid[j], p) == "conv"]
+
+
+def conv_pass(ops: Ops, rid: int | None, phase: str | None) -> str:
+    """forward or backward: the pass of a convolution kernel, from the innermost convolution
+    op of its ranges (``*convolution_backward*``: the data- and weight-gradient passes, which
+    PyTorch 1.11+ runs in one op), else from its phase."""
+    if ops.ok and rid is not None:
+        for a in ops.chain(rid):
+            n = ops.name[a].lower()
+            if "convolution_backward" in n:
+                return "backward"
+            if _CONV_FWD.search(n):
+                return "forward"
+    return "backward" if phase == "backward" else "forward"
+
+
+def peak_flops(work_ns: float, precision: str, p_old: dict[str, float]) -> float:
+    """A kernel's FP32 (or TF32) work time counted in FLOPs at its precision's peak: the
+    FLOPs it would do at 100% of the peak (the achieved fraction is carried by
+    constants.AMP_TRANSPOSE, measured beside the same count)."""
+    return max(float(work_ns), 0.0) * 1e-9 * p_old[precision]
+
+
+def transpose_calls(kern: pl.DataFrame, prec: list[KernelPrecision], conv: list[int],
+                    work: list[tuple[float, float, int] | None], ops: Ops,
+                    op_rid: list[int | None], t0: float, p_old: dict[str, float]
+                    ) -> list[dict]:
+    """The convolution calls with recorded shapes among the kernels CONV: per call its pass
+    (``conv_pass``), iteration, transposed bytes (passes x B, ``layout_transposes``), the
+    peak FLOPs of its kernels' work (``peak_flops``, work = duration - T0) and its kernels'
+    positions. What bench/amp_calibration.py measures constants.AMP_TRANSPOSE on."""
+    dur = kern["dur_ns"].to_numpy()
+    phase, it = kern["phase"].to_list(), kern["iteration"].to_list()
+    calls: dict[int, dict] = {}
+    for j in conv:
+        w = work[j]
+        sop = ops.shape_op(op_rid[j]) if ops.ok else None
+        if w is None or sop is None:
+            continue
+        c = calls.setdefault(sop, {"op": sop, "pass": conv_pass(ops, op_rid[j], phase[j]),
+                                   "iteration": it[j], "bytes": w[2] * w[1], "flops": 0.0,
+                                   "kernels": []})
+        c["flops"] += peak_flops(dur[j] - t0, prec[j].precision, p_old)
+        c["kernels"].append(j)
+    return list(calls.values())
+
+
 def layout_transposes(kern: pl.DataFrame, prec: list[KernelPrecision], dt: list[str],
                       region: np.ndarray, work: list[tuple[float, float, int] | None],
-                      ops: Ops, op_rid: list[int | None], bw: float
-                      ) -> tuple[np.ndarray, int, int]:
-    """Time (ns) the layout transposes of NCHW convolutions add to the kernels of KERN, the
-    convolution calls sized, and the convolution kernels without shapes.
+                      ops: Ops, op_rid: list[int | None], bw: float, t0: float,
+                      p_old: dict[str, float], rule: dict[str, float] | None = None
+                      ) -> tuple[np.ndarray, dict[str, int]]:
+    """Time (ns) the layout transposes of NCHW convolutions add to the kernels of KERN, and
+    counts: convolution calls and kernels sized from their shapes, kernels sized by the rule.
 
     cuDNN runs 16-bit convolutions on Tensor Cores in NHWC: with NCHW tensors it transposes
     each call's inputs to NHWC and its output back (cuDNN Developer Guide, "Tensor
@@ -413,25 +473,35 @@ def layout_transposes(kern: pl.DataFrame, prec: list[KernelPrecision], dt: list[
     and dx and its weight-gradient pass x, dy and dw: each 16-bit element read and written,
     4 bytes, so one pass transposes as many bytes as its operands hold in FP32, the op's
     FP32 bytes B per pass (``op_work``). At the achieved memory bandwidth BW: passes x B /
-    BW, added once per convolution call, to its first kernel."""
+    BW, added once per convolution call, to its first kernel.
+
+    A convolution kernel whose op records no shapes: its transposed bytes are its work's peak
+    FLOPs (``peak_flops``: (duration - T0) x the FP32/TF32 peak) times RULE[its pass]
+    (constants.AMP_TRANSPOSE): a convolution that does F FLOPs at an achieved fraction e of
+    the peak over its work time, at intensity F / B, transposes passes x B = passes x e / (F /
+    B) bytes per peak FLOP; the calibration trace's work-weighted figure per pass stands in
+    for e and F / B, as constants.AMP_INTENSITY's intensities do for the roofline ratio."""
+    rule = AMP_TRANSPOSE["value"] if rule is None else rule
+    dur = kern["dur_ns"].to_numpy()
+    phase = kern["phase"].to_list()
     add = np.zeros(kern.height, np.float64)
     seen: set[int] = set()
-    done = missing = 0
-    for j, p in enumerate(prec):
-        if not (region[j] and dt[j] == "reduced" and p.math and not p.reduced
-                and p.precision in OLD_PEAK and op_class(ops, op_rid[j], p) == "conv"):
-            continue
+    n = {"calls": 0, "shaped_kernels": 0, "rule_kernels": 0}
+    for j in conv_kernels(prec, dt, region, ops, op_rid):
         w = work[j]
         sop = ops.shape_op(op_rid[j]) if ops.ok else None
         if w is None or sop is None:
-            missing += 1
+            flops = peak_flops(dur[j] - t0, prec[j].precision, p_old)
+            add[j] = rule[conv_pass(ops, op_rid[j], phase[j])] * flops / bw * 1e9
+            n["rule_kernels"] += 1
             continue
+        n["shaped_kernels"] += 1
         if sop in seen:
             continue
         seen.add(sop)
         add[j] = w[2] * w[1] / bw * 1e9
-        done += 1
-    return np.rint(add).astype(np.int64), done, missing
+        n["calls"] += 1
+    return np.rint(add).astype(np.int64), n
 
 
 # ---- 2. what the trace computes in -------------------------------------------------------------
@@ -467,9 +537,9 @@ def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
     host wait for the GPU once per step). GPU: the GPU table's name of the device, where the
     trace names none (or to predict on another GPU's peaks). LAYOUT nchw (PyTorch's default
     memory format): the 16-bit tensor-core convolutions work in NHWC, so each convolution
-    call transposes its 16-bit inputs and outputs (``layout_transposes``); nhwc
-    (channels_last): none. A trace already in reduced precision is left unchanged with a
-    note."""
+    call transposes its 16-bit inputs and outputs (``layout_transposes``: from the op's
+    shapes, else by the per-pass rule of constants.AMP_TRANSPOSE); nhwc (channels_last):
+    none. A trace already in reduced precision is left unchanged with a note."""
     if dtype not in DTYPES:
         raise DaydreamError(f"amp: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if layout not in ("nchw", "nhwc"):
@@ -533,13 +603,16 @@ def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
     new = speedup(dur, ratio, t0)
     tr_note = ""
     if layout == "nchw":
-        add, done, missing = layout_transposes(kern, prec, dt, region, work, ops, op_rid,
-                                               pk["bw"] * AMP["achieved_bandwidth"]["value"])
+        add, n = layout_transposes(kern, prec, dt, region, work, ops, op_rid,
+                                   pk["bw"] * AMP["achieved_bandwidth"]["value"], t0, pk)
         new = new + add
         tr_note = (f"; NCHW layout: cuDNN's transposes around its NHWC tensor-core "
-                   f"convolutions {add.sum() / 1e6:.2f} ms over {done} convolution calls "
-                   f"from their shapes" + (f", {missing} convolution kernels without shapes "
-                                           "get none (a lower bound)" if missing else ""))
+                   f"convolutions {add.sum() / 1e6:.2f} ms: {n['shaped_kernels']} convolution "
+                   f"kernels ({n['calls']} calls) sized from their shapes, "
+                   f"{n['rule_kernels']} without shapes by the rule of "
+                   f"constants.AMP_TRANSPOSE (bytes per peak FLOP of their FP32 work: "
+                   + ", ".join(f"{k} {v:.3g}" for k, v in AMP_TRANSPOSE["value"].items())
+                   + ")")
     full = t["dur_ns"].to_numpy().copy()
     ids = kern["id"].to_numpy()
     full[ids] = new
