@@ -19,7 +19,7 @@ joins (the removed task becomes a zero-length pass-through).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import polars as pl
@@ -174,6 +174,13 @@ class Graph:
             out.setflags(write=False)
             self._memo[key] = out
         return out
+
+    def once(self, key: str, compute: Callable[[Graph], object]):
+        """``compute(self)``, computed once per graph under KEY (a graph never changes): for a
+        figure an optimization reads of it at more than one step."""
+        if key not in self._memo:
+            self._memo[key] = compute(self)
+        return self._memo[key]
 
     def launch_pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(launch call, GPU task, lag ns) of each launch edge in edge order, as numpy,
