@@ -102,7 +102,7 @@ def step_memory(g, ranges: pa.Table | None) -> StepMemory | None:
                        it["end_ns"].to_list(), strict=True))
     iters = [(s, e) for _, s, e in iters]
     first = _first_iteration(ranges, iters)
-    names = ranges["name"].to_pylist()
+    names = wk.pylist(ranges["name"])
     dims = ranges["input_dims"].to_pylist()
     types = ranges["input_types"].to_pylist() if "input_types" in ranges.column_names \
         else [None] * len(names)

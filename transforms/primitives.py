@@ -188,7 +188,7 @@ class Graph:
         out = self._memo.get("launch_pairs")
         if out is None:
             e = self.edge
-            la = np.array(e["kind"].to_list(), object) == "launch"
+            la = (e["kind"].cast(pl.String) == "launch").fill_null(False).to_numpy()
             out = tuple(e[c].to_numpy()[la] for c in ("src", "dst", "lag_ns"))
             for a in out:
                 a.setflags(write=False)
