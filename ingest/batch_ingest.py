@@ -114,7 +114,8 @@ def _convert_one(path: str, staging_root: str, trace_id: str, job: str | None,
         conv = read_trace(Path(path))
         staged.mkdir(parents=True)
         written: list = []  # the Parquet files are written while the hook builds the graph
-        tables = write_staged(conv, staged, path, os.path.getsize(path), job, written)
+        tables = write_staged(conv, staged, path, os.path.getsize(path), job, written,
+                              Path(staging_root) / f".empty-{os.getpid()}")
         events = conv.events
         del conv
         extra = hook(trace_id, tables, *hook_args) if hook is not None else None

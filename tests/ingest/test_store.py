@@ -135,3 +135,33 @@ def test_a_store_of_schema_version_1_reads_as_one_without_allocator_records(tmp_
     assert old.read("kernel", tid).equals(kernels)
     rows = old.table_rows(tid)
     assert rows["memory"] == 0 and rows["kernel"] == kernels.num_rows
+
+
+def test_empty_tables_are_one_file_linked_and_read_back_as_written(tmp_path):
+    """A batch writes each empty table's file once and hard-links it into every trace that has
+    that table empty (ingest.store._link_empty): the same bytes as a file of its own; removing
+    one trace leaves the others' files whole."""
+    import os
+
+    from daydream.ingest.store import _empty_parquet
+    st = Store(tmp_path / "s")
+    rep = ingest(SMALL, st, jobs=1)
+    tids = [r.trace_id for r in rep.results]
+    assert all(r.status == "ingested" for r in rep.results)
+    empty = {}  # table -> the files of the traces that have it empty
+    for tid in tids:
+        for table in schema.COMMIT_ORDER:
+            f = st.partition(table, tid) / PART
+            if pq.read_metadata(f).num_rows == 0:
+                assert f.read_bytes() == _empty_parquet(table)
+                assert st.read(table, tid).schema.equals(schema.TABLES[table].schema)
+                empty.setdefault(table, []).append(f)
+    shared = [fs for fs in empty.values() if len(fs) > 1]
+    assert shared, "no table is empty in two of the traces"
+    for fs in shared:
+        assert len({os.stat(f).st_ino for f in fs}) == 1  # one file, linked
+    assert not list(st.staging.iterdir())  # the batch's own copies are gone with it
+    st.remove(tids[0])
+    for fs in shared:
+        for f in fs[1:]:
+            assert f.read_bytes() == _empty_parquet(f.parent.parent.name)
