@@ -146,7 +146,7 @@ def test_transposes_without_shapes_by_hand():
     bytes/ns = 24,920.6 ns; backward 201,800 ns: 3.14e9 x 0.02 = 6.28e7 bytes = 99,682.5 ns."""
     name = "volta_scudnn_128x64_relu_interior_nn_v1"
     kern = pl.DataFrame({"dur_ns": [101_800, 201_800], "phase": ["forward", "backward"],
-                         "name": [name, name]})
+                         "name": [name, name], "iteration": [0, 0]})
     prec = [kernel_precision(name)] * 2
     ops = amp.Ops(None)
     add, n = amp.layout_transposes(kern, prec, ["reduced"] * 2, np.ones(2, bool), [None] * 2,

@@ -485,22 +485,16 @@ def layout_transposes(kern: pl.DataFrame, prec: list[KernelPrecision], dt: list[
     dur = kern["dur_ns"].to_numpy()
     phase = kern["phase"].to_list()
     add = np.zeros(kern.height, np.float64)
-    seen: set[int] = set()
-    n = {"calls": 0, "shaped_kernels": 0, "rule_kernels": 0}
-    for j in conv_kernels(prec, dt, region, ops, op_rid):
-        w = work[j]
-        sop = ops.shape_op(op_rid[j]) if ops.ok else None
-        if w is None or sop is None:
-            flops = peak_flops(dur[j] - t0, prec[j].precision, p_old)
-            add[j] = rule[conv_pass(ops, op_rid[j], phase[j])] * flops / bw * 1e9
-            n["rule_kernels"] += 1
-            continue
-        n["shaped_kernels"] += 1
-        if sop in seen:
-            continue
-        seen.add(sop)
-        add[j] = w[2] * w[1] / bw * 1e9
-        n["calls"] += 1
+    conv = conv_kernels(prec, dt, region, ops, op_rid)
+    calls = transpose_calls(kern, prec, conv, work, ops, op_rid, t0, p_old)
+    shaped = {j for c in calls for j in c["kernels"]}
+    for c in calls:  # a call's transposes, once, on its first kernel
+        add[c["kernels"][0]] = c["bytes"] / bw * 1e9
+    rule_kernels = [j for j in conv if j not in shaped]
+    for j in rule_kernels:
+        flops = peak_flops(dur[j] - t0, prec[j].precision, p_old)
+        add[j] = rule[conv_pass(ops, op_rid[j], phase[j])] * flops / bw * 1e9
+    n = {"calls": len(calls), "shaped_kernels": len(shaped), "rule_kernels": len(rule_kernels)}
     return np.rint(add).astype(np.int64), n
 
 
