@@ -41,11 +41,17 @@ print(json.dumps({"ingested": len(set(ids.values())), "state": kernels.state(),
 """
 
 
-def _ingest(store: Path, jit: bool) -> dict:
+def run_on_traces(script: str, store: Path, jit: bool) -> dict:
+    """SCRIPT run in a fresh process (``argv``: STORE, then TRACES), on numba's JIT or on the
+    compiled kernels: the JSON of its last line."""
     env = {**os.environ, kernels.JIT_ENV: "1" if jit else "0"}
-    out = subprocess.run([sys.executable, "-c", _INGEST, str(store), *map(str, TRACES)],
+    out = subprocess.run([sys.executable, "-c", script, str(store), *map(str, TRACES)],
                          cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _ingest(store: Path, jit: bool) -> dict:
+    return run_on_traces(_INGEST, store, jit)
 
 
 @needs_build

@@ -4,32 +4,13 @@ declared types, and the schedules and reports are those of numba's JIT, on real 
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
-import pytest
 
-from daydream.base import compiled as kernels
 from daydream.simulate import _core
-
-ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "tests" / "data"
-# real traces (tests/data/*/SOURCE.md): a V100 ResNet-50 with its dataloader threads, a
-# backward pass on an autograd thread, an AMD one, an Nsight Systems export
-TRACES = [DATA / "kineto" / "resnet50_v100_nw0_run1.json.gz",
-          DATA / "kineto" / "backward_thread.json",
-          DATA / "kineto" / "mi250_toy_train_rocm.json.gz", DATA / "nsys" / "mock_rtx3080.sqlite"]
-HAS_CC = shutil.which("cc") is not None or shutil.which("gcc") is not None
-needs_build = pytest.mark.skipif(not HAS_CC, reason="no C compiler: the kernels stay on numba's "
-                                                    "JIT (daydream.base.compiled.main)")
+from tests.base.test_compiled import TRACES, needs_build, run_on_traces
 
 # replays through the graph tables as the pipeline reads them: the exact and explained replays,
-# their iterations, critical path and unit load, and a what-if's schedule
+# their schedules, iterations, steady step, critical path and unit load
 _REPLAY = """
 import json, sys
 from pathlib import Path
@@ -54,16 +35,12 @@ print(json.dumps({"replays": out, "state": kernels.state(), "fallbacks": kernels
 """
 
 
-def _replays(store: Path, jit: bool) -> dict:
-    env = {**os.environ, kernels.JIT_ENV: "1" if jit else "0"}
-    out = subprocess.run([sys.executable, "-c", _REPLAY, str(store), *map(str, TRACES)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 @needs_build
 def test_replays_run_compiled_without_numba_and_equal_the_jit(tmp_path):
-    aot, jit = _replays(tmp_path / "aot", jit=False), _replays(tmp_path / "jit", jit=True)
+    # the traces of the compiled ingest's test (tests/base/test_compiled.py): a V100 ResNet-50
+    # with its dataloader threads, an autograd thread, an AMD one, an Nsight Systems export
+    aot = run_on_traces(_REPLAY, tmp_path / "aot", jit=False)
+    jit = run_on_traces(_REPLAY, tmp_path / "jit", jit=True)
     assert (aot["state"], aot["fallbacks"], aot["numba"]) == ("compiled", [], False)
     assert jit["numba"]
     assert len(aot["replays"]) == 2 * len(TRACES)
