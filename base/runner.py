@@ -122,7 +122,8 @@ class SharedRunner(PoolRunner):
     """``workers`` in all: this process and ``workers - 1`` spawned ones. A task goes to the
     pool while the pool has fewer than two queued per process, else it runs here, at once.
     For a batch whose tasks are small beside a process's start (a fleet's predictions, ~10
-    ms each, against ~0.7 s for a worker to import the pipeline and load its kernels): the
+    ms each, against ~0.3 s for a worker to import the pipeline, ~0.7 s where numba loads its
+    kernels, not compiled ahead of time): the
     driver has that start behind it, so it predicts from its first task, while the spawned
     worker starts, and one start fewer is paid in all."""
 
@@ -259,10 +260,10 @@ def preload(*targets: str) -> None:
 
 def started_early(workers: int | None, ray: str | None, *warm: str) -> Runner | None:
     """A ``SharedRunner`` made before the caller imports its own work, its spawned workers
-    running ``preload(*WARM)`` beside those imports (a worker's start, ~0.7 s of imports and
-    kernels, then overlaps the driver's instead of following it); None where the work would
-    run inline or on Ray. The caller hands it to the batch (which closes it) and closes it
-    itself where the batch never starts."""
+    running ``preload(*WARM)`` beside those imports (a worker's start, ~0.3 s of imports, ~0.7
+    s with numba's kernel loads, then overlaps the driver's instead of following it); None
+    where the work would run inline or on Ray. The caller hands it to the batch (which closes
+    it) and closes it itself where the batch never starts."""
     if ray or _local_workers(workers, 2) == 1:
         return None
     import functools

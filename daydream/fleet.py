@@ -139,8 +139,9 @@ def predict_trace(store_root: str, trace_id: str,
 
 def warm_worker() -> None:
     """What a spawned worker runs before its first trace, while the driver reads graphs: the
-    pipeline's modules imported and the simulator's kernels loaded (~0.7 s of one core that
-    its first prediction would otherwise pay)."""
+    pipeline's modules imported (~0.3 s of one core that its first prediction would otherwise
+    pay) and the simulator's kernels run once (nothing to load where they are compiled ahead
+    of time; numba's loads, ~0.4 s more, where they are not)."""
     from daydream.simulate.warmup import warm
     from daydream.transforms import registry
     registry.opts()  # every optimization's module
