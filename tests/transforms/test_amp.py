@@ -246,21 +246,24 @@ def test_weight_casts_and_grad_scaler(graphs, activity):
     assert r.mean("simulated_ns") > 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "since its convolutions without shapes get cuDNN's NCHW transposes by the rule of "
-    "constants.AMP_TRANSPOSE (measured on the shaped calibration trace), the predicted step "
-    "is 1.94x, below this range's 2.15x (published at batch 112-256; this trace runs batch "
-    "32): reported, not tuned (docs/whatif-hw.md, 'AMP like for like')"))
-def test_v100_resnet50_lands_in_the_published_range(graphs, activity):
-    """The HTA ResNet-50 V100 trace (GPU-bound, FP32, no shapes): the step predicted with AMP
-    is 2.15-3.26x faster, the range NVIDIA publishes for ResNet-50 v1.5 mixed precision
-    training on V100 (NVIDIA/DeepLearningExamples PyTorch/Classification/ConvNets/resnet50v1.5
-    README: 2.15-2.35x at commit 3bbe228, 2019; 2.91-3.26x at 291f0d0, pytorch-21.03)."""
+@pytest.mark.parametrize("batch", [128, 256])
+def test_v100_resnet50_at_the_published_batch_lands_in_the_published_range(graphs, activity,
+                                                                            batch):
+    """Like for like: the published NCHW FP32 -> AMP speedups of ResNet-50 training on a V100
+    were measured at batch 128 (2.25x: sandeepkumar-skb/pytorch_experiments,
+    torchvision_exp/README.md, 342.37 -> 152.20 ms) and 256 (2.22-2.35x: NVIDIA
+    DeepLearningExamples resnet50v1.5 README at 3bbe228, pytorch-19.10, apex AMP, NCHW). The
+    HTA trace runs batch 32 (no shapes; its Winograd convolution kernels take the time they
+    take in the batch-32 kineto-tb-plugin trace: docs/whatif-hw.md), so the trace is taken to
+    the published batch first and both steps are predicted there, without the profiler as the
+    published runs were: the step ratio must lie in 2.1-2.45x (issue 36's range around them).
+    Nothing here was fitted to these figures."""
     g = graphs["v100_hta"]
-    base = replay(g).headline("simulated_ns")
-    g2 = rewrite(g, "amp", Context(device=V100_SXM2, activity=activity["v100_hta"]))
-    s = base / replay(g2).headline("simulated_ns")
-    assert 2.15 <= s <= 3.26
+    ctx = lambda: Context(device=V100_SXM2, activity=activity["v100_hta"])  # noqa: E731
+    at = f"batch(size={batch},traced=32)+no_profiler"
+    fp32 = replay(rewrite(g, at, ctx())).headline("simulated_ns")
+    mixed = replay(rewrite(g, at + "+amp", ctx())).headline("simulated_ns")
+    assert 2.1 <= fp32 / mixed <= 2.45
 
 
 def test_v100_resnet50_nchw_over_nhwc_step_is_the_published_ratio(graphs, activity):
