@@ -74,7 +74,23 @@ The rules, exactly (times in ns; Kineto's ``ts``/``dur`` are microseconds):
   median of all steps by more than WARMUP_TOL (10%) are the warm-up: left out, up to the first
   that does not. A trace left with none keeps its steps as they are (flagged).
 
+The dependency floor (``sync_floor``, ``--sync-floor F``): max(f G, C_max) lets the host's
+work and the GPU's overlap wholly, which a host that blocks on GPU results cannot do. The
+threads that launch GPU work (by correlation id), taken one after another where their own
+work never overlaps (the main thread and the autograd thread hand work to each other), else
+each alone, are cut at their blocking calls: a copy into pageable memory (it returns when the
+copy is done: it waits for its stream), a device sync (every stream), a stream or event sync
+(a stream old traces do not name: it cuts the host's work, bounds no GPU work). The stretch
+before a blocking call holds at least the threads' own work in it, and, for each launch k in
+it onto what the call waits for, the own work before k plus f times the GPU work launched
+from k on (it cannot start before its launch and must be done when the call returns). A
+step's floor is the sum over its stretches; the blocking calls' own time and the GPU work
+launched in earlier stretches are left out, so it stays a floor (no schedule of the same work
+is shorter, the host's own work fixed). Own work is C_max's (sound), or with the short gaps
+as work (``--short-gaps``: the judge's rule for C). Kineto traces only.
+
     python bench/bounds.py TRACE [TRACE ...] [--json]
+    python bench/bounds.py --sync-floor F [--short-gaps] TRACE [TRACE ...] [--json]
 """
 
 from __future__ import annotations
@@ -105,6 +121,10 @@ _CALL_CATS = {"cuda_runtime", "Runtime", "cuda_driver", "Driver"}
 _OP_CATS = {"cpu_op", "Operator"}
 _MARK_CATS = _OP_CATS | {"user_annotation"}  # where step markers live on the CPU side
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)")
+# a copy into pageable host memory: Kineto's "Memcpy DtoH (Device -> Pageable)"
+_TO_PAGEABLE_RE = re.compile(r"-> Pageable")
+# calls that return only when the GPU work they name is done
+_SYNC_RE = re.compile(r"^(cuda|hip)(Stream|Device|Event)Synchronize")
 
 
 @dataclass
@@ -120,6 +140,12 @@ class Raw:
     gpu_comm: np.ndarray  # bool: a collective kernel
     # the end of the call that launched each GPU task (ns), -1 where the trace has none
     gpu_launch_end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # each GPU task's correlation id (-1: none), and whether it is a copy into pageable host
+    # memory (its call returns only when it is done); Kineto only, empty for Nsight
+    gpu_corr: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gpu_to_pageable: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    # per CPU thread key: the correlation id of each of its calls (in ``calls`` order), -1: none
+    call_corr: dict = field(default_factory=dict)
     # per CPU thread key: (starts, ends) of operators
     ops: dict = field(default_factory=dict)
     # per CPU thread key: (starts, ends, names) of runtime/driver calls
@@ -162,7 +188,7 @@ def read_kineto(path: Path) -> Raw:
     """Parse a Kineto / PyTorch-profiler JSON trace (plain or gzipped)."""
     doc = orjson.loads(_open_bytes(path))
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
-    g_dev, g_str, g_s, g_e, g_c, g_corr = [], [], [], [], [], []
+    g_dev, g_str, g_s, g_e, g_c, g_corr, g_page = [], [], [], [], [], [], []
     launch_end: dict = {}  # correlation id -> end of the call that carries it
     ops: dict = {}
     calls: dict = {}
@@ -191,6 +217,7 @@ def read_kineto(path: Path) -> Raw:
             g_e.append(s + d)
             g_c.append(bool(_COMM_RE.search(str(e.get("name", "")))))
             g_corr.append(_corr(e))
+            g_page.append(bool(_TO_PAGEABLE_RE.search(str(e.get("name", "")))))
             continue
         key = (str(e.get("pid")), str(e.get("tid")))
         name = str(e.get("name", ""))
@@ -207,11 +234,12 @@ def read_kineto(path: Path) -> Raw:
             ops[key][0].append(s)
             ops[key][1].append(s + d)
         elif cat in _CALL_CATS:
-            calls.setdefault(key, ([], [], []))
+            calls.setdefault(key, ([], [], [], []))
             calls[key][0].append(s)
             calls[key][1].append(s + d)
             calls[key][2].append(name)
             c = _corr(e)
+            calls[key][3].append(c)
             if c >= 0:
                 launch_end[c] = s + d
     return Raw(gpu_dev=np.array(g_dev, dtype=object), gpu_stream=np.array(g_str, dtype=object),
@@ -223,6 +251,8 @@ def read_kineto(path: Path) -> Raw:
                     for k, v in ops.items()},
                calls={k: (np.array(v[0], np.int64), np.array(v[1], np.int64), v[2])
                       for k, v in calls.items()},
+               gpu_corr=np.array(g_corr, np.int64), gpu_to_pageable=np.array(g_page, bool),
+               call_corr={k: np.array(v[3], np.int64) for k, v in calls.items()},
                thread_proc={k: 0 for k in set(ops) | set(calls)},
                profiler_steps=sorted(psteps.values()),
                optimizer_steps=osteps, span=(lo or 0, hi or 0), source="kineto")
@@ -647,12 +677,159 @@ def edges(b: dict, which: str, f: float) -> tuple[float, float]:
     raise ValueError(f"which must be 'gpu' or 'cpu', not {which!r}")
 
 
+# ---- the dependency floor: what the host's blocking calls leave of the overlap --------------
+
+def _prefix(own_s: np.ndarray, own_e: np.ndarray):
+    """F(t), the length of the sorted disjoint intervals before each t, vectorized."""
+    lens = own_e - own_s
+    cum = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+
+    def before(t) -> np.ndarray:
+        t = np.asarray(t, np.int64)
+        if not len(own_s):
+            return np.zeros(t.shape, np.int64)
+        i = np.searchsorted(own_s, t, side="right")
+        j = np.clip(i - 1, 0, None)
+        part = np.clip(t - own_s[j], 0, lens[j])
+        return np.where(i > 0, cum[j] + part, 0)
+    return before
+
+
+def _blocks(raw: Raw, key) -> list[tuple[int, int, object, list[int]]]:
+    """A thread's blocking calls in time order: (start, end, streams it waits for, its own GPU
+    tasks). A copy into pageable memory waits for its stream (and is itself GPU work); a
+    device sync for every stream (streams None); a stream or event sync for a stream the trace
+    does not name (an empty set: it cuts the host's work but bounds no GPU work)."""
+    cs, ce, names = raw.calls.get(key, (np.zeros(0, np.int64),) * 2 + ([],))
+    corr = raw.call_corr.get(key, np.full(len(cs), -1, np.int64))
+    page = {}
+    for i in np.flatnonzero(raw.gpu_to_pageable & (raw.gpu_corr >= 0)).tolist():
+        page.setdefault(int(raw.gpu_corr[i]), []).append(i)
+    out = []
+    for i, n in enumerate(names):
+        c = int(corr[i])
+        if c in page:
+            tasks = page[c]
+            out.append((int(cs[i]), int(ce[i]), {raw.gpu_stream[t] for t in tasks}, tasks))
+        elif _SYNC_RE.match(n):
+            out.append((int(cs[i]), int(ce[i]), None if "Device" in n else set(), []))
+    return sorted(out, key=lambda b: b[0])
+
+
+def _floor(raw: Raw, keys: list, own, w0: int, w1: int, f: float, by_corr: dict) -> int:
+    """The least time (ns) of [w0, w1) with every GPU task x f, for the host threads ``keys``
+    run one after another (their own work ``own``: F(t) summed over them). Cut at their
+    blocking calls: the stretch before a call holds at least the threads' own work in it, and
+    for each call k in it that launched work onto what the blocking call waits for, the own
+    work before k plus f x the work launched from k on (it can start no earlier than its
+    launch and must end before the blocking call returns)."""
+    blocks = sorted((b for k in keys for b in _blocks(raw, k) if w0 <= b[0] < w1),
+                    key=lambda b: b[0])
+    launches = []  # (start, correlation id) of the threads' calls in the window, in time order
+    for k in keys:
+        cs = raw.calls.get(k, (np.zeros(0, np.int64),))[0]
+        corr = raw.call_corr.get(k, np.full(len(cs), -1, np.int64))
+        m = (cs >= w0) & (cs < w1) & (corr >= 0)
+        launches += list(zip(cs[m].tolist(), corr[m].tolist(), strict=True))
+    launches.sort()
+    l_start = np.array([t for t, _ in launches], np.int64)
+    total, s0 = 0, w0
+    for b_start, b_end, streams, own_tasks in blocks + [(w1, w1, set(), [])]:
+        s1 = max(s0, b_start)
+        floor = int(own(s1) - own(s0))
+        if streams is None or streams:
+            lo, hi = np.searchsorted(l_start, [s0, s1])
+            times, work = [], []
+            for t, c in launches[lo:hi]:
+                d = sum(int(raw.gpu_end[g] - raw.gpu_start[g]) for g in by_corr.get(c, ())
+                        if streams is None or raw.gpu_stream[g] in streams)
+                if d:
+                    times.append(t)
+                    work.append(d)
+            own_copy = sum(int(raw.gpu_end[g] - raw.gpu_start[g]) for g in own_tasks)
+            if own_copy:
+                times.append(s1)
+                work.append(own_copy)
+            if work:
+                tail = np.cumsum(np.array(work[::-1], np.float64))[::-1] * f
+                floor = max(floor, int((own(np.array(times)) - own(s0) + tail).max()))
+        total += floor
+        s0 = max(s0, min(b_end, w1))
+    return total
+
+
+def sync_floor(path: str | Path, f: float, short_gaps: bool = False) -> dict:
+    """Per step, the least time it can take with every GPU task x f, from the host threads
+    that launch GPU work and their blocking calls (``_floor``): the threads taken one after
+    another where their own work never overlaps in the trace (the main thread and the autograd
+    thread hand work to each other), else each alone (the floor is the largest). A sound floor
+    (no schedule of the same work is shorter, the host's own work fixed), unlike max(f G, C),
+    which assumes the host's work and the GPU's could overlap wholly. ``short_gaps``: the
+    threads' short gaps count as their work too (C_sum's rule, and the judge's: Python and the
+    dispatcher between operators), a floor on the premise that they are work; without them
+    it is C_max's rule, sound whatever they are. Kineto traces only."""
+    raw = read(path)
+    if raw.source != "kineto":
+        raise ValueError("sync_floor reads Kineto traces (it needs correlation ids)")
+    stp, rule = steps(raw)
+    by_corr: dict = {}
+    for i, c in enumerate(raw.gpu_corr.tolist()):
+        if c >= 0:
+            by_corr.setdefault(c, []).append(i)
+    launched = set(by_corr)
+    keys = [k for k in sorted(raw.calls, key=str)
+            if launched.intersection(raw.call_corr.get(k, np.zeros(0, np.int64)).tolist())]
+    costs = call_costs(raw)
+    lo, hi = raw.span
+    work = {k: thread_work(raw, costs, k, lo, hi + 1) for k in keys}
+    owns = {k: union([v["own"], v["short"]]) if short_gaps else v["own"]
+            for k, v in work.items()}
+    own_sum = sum(covered(*v, lo, hi + 1) for v in owns.values())
+    overlap = own_sum - covered(*union(list(owns.values())), lo, hi + 1)
+    chained = len(keys) > 1 and overlap <= 0.01 * own_sum
+    prefix = {k: _prefix(*owns[k]) for k in keys}
+    rows = []
+    for st in stp:
+        if chained:
+            fl = _floor(raw, keys, lambda t: sum(prefix[k](t) for k in keys), st.start_ns,
+                        st.end_ns, f, by_corr)
+        else:
+            fl = max((_floor(raw, [k], prefix[k], st.start_ns, st.end_ns, f, by_corr)
+                      for k in keys), default=0)
+        rows.append({"label": st.label, "steady": st.steady, "T_ms": st.length_ns / 1e6,
+                     "floor_ms": fl / 1e6,
+                     "speedup_max": st.length_ns / fl if fl else float("inf")})
+    steady = [r for r in rows if r["steady"]]
+    t_ms, fl_ms = sum(r["T_ms"] for r in steady), sum(r["floor_ms"] for r in steady)
+    return {"file": str(path), "f": f, "short_gaps": short_gaps, "rule": rule,
+            "threads": ["/".join(k) for k in keys],
+            "chained": chained, "overlap_ms": overlap / 1e6, "steps": rows,
+            "steady": {"steps": len(steady), "T_ms": t_ms, "floor_ms": fl_ms,
+                       "speedup_max": t_ms / fl_ms if fl_ms else float("inf")}}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="G and C per steady step from a raw trace.")
     ap.add_argument("traces", nargs="+")
     ap.add_argument("--json", action="store_true", help="print the full result as JSON")
+    ap.add_argument("--sync-floor", type=float, metavar="F",
+                    help="the dependency floor of each step with every GPU task x F instead")
+    ap.add_argument("--short-gaps", action="store_true",
+                    help="with --sync-floor: the threads' short gaps count as their work")
     a = ap.parse_args(argv)
     for t in a.traces:
+        if a.sync_floor is not None:
+            b = sync_floor(t, a.sync_floor, a.short_gaps)
+            if a.json:
+                sys.stdout.write(orjson.dumps(b, option=orjson.OPT_INDENT_2).decode() + "\n")
+                continue
+            st = b["steady"]
+            print(f"{t}: GPU x{a.sync_floor}, threads {', '.join(b['threads'])} "
+                  f"({'one after another' if b['chained'] else 'each alone'}); "
+                  + "; ".join(f"{r['label']} {r['T_ms']:.2f} ms >= {r['floor_ms']:.2f} ms "
+                              f"(at most {r['speedup_max']:.2f}x)" for r in b["steps"])
+                  + f"; steady steps together at most {st['speedup_max']:.2f}x")
+            continue
         b = bounds(t)
         if a.json:
             sys.stdout.write(orjson.dumps(b, option=orjson.OPT_INDENT_2).decode() + "\n")

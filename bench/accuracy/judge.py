@@ -57,4 +57,41 @@ def run(ctx: Context) -> Result:
     except Exception as e:
         return Result(lines + [f"The judge could not run: {reason(e)}", ""],
                       {"error": reason(e)})
-    return Result(lines + lines_of(d) + [""], d)
+    f_lines, d["floors"] = floors()
+    return Result(lines + lines_of(d) + [""] + f_lines, d)
+
+
+def floors() -> tuple[list[str], list[dict]]:
+    """Beside each bound case (GPU x f against T / max(f G, C), the judge's premise: the
+    host's work and the GPU's overlapping wholly), the most its steady steps can gain once
+    the host's blocking calls are respected (bench/bounds.py ``sync_floor``), with the host's
+    work counted as C_max counts it (sound) and with its short gaps as work (the judge's rule
+    for C). Read from the raw trace; no Daydream figure in it."""
+    from bench import bounds
+    from bench.accuracy import traces as tr
+    cases = [c for c in orjson.loads((JUDGE.parent / "cases.json").read_bytes())["cases"]
+             if c.get("kind") == "bound"]
+    lines = ["The bound cases against the host's blocking calls: no schedule of a steady step "
+             "is shorter than its host threads' own work between two blocking calls, nor "
+             "than the GPU work each call waits for from its launch on "
+             "(`python bench/bounds.py --sync-floor F TRACE`, module doc; the judge's premise "
+             "lets the host's work and the GPU's overlap wholly). The most the steady steps "
+             "can gain together:", "",
+             "| case | GPU x | steady steps | host work as C_max counts it (sound) | with its "
+             "short gaps as work (the judge's rule for C) |", "|---|---|---|---|---|"]
+    rows = []
+    for c in cases:
+        path = tr.resolve(c["trace"], None)
+        if path is None:
+            lines.append(f"| {c['name']} | {c['f']} | {NA}: the trace is not here | | |")
+            continue
+        sound, gaps = (bounds.sync_floor(path, c["f"], g)["steady"] for g in (False, True))
+        rows.append({"case": c["name"], "f": c["f"], "steps": sound["steps"],
+                     "speedup_max": sound["speedup_max"],
+                     "speedup_max_short_gaps": gaps["speedup_max"]})
+        lines.append(f"| {c['name']} | {c['f']} | {sound['steps']} | "
+                     f"{sound['speedup_max']:.2f}x | {gaps['speedup_max']:.2f}x |")
+    return lines + ["", "A ceiling, not a prediction: where it lies above the judge's "
+                    "T / max(f G, C), the blocking calls leave the premise's overlap possible "
+                    "and the GPU's own work is what binds; where below, no schedule reaches "
+                    "the premise.", ""], rows

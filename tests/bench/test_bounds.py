@@ -322,3 +322,65 @@ def test_toy_e_gpu_idle_nothing_traced_ended(tmp_path):
     # kernel, and W is the time neither side works
     late = bounds.bounds(toy.write_kineto(tmp_path / "f.json", _toy_e_events(True)))
     _check(late["median"], {"G_ms": 0.7, "C_max_ms": 1.1, "W_ms": 1.2})
+
+
+@pytest.mark.parametrize("f", [0.5, 1.0])
+def test_toy_f_sync_floor_by_hand(tmp_path, f):
+    b = bounds.sync_floor(toy.write_kineto(tmp_path / "f.json", toy.toy_f_events()), f)
+    assert b["chained"] and b["threads"] == ["1/1", "1/2"]
+    assert [r["steady"] for r in b["steps"]] == [True, True, False]
+    for r in b["steps"]:
+        assert r["floor_ms"] == pytest.approx(toy.TOY_F_FLOOR_MS[f])
+    st = b["steady"]
+    assert st["steps"] == 2 and st["speedup_max"] == pytest.approx(1.0 / toy.TOY_F_FLOOR_MS[f])
+
+
+def test_toy_f_sync_floor_short_gaps(tmp_path):
+    path = toy.write_kineto(tmp_path / "f.json", toy.toy_f_events())
+    b = bounds.sync_floor(path, 0.5, short_gaps=True)
+    assert b["steady"]["floor_ms"] == pytest.approx(2 * toy.TOY_F_FLOOR_SHORT_GAPS_MS[0.5])
+
+
+def test_toy_f_sync_floor_threads_that_overlap_each_alone(tmp_path):
+    """Toy F with bwd's op moved to [20,200) (its launch [30,40)), under main's own work: the
+    threads overlap, so each is taken alone: main's floor, 570 us, is the larger (bwd: its own
+    180). Taken one after another they would give 600 (before the copy: 50 + 30 of own work
+    before the first launch, + 360 of GPU work)."""
+    ev = toy.toy_f_events()
+    for e in ev:
+        if e["tid"] == 2 and e["pid"] == 1:
+            off = (e["ts"] - toy.BASE_US) // toy.STEP_US * toy.STEP_US + toy.BASE_US
+            e["ts"] = off + (20 if e["cat"] == "cpu_op" else 30)
+            e["dur"] = 180 if e["cat"] == "cpu_op" else 10
+    b = bounds.sync_floor(toy.write_kineto(tmp_path / "f2.json", ev), 0.5)
+    assert not b["chained"] and b["overlap_ms"] > 0
+    assert b["steady"]["floor_ms"] == pytest.approx(2 * 0.570)
+
+
+def test_sync_floor_needs_launching_threads(tmp_path):
+    """Toy A's calls carry no correlation ids: no thread launches GPU work the trace ties to
+    it, so no floor is taken (0) rather than one from threads that may not hand work over."""
+    b = bounds.sync_floor(toy.write_kineto(tmp_path / "a.json", toy.toy_a_events()), 0.5)
+    assert b["threads"] == [] and b["steady"]["floor_ms"] == 0
+
+
+def test_recsys_v100_predictions_keep_above_the_sync_floor():
+    """The real GPU-bound recsys trace (tests/data/kineto, the judge's bound case): with every
+    GPU task halved, Daydream's prediction of each steady step stays above the floor the
+    host's blocking calls leave (bench/bounds.py sync_floor, read from the raw trace alone):
+    a model that let the host's work overlap GPU work it waits for would go under it."""
+    from daydream.graphstore.read import read_graph
+    from daydream.simulate.replay import replay
+    from daydream.transforms import Context, rewrite
+    from tests.conftest import stored_graphs
+    f = DATA / "kineto" / "recsys_v100_rank1_of2.json.gz"
+    floor = {r["label"]: r["floor_ms"] for r in bounds.sync_floor(f, 0.5)["steps"]}
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        g = read_graph(Path(d), stored_graphs([f], Path(d))[f])
+    g2 = rewrite(g, "scale(select=\"kind IN ('kernel','memcpy','memset','comm')\",factor=0.5)",
+                 Context())
+    used = [i for i in replay(g2).iterations if i.used]
+    assert len(used) == 4
+    for i in used:
+        assert i.simulated_ns / 1e6 >= floor[i.label], i.label

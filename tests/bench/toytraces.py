@@ -156,3 +156,60 @@ def toy_c_events(steps: int = 3) -> list[dict]:
         ev.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
                    "ts": t0 + 100, "dur": 500})
     return ev
+
+
+# Toy F, the dependency floor (bounds.sync_floor), three steps of 1000 us, the third the drain
+# (times in us from a step's start; correlation ids tie each call to its GPU task):
+#
+#     main thread   aten::a [0,100) > cudaLaunchKernel [50,60)        -> kernel [60,560) stream 7
+#                   aten::b [100,200) > cudaLaunchKernel [150,160)    -> kernel [560,760) stream 7
+#                   aten::item [200,800) > cudaMemcpyAsync [210,790)  -> Memcpy DtoH (Device ->
+#                                                                     Pageable) [760,780) stream 7
+#                   aten::c [850,1000)                                (a short gap [800,850))
+#     bwd thread    autograd::engine [300,400) > cudaLaunchKernel [310,320) -> kernel [320,420)
+#                                                                              stream 8
+#
+# By hand: the copy's call waits [210,780) (cost: its tail after the copy ended, 10 us), so
+# main's own work is [0,210) + [780,800) + [850,1000) and bwd's [300,400): they never overlap,
+# so the threads run one after another. The blocking copy cuts a step in two:
+# - before it, [0,210): own work 210; the launch at 50 has 50 of own work before it and the
+#   work from it on, 500 + 200 + 20 (the copy) on stream 7, after it: 50 + f x 720; the launch
+#   at 150: 150 + f x 220; the copy itself at 210: 210 + f x 20.
+#   At f = 0.5: max(210, 410, 260, 220) = 410; at f = 1: 770.
+# - after it, [790,1000): own work 10 + 150 = 160 (210 with the short gap as work).
+# Floor at f = 0.5: 570 us (620 with short gaps); at f = 1: 930 us.
+TOY_F_CPU = [  # (thread, category, name, start, end, correlation offset or None)
+    (1, "cpu_op", "aten::a", 0, 100, None),
+    (1, "cuda_runtime", "cudaLaunchKernel", 50, 60, 1),
+    (1, "cpu_op", "aten::b", 100, 200, None),
+    (1, "cuda_runtime", "cudaLaunchKernel", 150, 160, 2),
+    (1, "cpu_op", "aten::item", 200, 800, None),
+    (1, "cuda_runtime", "cudaMemcpyAsync", 210, 790, 3),
+    (1, "cpu_op", "aten::c", 850, 1000, None),
+    (2, "cpu_op", "autograd::engine::evaluate_function", 300, 400, None),
+    (2, "cuda_runtime", "cudaLaunchKernel", 310, 320, 4),
+]
+TOY_F_GPU = [  # (category, name, stream, start, end, correlation offset)
+    ("kernel", "k1", 7, 60, 560, 1),
+    ("kernel", "k2", 7, 560, 760, 2),
+    ("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 7, 760, 780, 3),
+    ("kernel", "k4", 8, 320, 420, 4),
+]
+TOY_F_FLOOR_MS = {0.5: 0.570, 1.0: 0.930}
+TOY_F_FLOOR_SHORT_GAPS_MS = {0.5: 0.620}
+
+
+def toy_f_events(steps: int = 3) -> list[dict]:
+    ev = []
+    for k in range(steps):
+        t0, c0 = BASE_US + k * STEP_US, 100 * (k + 1)
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k + 1}",
+                   "pid": 1, "tid": 1, "ts": t0, "dur": STEP_US})
+        for tid, cat, name, s, e, c in TOY_F_CPU:
+            ev.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid,
+                       "ts": t0 + s, "dur": e - s,
+                       "args": {} if c is None else {"correlation": c0 + c}})
+        for cat, name, stream, s, e, c in TOY_F_GPU:
+            ev.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream,
+                       "ts": t0 + s, "dur": e - s, "args": {"correlation": c0 + c}})
+    return ev
