@@ -818,28 +818,23 @@ def main(argv: list[str] | None = None) -> None:
                     help="with --sync-floor: the threads' short gaps count as their work")
     a = ap.parse_args(argv)
     for t in a.traces:
-        if a.sync_floor is not None:
-            b = sync_floor(t, a.sync_floor, a.short_gaps)
-            if a.json:
-                sys.stdout.write(orjson.dumps(b, option=orjson.OPT_INDENT_2).decode() + "\n")
-                continue
-            st = b["steady"]
+        floor = a.sync_floor is not None
+        b = sync_floor(t, a.sync_floor, a.short_gaps) if floor else bounds(t)
+        if a.json:
+            sys.stdout.write(orjson.dumps(b, option=orjson.OPT_INDENT_2).decode() + "\n")
+        elif floor:
             print(f"{t}: GPU x{a.sync_floor}, threads {', '.join(b['threads'])} "
                   f"({'one after another' if b['chained'] else 'each alone'}); "
                   + "; ".join(f"{r['label']} {r['T_ms']:.2f} ms >= {r['floor_ms']:.2f} ms "
                               f"(at most {r['speedup_max']:.2f}x)" for r in b["steps"])
-                  + f"; steady steps together at most {st['speedup_max']:.2f}x")
-            continue
-        b = bounds(t)
-        if a.json:
-            sys.stdout.write(orjson.dumps(b, option=orjson.OPT_INDENT_2).decode() + "\n")
-            continue
-        m = b["median"]
-        print(f"{t}: {b['rule']}, {b['steady']} steady of {len(b['steps'])} steps; median "
-              f"T {m['T_ms']:.2f} G {m['G_ms']:.2f} ({100 * m['G_ms'] / m['T_ms']:.1f}%) "
-              f"G_all {m['G_all_ms']:.2f} G_stream {m['G_stream_ms']:.2f} "
-              f"C_max {m['C_max_ms']:.2f} C_sum {m['C_sum_ms']:.2f} W {m['W_ms']:.2f} ms")
-
+                  + f"; steady steps together at most {b['steady']['speedup_max']:.2f}x")
+        else:
+            m = b["median"]
+            print(f"{t}: {b['rule']}, {b['steady']} steady of {len(b['steps'])} steps; "
+                  f"median T {m['T_ms']:.2f} G {m['G_ms']:.2f} "
+                  f"({100 * m['G_ms'] / m['T_ms']:.1f}%) G_all {m['G_all_ms']:.2f} "
+                  f"G_stream {m['G_stream_ms']:.2f} C_max {m['C_max_ms']:.2f} "
+                  f"C_sum {m['C_sum_ms']:.2f} W {m['W_ms']:.2f} ms")
 
 if __name__ == "__main__":
     main()
