@@ -211,3 +211,29 @@ def test_arrays_are_the_task_columns(graphs, key):
     for vals in (("forward", "backward"), ("weight_update",), ()):
         assert isin(g.array("phase"), vals).tolist() == \
             t["phase"].is_in(list(vals)).fill_null(False).to_list()
+
+
+def test_insert_is_the_plain_concat_and_sort(g):
+    """An insert without splicing is the old and new rows put in order and the edges, old
+    (remapped) and new (the defaults where they give none, their types the table's), sorted
+    by (src, dst) keeping table order: as plain Polars would make them."""
+    n = g.n_tasks
+    at = [5, 5, 40, n - 1]
+    rows = pl.DataFrame({"at": at, "place": ["before", "after", "before", "after"],
+                         "kind": ["api"] * 4, "unit_id": [int(g.task["unit_id"][a]) for a in at],
+                         "name": ["a", "b", "c", "d"], "dur_ns": [1, 2, 3, 4],
+                         "splice": [False] * 4})
+    ed = pl.DataFrame({"src": [-1, 7, -4], "dst": [-3, -2, 3], "kind": ["launch", None, "sync"],
+                       "lag_ns": [1.0, 2.5, None], "binding": [None, True, None]})
+    g2, ids = g.insert(rows, ed)
+    _valid(g2)
+    newid = np.arange(n) + np.searchsorted(np.sort(np.array([5, 6, 40, n]) - 0.5), np.arange(n))
+    assert ids.tolist() == [5, 7, 42, n + 3]
+    assert g2.task.drop("task_id")[newid.tolist()].equals(g.task.drop("task_id"))
+    e = g.edge.with_columns(pl.col("src").map_elements(lambda v: int(newid[v]), pl.Int64),
+                            pl.col("dst").map_elements(lambda v: int(newid[v]), pl.Int64))
+    new = pl.DataFrame({"src": [5, int(newid[7]), n + 3], "dst": [42, 7, int(newid[3])],
+                        "kind": ["launch", "inserted", "sync"], "anchor": ["end_start"] * 3,
+                        "lag_ns": [1, 2, 0], "slack_ns": [0] * 3, "binding": [False, True, False],
+                        "inferred": [False] * 3}).select(e.columns).cast(e.schema)
+    assert g2.edge.equals(pl.concat([e, new]).sort(["src", "dst"], maintain_order=True))
