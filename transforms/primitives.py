@@ -151,8 +151,9 @@ class Graph:
         if out is None:
             s = self.task[column]
             if s.dtype == pl.String:
-                out = np.array(s.to_list(), object)
+                out = s.to_numpy()  # objects: str, None for null (a list's array: 1.3x)
                 if null is not None:
+                    out = out if out.flags.writeable else out.copy()
                     out[out == None] = null  # noqa: E711 (elementwise)
             elif s.null_count():
                 if null is None:
