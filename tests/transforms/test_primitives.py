@@ -237,3 +237,54 @@ def test_insert_is_the_plain_concat_and_sort(g):
                         "lag_ns": [1, 2, 0], "slack_ns": [0] * 3, "binding": [False, True, False],
                         "inferred": [False] * 3}).select(e.columns).cast(e.schema)
     assert g2.edge.equals(pl.concat([e, new]).sort(["src", "dst"], maintain_order=True))
+
+
+def _fresh(gr: Graph) -> Graph:
+    """GR's tables in a new Graph: nothing converted yet, every array read from its table."""
+    return Graph(gr.task, gr.edge, gr.unit, gr.iteration, gr.layer)
+
+
+@pytest.mark.parametrize("key", ["alexnet", "v100"])
+def test_arrays_carried_to_a_copy_are_its_own(graphs, key):
+    """The task columns as numpy and the launch pairs that a primitive's copy inherits
+    (``Graph._with``: those of the columns it kept, an insert's with the new rows put in
+    order) are what the copy's own tables give."""
+    g = Graph.from_tables(graphs[key])
+    cols = [(c, None if not g.task[c].null_count() else
+             ("" if g.task[c].dtype == pl.String else -1)) for c in g.task.columns]
+
+    def fill(gr: Graph) -> Graph:
+        for c, null in cols:
+            if c != "layer":
+                gr.array(c, null)
+        gr.array("layer")  # nulls kept as None
+        gr.launch_pairs()
+        return gr
+
+    def same(gr: Graph) -> None:
+        ref = _fresh(gr)
+        for mkey in [k for k in gr._memo if isinstance(k, tuple) and k[0] == "array"]:
+            assert gr._memo[mkey].tolist() == ref.array(mkey[1], mkey[2]).tolist(), mkey
+            assert not gr._memo[mkey].flags.writeable
+        assert all(a.tolist() == b.tolist()
+                   for a, b in zip(gr.launch_pairs(), ref.launch_pairs(), strict=True))
+    fill(g)
+    kernels = g.array("kind") == "kernel"
+    launch = (g.edge["kind"] == "launch").to_numpy()
+    k = int(np.flatnonzero(kernels)[3])
+    rows = pl.DataFrame({"at": [k, k, 1], "place": ["before", "after", "after"],
+                         "kind": ["kernel", "api", "api"],
+                         "unit_id": [int(g.array("unit_id")[k]), int(g.array("unit_id")[1]), 0],
+                         "name": ["new", None, "call"], "dur_ns": [5, 6, 7],
+                         "iteration": [None, 1, None]})
+    steps = [g.scale(kernels, 0.5), g.set_duration(kernels, 7), g.set_bytes(kernels, 64),
+             g.set_priority(kernels, 3), g.move(kernels, int(g.array("unit_id")[1])),
+             g.set_lags(launch, 1), g.drop_edges(launch),
+             g.connect(pl.DataFrame({"src": [1], "dst": [2]})), g.add_unit("net")[0],
+             g.insert(rows)[0], g.insert(rows.drop("iteration"))[0]]
+    for g2 in steps:
+        assert len(g2._memo) > 1  # something was carried
+        same(g2)
+        fill(g2)  # and what the copy of a copy carries
+        same(g2.insert(rows)[0])
+        same(g2.scale(kernels[:g2.n_tasks] if len(kernels) == g2.n_tasks else None, 2.0))
