@@ -805,7 +805,8 @@ def _gpu_and_orphans(g: dict[str, pa.Table]) -> tuple[np.ndarray, np.ndarray]:
     is_gpu = _task_kinds(g) >= len(CPU_KINDS)
 
     def launched_of(edge: pa.Table) -> np.ndarray:
-        return edge.filter(pc.equal(edge["kind"].cast(pa.string()), "launch"))["dst"].to_numpy()
+        return pc.filter(edge["dst"], pc.equal(edge["kind"].cast(pa.string()), "launch")
+                         ).to_numpy()
     launched = np.zeros(len(is_gpu), bool)
     launched[_per_table("launched", g["edge"], launched_of)] = True
     return is_gpu, is_gpu & ~launched

@@ -66,21 +66,30 @@ def _edge_defaults(ed: pl.DataFrame, *replace: pl.Series) -> pl.DataFrame:
                             for c, v in _EDGE_DEFAULTS] + list(replace))
 
 
-def _interleave(old: pl.DataFrame, new: pl.DataFrame, order: np.ndarray) -> pl.DataFrame:
-    """``pl.concat([old, new])[order]`` where ORDER keeps OLD's rows in their order and puts
-    NEW's (indices from len(OLD)) among them: OLD's runs sliced (no copy) and concatenated
-    with the new rows, not every row gathered (an insert of a few tasks into a 4k-task graph
-    gathered every column, about a millisecond)."""
-    n = old.height
-    is_new = order >= n
-    # a boundary wherever the source changes or an old row does not follow its predecessor
-    cut = np.flatnonzero(np.r_[True, (is_new[1:] != is_new[:-1])
-                               | (order[1:] != order[:-1] + 1) | is_new[1:]])
-    parts = []
-    for a, b in zip(cut.tolist(), np.r_[cut[1:], len(order)].tolist(), strict=True):
-        i = int(order[a])
-        parts.append(new.slice(i - n, b - a) if is_new[a] else old.slice(i, b - a))
-    return pl.concat(parts, rechunk=True)
+def _as_array(s: pl.Series, null=None) -> np.ndarray:
+    """A task column as ``Graph.array`` gives it: read-only numpy, nulls as NULL (strings
+    as objects)."""
+    if s.dtype == pl.String:
+        out = s.to_numpy()  # objects: str, None for null (a list's array: 1.3x)
+        if null is not None:
+            out = out if out.flags.writeable else out.copy()
+            out[out == None] = null  # noqa: E711 (elementwise)
+    elif s.null_count():
+        if null is None:
+            raise DaydreamError(f"task column {s.name!r} has nulls: give NULL")
+        # through Arrow: a Polars Series operation costs ~0.1 ms, this ~10 us
+        out = pc.fill_null(s.to_arrow(), null).to_numpy(zero_copy_only=False)
+    else:
+        out = s.to_numpy()
+    out.setflags(write=False)
+    return out
+
+
+def _column(name: str, values: list, dtype: pl.DataType) -> pl.Series:
+    """VALUES as a column of DTYPE: cast where Polars reads them as another type (as a
+    frame's ``cast`` to the table's schema would)."""
+    s = pl.Series(name, values, strict=False)
+    return s if s.dtype == dtype else s.cast(dtype)
 
 
 class Graph:
@@ -128,14 +137,29 @@ class Graph:
                  for f in s], schema=s)
         return out
 
-    def _with(self, **kw) -> Graph:
+    def _with(self, arrays: dict | None = None, **kw) -> Graph:
         """A copy with some tables replaced: for the primitives of this class only (an
-        optimization changes a graph through them, so the invariants above hold)."""
+        optimization changes a graph through them, so the invariants above hold).
+
+        ARRAYS: the copy's task columns as numpy (``array``) that its primitive derived from
+        this graph's (``_arrays``), rather than convert them again: the next step of a
+        rewrite asks for kind, phase, iteration ... of each graph it makes, and a string
+        column's conversion costs ~0.15 ms on a 4k-task graph. The launch pairs are carried
+        where the edge table is kept. Nothing of ``once`` is: it may read any column."""
         d = {k: getattr(self, k) for k in ("task", "edge", "unit", "iteration", "layer")}
         d.update(kw)
         g = Graph(**d, schemas=self._schemas)
         g._read = self._read
+        g._memo.update(arrays or {})
+        if "edge" not in kw and "launch_pairs" in self._memo:
+            g._memo["launch_pairs"] = self._memo["launch_pairs"]
         return g
+
+    def _arrays(self, changed: tuple[str, ...] = ()) -> dict:
+        """The task columns converted so far (``array``), less those named CHANGED: what a
+        copy whose other task columns are this graph's may carry (``_with``)."""
+        return {key: a for key, a in self._memo.items()
+                if isinstance(key, tuple) and key[0] == "array" and key[1] not in changed}
 
     def _edge_mask(self, sel: np.ndarray | pl.Series | pl.Expr) -> np.ndarray:
         """Boolean mask over edges from a mask or a Polars expression over the edge table."""
@@ -159,20 +183,7 @@ class Graph:
         key = ("array", column, null)
         out = self._memo.get(key)
         if out is None:
-            s = self.task[column]
-            if s.dtype == pl.String:
-                out = np.array(s.to_list(), object)
-                if null is not None:
-                    out[out == None] = null  # noqa: E711 (elementwise)
-            elif s.null_count():
-                if null is None:
-                    raise DaydreamError(f"task column {column!r} has nulls: give NULL")
-                # through Arrow: a Polars Series operation costs ~0.1 ms, this ~10 us
-                out = pc.fill_null(s.to_arrow(), null).to_numpy(zero_copy_only=False)
-            else:
-                out = s.to_numpy()
-            out.setflags(write=False)
-            self._memo[key] = out
+            out = self._memo[key] = _as_array(self.task[column], null)
         return out
 
     def once(self, key: str, compute: Callable[[Graph], object]):
@@ -240,7 +251,8 @@ class Graph:
             raise DaydreamError("scale factor must be a finite number >= 0")
         dur = self.task["dur_ns"].to_numpy().copy()
         dur[mask] = np.maximum(np.rint(dur[mask] * f[mask]), 0).astype(np.int64)
-        return self._with(task=self.task.with_columns(pl.Series("dur_ns", dur, pl.Int64)))
+        return self._with(self._arrays(("dur_ns",)),
+                          task=self.task.with_columns(pl.Series("dur_ns", dur, pl.Int64)))
 
     def set_duration(self, pred: Predicate, dur_ns) -> Graph:
         """Durations of the selected tasks set to ``dur_ns`` (number or array over all tasks)."""
@@ -248,7 +260,8 @@ class Graph:
         new = np.broadcast_to(np.asarray(dur_ns), (self.n_tasks,)).astype(np.int64)
         dur = self.task["dur_ns"].to_numpy().copy()
         dur[mask] = np.maximum(new[mask], 0)
-        return self._with(task=self.task.with_columns(pl.Series("dur_ns", dur, pl.Int64)))
+        return self._with(self._arrays(("dur_ns",)),
+                          task=self.task.with_columns(pl.Series("dur_ns", dur, pl.Int64)))
 
     def set_bytes(self, pred: Predicate, nbytes) -> Graph:
         """Bytes moved (``bytes``) by the selected tasks, a number or an array over all tasks
@@ -256,7 +269,8 @@ class Graph:
         mask = self.select(pred)
         new = np.broadcast_to(np.asarray(nbytes), (self.n_tasks,)).astype(np.int64)
         col = pl.when(pl.Series(mask)).then(pl.Series(new)).otherwise(pl.col("bytes"))
-        return self._with(task=self.task.with_columns(col.cast(pl.Int64).alias("bytes")))
+        return self._with(self._arrays(("bytes",)),
+                          task=self.task.with_columns(col.cast(pl.Int64).alias("bytes")))
 
     def set_lags(self, edges: np.ndarray | pl.Series | pl.Expr, lag_ns) -> Graph:
         """Lags of some edges (a boolean mask over the edge table, or a Polars expression over
@@ -266,14 +280,16 @@ class Graph:
         new = np.broadcast_to(np.asarray(lag_ns), (self.edge.height,)).astype(np.int64)
         lag = self.edge["lag_ns"].to_numpy().copy()
         lag[mask] = new[mask]
-        return self._with(edge=self.edge.with_columns(pl.Series("lag_ns", lag, pl.Int64)))
+        return self._with(self._arrays(),
+                          edge=self.edge.with_columns(pl.Series("lag_ns", lag, pl.Int64)))
 
     def drop_edges(self, edges: np.ndarray | pl.Series | pl.Expr) -> Graph:
         """Remove some edges (a boolean mask over the edge table, or a Polars expression over
         it); every task stays. For constraints an optimization lifts (P3's per-layer waits
         replace the optimizer's wait for every gradient)."""
         mask = self._edge_mask(edges)
-        return self._with(edge=self.edge.filter(pl.Series(~mask))) if mask.any() else self
+        return (self._with(self._arrays(), edge=self.edge.filter(pl.Series(~mask)))
+                if mask.any() else self)
 
     # -- remove -------------------------------------------------------------------------------
     def remove(self, pred: Predicate) -> Graph:
@@ -453,7 +469,10 @@ class Graph:
         order = np.lexsort((tie, pos))
         newid = np.empty(n + k, np.int64)
         newid[order] = np.arange(n + k)
-        allt = _interleave(self.task, newrows, order).with_columns(
+        # OLD's rows and the new ones stacked, then gathered in ORDER: on a 4k-task graph
+        # ~0.25 ms, where slicing OLD's runs and concatenating them with the new rows took
+        # 0.3-0.7 ms, more the more runs the new rows cut
+        allt = self.task.vstack(newrows).rechunk()[order].with_columns(
             pl.Series("task_id", np.arange(n + k, dtype=np.int64)))
         src = newid[self.edge["src"].to_numpy()]
         dst = newid[self.edge["dst"].to_numpy()]
@@ -477,32 +496,63 @@ class Graph:
                 and not after[j]]
         todo += [j for j in np.argsort(-ins_ids) if splice[j] and tu[j] == unit[at[j]]
                  and after[j]]
+        kinds: list[str] = []
         if todo:
-            e = self._splice(e, src, dst, todo, newid, ins_ids, at, tu, after, unit_new, ukind,
-                             okind)
-        else:
-            e = e.with_columns(pl.Series("src", src), pl.Series("dst", dst))
+            src, dst, kinds = self._splice(src, dst, todo, newid, ins_ids, at, tu, after,
+                                           unit_new, ukind, okind)
+        # the edges added, column by column: one per spliced task (unit order, no lag), then
+        # EDGES' (``_EDGE_DEFAULTS`` where they give none); as Python lists, then one frame:
+        # a small insert's cost is its Polars calls, not its rows
+        n_e, m = e.height, len(kinds)
+        add = {"src": src[n_e:].tolist(), "dst": dst[n_e:].tolist(), "kind": kinds,
+               "anchor": ["end_start"] * m, "lag_ns": [0] * m, "slack_ns": [0] * m,
+               "binding": [False] * m, "inferred": [False] * m}
         if edges is not None and edges.height:
-            def m(col):
+            def m_(col):
                 a = edges[col].to_numpy().astype(np.int64)
                 return np.where(a < 0, ins_ids[np.clip(-1 - a, 0, k - 1)],
                                 newid[np.clip(a, 0, n - 1)])
-            ed = _edge_defaults(edges, pl.Series("src", m("src")), pl.Series("dst", m("dst")))
-            e = pl.concat([e, ed.select(e.columns).cast(e.schema)])
-        edge = e.sort(["src", "dst"], maintain_order=True)
-        return self._with(task=allt, edge=edge), newid[:n], ins_ids
+            u_src, u_dst = m_("src"), m_("dst")
+            add["src"] += u_src.tolist()
+            add["dst"] += u_dst.tolist()
+            src, dst = np.concatenate([src, u_src]), np.concatenate([dst, u_dst])
+            default = dict(_EDGE_DEFAULTS)
+            for c in e.columns:
+                if c in ("src", "dst"):
+                    continue
+                if c in default:
+                    v = default[c]
+                    add[c] += ([v if x is None else x for x in edges[c].to_list()]
+                               if c in edges.columns else [v] * edges.height)
+                else:  # a column the edge table has beyond the defaults: EDGES must give it
+                    add[c] = add.get(c, [None] * m) + edges[c].to_list()
+        old = e.with_columns(pl.Series("src", src[:n_e]), pl.Series("dst", dst[:n_e]))
+        added = pl.DataFrame([_column(c, add[c], dt) for c, dt in old.schema.items()])
+        # in (src, dst) order, ties in table order (a stable sort, as every primitive keeps it)
+        edge = old.vstack(added).rechunk()[np.lexsort((dst, src))]
+        # the columns converted so far, each the old rows' and the new ones' in ORDER
+        arrays = {}
+        for key, a in self._arrays(("task_id",)).items():
+            try:
+                new = _as_array(newrows[key[1]], key[2])
+            except DaydreamError:  # a null in a new row where none is asked for: left to
+                continue           # array() to say when asked
+            arrays[key] = np.concatenate([a, new])[order]
+            arrays[key].setflags(write=False)
+        return self._with(arrays, task=allt, edge=edge), newid[:n], ins_ids
 
     @staticmethod
-    def _splice(e: pl.DataFrame, e_src: np.ndarray, e_dst: np.ndarray, todo: list[int],
-                newid: np.ndarray, ins_ids: np.ndarray, at: np.ndarray, tu: np.ndarray,
-                after: np.ndarray, unit_new: np.ndarray, ukind: dict, okind: dict
-                ) -> pl.DataFrame:
-        """The unit-order splice of ``_insert`` (E's ends in new ids: E_SRC, E_DST): a task
-        placed before its anchor takes over the anchor's in-edges from its unit, one placed
-        after it the out-edges to its unit, and each gets a zero-lag edge to (from) the
-        anchor. Only the edges into (out of) the anchors are looked at; one new edge per
-        spliced task."""
-        n_e, m = e.height, len(todo)
+    def _splice(e_src: np.ndarray, e_dst: np.ndarray, todo: list[int], newid: np.ndarray,
+                ins_ids: np.ndarray, at: np.ndarray, tu: np.ndarray, after: np.ndarray,
+                unit_new: np.ndarray, ukind: dict, okind: dict
+                ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """The unit-order splice of ``_insert`` (the edges' ends in new ids: E_SRC, E_DST): a
+        task placed before its anchor takes over the anchor's in-edges from its unit, one
+        placed after it the out-edges to its unit, and each gets a zero-lag edge to (from)
+        the anchor. Only the edges into (out of) the anchors are looked at. Returns the ends
+        of every edge, the old ones first and then one new edge per spliced task, and the
+        new edges' kinds."""
+        n_e, m = len(e_src), len(todo)
         src = np.empty(n_e + m, np.int64)
         dst = np.empty(n_e + m, np.int64)
         src[:n_e] = e_src
@@ -535,12 +585,7 @@ class Graph:
             kinds.append(okind.get(ukind.get(u), "inserted"))
             into.setdefault(d_, []).append(i)
             outof.setdefault(s_, []).append(i)
-        new = pl.DataFrame({"src": src[n_e:], "dst": dst[n_e:], "kind": kinds,
-                            "anchor": ["end_start"] * m, "lag_ns": np.zeros(m, np.int64),
-                            "binding": np.zeros(m, bool), "slack_ns": np.zeros(m, np.int64),
-                            "inferred": np.zeros(m, bool)})
-        old = e.with_columns(pl.Series("src", src[:n_e]), pl.Series("dst", dst[:n_e]))
-        return pl.concat([old, new.select(e.columns).cast(e.schema)])
+        return src, dst, kinds
 
     def connect(self, edges: pl.DataFrame) -> Graph:
         """Add edges between existing tasks: src, dst, and optionally kind, anchor, lag_ns,
@@ -554,7 +599,7 @@ class Graph:
         if bad.height:
             raise DaydreamError(f"connect: edge {bad.row(0)} names a task outside 0..{n - 1}")
         e = pl.concat([self.edge, ed.select(self.edge.columns).cast(self.edge.schema)])
-        return self._with(edge=e.sort(["src", "dst"], maintain_order=True))
+        return self._with(self._arrays(), edge=e.sort(["src", "dst"], maintain_order=True))
 
     # -- reschedule ----------------------------------------------------------------------------
     def set_priority(self, pred: Predicate, priority) -> Graph:
@@ -562,7 +607,8 @@ class Graph:
         mask = self.select(pred)
         p = self.task["priority"].fill_null(0).to_numpy().astype(np.int64)
         p[mask] = np.broadcast_to(np.asarray(priority, np.int64), (self.n_tasks,))[mask]
-        return self._with(task=self.task.with_columns(pl.Series("priority", p, pl.Int64)))
+        return self._with(self._arrays(("priority",)),
+                          task=self.task.with_columns(pl.Series("priority", p, pl.Int64)))
 
     def set_policy(self, unit_ids: Sequence[int], policy: str) -> Graph:
         """Scheduling policy (fixed, fcfs, priority) of some units."""
@@ -571,7 +617,7 @@ class Graph:
         u = self.unit.with_columns(pl.when(pl.col("unit_id").is_in(list(unit_ids)))
                                    .then(pl.lit(policy)).otherwise(pl.col("policy"))
                                    .alias("policy"))
-        return self._with(unit=u)
+        return self._with(self._arrays(), unit=u)
 
     def add_unit(self, name: str, kind: str = "channel", policy: str = "fcfs",
                  device: int | None = None) -> tuple[Graph, int]:
@@ -583,14 +629,15 @@ class Graph:
         if device is not None:
             row["device"] = [device]
         u = pl.concat([self.unit, pl.DataFrame(row, schema=self.unit.schema)])
-        return self._with(unit=u), uid
+        return self._with(self._arrays(), unit=u), uid
 
     def move(self, pred: Predicate, unit_id: int) -> Graph:
         """Run the selected tasks on another unit."""
         mask = self.select(pred)
         u = self.task["unit_id"].to_numpy().copy()
         u[mask] = unit_id
-        return self._with(task=self.task.with_columns(pl.Series("unit_id", u, pl.Int32)))
+        return self._with(self._arrays(("unit_id",)),
+                          task=self.task.with_columns(pl.Series("unit_id", u, pl.Int32)))
 
     # -- helpers for optimizations --------------------------------------------------------------
     def launches(self) -> pl.DataFrame:

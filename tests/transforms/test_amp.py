@@ -288,8 +288,9 @@ def test_chain_on_a100(graphs):
 
 @pytest.mark.parametrize("key", ["v100", "alexnet", "mi300x"])
 def test_host_costs_are_the_medians_of_the_calls(graphs, key):
-    """The inserted calls' own costs (numpy over the task columns) are the medians a Polars
-    filter finds: cudaLaunchKernel, non-blocking cudaMemcpyAsync, blocking calls."""
+    """The inserted calls' own costs (one query of three medians) are the medians a Polars
+    filter of the calls finds: cudaLaunchKernel, non-blocking cudaMemcpyAsync, blocking
+    calls."""
     g = Graph.from_tables(graphs[key])
     api = g.task.filter(pl.col("kind") == "api")
     want = {k: int(api.filter(e)["dur_ns"].median()) for k, e in (

@@ -211,3 +211,80 @@ def test_arrays_are_the_task_columns(graphs, key):
     for vals in (("forward", "backward"), ("weight_update",), ()):
         assert isin(g.array("phase"), vals).tolist() == \
             t["phase"].is_in(list(vals)).fill_null(False).to_list()
+
+
+def test_insert_is_the_plain_concat_and_sort(g):
+    """An insert without splicing is the old and new rows put in order and the edges, old
+    (remapped) and new (the defaults where they give none, their types the table's), sorted
+    by (src, dst) keeping table order: as plain Polars would make them."""
+    n = g.n_tasks
+    at = [5, 5, 40, n - 1]
+    rows = pl.DataFrame({"at": at, "place": ["before", "after", "before", "after"],
+                         "kind": ["api"] * 4, "unit_id": [int(g.task["unit_id"][a]) for a in at],
+                         "name": ["a", "b", "c", "d"], "dur_ns": [1, 2, 3, 4],
+                         "splice": [False] * 4})
+    ed = pl.DataFrame({"src": [-1, 7, -4], "dst": [-3, -2, 3], "kind": ["launch", None, "sync"],
+                       "lag_ns": [1.0, 2.5, None], "binding": [None, True, None]})
+    g2, ids = g.insert(rows, ed)
+    _valid(g2)
+    newid = np.arange(n) + np.searchsorted(np.sort(np.array([5, 6, 40, n]) - 0.5), np.arange(n))
+    assert ids.tolist() == [5, 7, 42, n + 3]
+    assert g2.task.drop("task_id")[newid.tolist()].equals(g.task.drop("task_id"))
+    e = g.edge.with_columns(pl.col("src").map_elements(lambda v: int(newid[v]), pl.Int64),
+                            pl.col("dst").map_elements(lambda v: int(newid[v]), pl.Int64))
+    new = pl.DataFrame({"src": [5, int(newid[7]), n + 3], "dst": [42, 7, int(newid[3])],
+                        "kind": ["launch", "inserted", "sync"], "anchor": ["end_start"] * 3,
+                        "lag_ns": [1, 2, 0], "slack_ns": [0] * 3, "binding": [False, True, False],
+                        "inferred": [False] * 3}).select(e.columns).cast(e.schema)
+    assert g2.edge.equals(pl.concat([e, new]).sort(["src", "dst"], maintain_order=True))
+
+
+def _fresh(gr: Graph) -> Graph:
+    """GR's tables in a new Graph: nothing converted yet, every array read from its table."""
+    return Graph(gr.task, gr.edge, gr.unit, gr.iteration, gr.layer)
+
+
+@pytest.mark.parametrize("key", ["alexnet", "v100"])
+def test_arrays_carried_to_a_copy_are_its_own(graphs, key):
+    """The task columns as numpy and the launch pairs that a primitive's copy inherits
+    (``Graph._with``: those of the columns it kept, an insert's with the new rows put in
+    order) are what the copy's own tables give."""
+    g = Graph.from_tables(graphs[key])
+    cols = [(c, None if not g.task[c].null_count() else
+             ("" if g.task[c].dtype == pl.String else -1)) for c in g.task.columns]
+
+    def fill(gr: Graph) -> Graph:
+        for c, null in cols:
+            if c != "layer":
+                gr.array(c, null)
+        gr.array("layer")  # nulls kept as None
+        gr.launch_pairs()
+        return gr
+
+    def same(gr: Graph) -> None:
+        ref = _fresh(gr)
+        for mkey in [k for k in gr._memo if isinstance(k, tuple) and k[0] == "array"]:
+            assert gr._memo[mkey].tolist() == ref.array(mkey[1], mkey[2]).tolist(), mkey
+            assert not gr._memo[mkey].flags.writeable
+        assert all(a.tolist() == b.tolist()
+                   for a, b in zip(gr.launch_pairs(), ref.launch_pairs(), strict=True))
+    fill(g)
+    kernels = g.array("kind") == "kernel"
+    launch = (g.edge["kind"] == "launch").to_numpy()
+    k = int(np.flatnonzero(kernels)[3])
+    rows = pl.DataFrame({"at": [k, k, 1], "place": ["before", "after", "after"],
+                         "kind": ["kernel", "api", "api"],
+                         "unit_id": [int(g.array("unit_id")[k]), int(g.array("unit_id")[1]), 0],
+                         "name": ["new", None, "call"], "dur_ns": [5, 6, 7],
+                         "iteration": [None, 1, None]})
+    steps = [g.scale(kernels, 0.5), g.set_duration(kernels, 7), g.set_bytes(kernels, 64),
+             g.set_priority(kernels, 3), g.move(kernels, int(g.array("unit_id")[1])),
+             g.set_lags(launch, 1), g.drop_edges(launch),
+             g.connect(pl.DataFrame({"src": [1], "dst": [2]})), g.add_unit("net")[0],
+             g.insert(rows)[0], g.insert(rows.drop("iteration"))[0]]
+    for g2 in steps:
+        assert len(g2._memo) > 1  # something was carried
+        same(g2)
+        fill(g2)  # and what the copy of a copy carries
+        same(g2.insert(rows)[0])
+        same(g2.scale(kernels[:g2.n_tasks] if len(kernels) == g2.n_tasks else None, 2.0))
