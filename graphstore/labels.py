@@ -264,7 +264,11 @@ class _Tree:
 
 def _busiest_thread(df: pl.DataFrame) -> tuple[int, int]:
     """The (pid, tid) with most rows; ties: the least pid, then tid."""
-    pid, tid = df["pid"].to_numpy(), df["tid"].to_numpy()
+    return _busiest(df["pid"].to_numpy(), df["tid"].to_numpy())
+
+
+def _busiest(pid: np.ndarray, tid: np.ndarray) -> tuple[int, int]:
+    """``_busiest_thread`` of rows given as their pid and tid."""
     code, th_pid, th_tid = _compact(pid, tid)  # codes in (pid, tid) order
     top = int(np.argmax(np.bincount(code)))  # the first maximum
     at = np.flatnonzero(code == top)[0]
@@ -337,6 +341,12 @@ class _Names:
                 memo.update(zip(new, fn(pl.Series(new, dtype=pl.String)).to_list(),
                                 strict=True))
         return [memo[v] for v in vals]
+
+    def value(self, row: int) -> str | None:
+        """The string of one row."""
+        if self._list is None:
+            self._list = self.values.to_list()
+        return self._list[self.codes[row]]
 
     def _rule_mask(self, rule: tuple, fn: Callable[[pl.Series], pl.Series] | None,
                    py: Callable[[str], bool] | None = None) -> np.ndarray:
@@ -449,14 +459,25 @@ def _iterations(tables: dict[str, pa.Table], r: pl.DataFrame, names: _Names, kin
     at_opt = is_cpu & names.starts_with(OPTIMIZER_STEP)
     main: tuple[int, int] | None = None
     if at_step.any():
-        steps = r.filter(pl.Series(at_step))
-        main = _busiest_thread(steps)
-        steps = (steps.filter((pl.col("pid") == main[0]) & (pl.col("tid") == main[1]))
-                 .sort("start_ns", "depth").unique("name", keep="first", maintain_order=True))
-        starts = steps["start_ns"].to_numpy().astype(np.int64)
-        labels = steps["name"].to_list()
-        ends = np.append(starts[1:], steps["end_ns"][-1]).astype(np.int64)
-        window = (int(starts[-1]), int(steps["end_ns"][-1]))
+        # the step markers' rows in numpy (a few per trace: four Polars queries cost ~0.4 ms
+        # of a small trace's labels): those of the thread with most, by start then depth,
+        # the first of each name
+        pid, tid = r["pid"].to_numpy(), r["tid"].to_numpy()
+        at = np.flatnonzero(at_step)
+        main = _busiest(pid[at], tid[at])
+        at = at[(pid[at] == main[0]) & (tid[at] == main[1])]
+        start = r["start_ns"].to_numpy()
+        at = at[np.lexsort((r["depth"].to_numpy()[at], start[at]))]
+        seen, firsts = set(), []
+        for i in at.tolist():
+            if (name := names.value(i)) not in seen:
+                seen.add(name)
+                firsts.append(i)
+        labels = [names.value(i) for i in firsts]
+        starts = start[firsts].astype(np.int64)
+        last_end = int(r["end_ns"].to_numpy()[firsts[-1]])
+        ends = np.append(starts[1:], last_end).astype(np.int64)
+        window = (int(starts[-1]), last_end)
         source = "ProfilerStep"
     else:
         opt = _outermost(r.filter(pl.Series(at_opt))) if at_opt.any() else r.clear()
@@ -708,12 +729,11 @@ class _Layers:
         return s.replace_strict(self._code, return_dtype=pl.Int64).to_numpy()
 
 
-def _module_layers(r: pl.DataFrame, is_mod: np.ndarray, tree: _Tree, autograd: np.ndarray,
-                   layers: _Layers) -> np.ndarray:
+def _module_layers(r: pl.DataFrame, names: _Names, is_mod: np.ndarray, tree: _Tree,
+                   autograd: np.ndarray, layers: _Layers) -> np.ndarray:
     """Own layer codes of ``nn.Module: X`` ranges (``is_mod``; module doc, layers a); -1
-    elsewhere."""
+    elsewhere. ``names``: r's name column encoded."""
     own = np.full(r.height, NONE, np.int64)
-    names = r["name"]
     if not is_mod.any():
         return own
     pos = np.arange(r.height)
@@ -721,14 +741,14 @@ def _module_layers(r: pl.DataFrame, is_mod: np.ndarray, tree: _Tree, autograd: n
     inner = tree.inherit(np.where(is_mod, pos, NONE))
     mods = np.flatnonzero(is_mod)
     up = np.where(tree.parent[mods] >= 0, inner[np.maximum(tree.parent[mods], 0)], NONE)
-    short = names.gather(mods).str.slice(len(MODULE_PREFIX))
+    short = [names.value(i)[len(MODULE_PREFIX):] for i in mods.tolist()]
     # index of each module's enclosing module among mods, -1 for outermost ones
     where = np.full(r.height, NONE, np.int64)
     where[mods] = np.arange(len(mods))
     up = np.where(up >= 0, where[np.maximum(up, 0)], NONE)
     # module paths, one vectorized step per module nesting level (object arrays of str: a
     # level of a small trace's modules costs microseconds, where a Polars frame cost 0.3 ms)
-    own_name = np.array(short.to_list(), object)
+    own_name = np.array(short, object)
     path = np.empty(len(mods), object)
     done = np.zeros(len(mods), bool)
     while not done.all():
@@ -743,13 +763,12 @@ def _module_layers(r: pl.DataFrame, is_mod: np.ndarray, tree: _Tree, autograd: n
         new[has] = path[u[has]] + "." + own_name[i[has]]
         path[i] = new
         done[i] = True
-    path = pl.Series("path", path.tolist(), pl.String)
     # one instance, one path: that of its first appearance, off the autograd threads if any
-    m = pl.DataFrame({"pos": mods, "inst": short, "path": path,
-                      "bg": autograd[mods], "start": r["start_ns"].to_numpy()[mods]})
-    canon = m.sort(["bg", "start"]).unique("inst", keep="first").select("inst", "path")
-    m = m.join(canon, on="inst", suffix="_canon")
-    own[m["pos"].to_numpy()] = layers.codes(m["path_canon"], "python_function")
+    # (in Python over the modules: a Polars sort, unique and join cost ~0.4 ms per trace)
+    canon: dict[str, str] = {}
+    for k in np.lexsort((r["start_ns"].to_numpy()[mods], autograd[mods])).tolist():
+        canon.setdefault(short[k], path[k])
+    own[mods] = layers.codes([canon[inst] for inst in short], "python_function")
     return own
 
 
@@ -802,15 +821,11 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     own_phase[(own_phase < 0) & autograd & root] = BACKWARD
     is_mod = nm.starts_with(MODULE_PREFIX) & kind.equals("python_function")
     if is_mod.any():
-        first_bwd = pl.DataFrame({"it": it[is_bwd], "s": start[is_bwd]}).group_by("it").agg(
-            pl.col("s").min())
-        fb = pl.DataFrame({"it": it}).join(first_bwd, on="it", how="left",
-                                           maintain_order="left")["s"]
-        before = (fb.is_null() | (pl.Series(start) < fb)).to_numpy()
+        before = _before_first_backward(it, start, is_bwd)
         own_phase[(own_phase < 0) & is_mod & ~autograd & before] = FORWARD
 
     # ---- own layer
-    own_layer = _module_layers(r, is_mod, tree, autograd, layers)
+    own_layer = _module_layers(r, nm, is_mod, tree, autograd, layers)
     iv = _fsdp_intervals(r, nm)
     if iv.height:
         hit = _innermost(r.select("pos", "pid", "tid", pl.col("start_ns").alias("t")), iv)
@@ -893,19 +908,43 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
             phase[open_[g] & (phase == OTHER) & (start >= lo[g]) & (end <= hi[g])] = FORWARD
 
     # GPU annotations: the labels of their CPU twin (same external id and name)
-    has_ext = _not_null(r["external_id"])
-    on_gpu = kind.equals("gpu_user_annotation")
-    gpu = r.select("pos", "external_id", "name").filter(pl.Series(on_gpu & has_ext))
-    if gpu.height:
-        on_cpu = kind.differs("gpu_user_annotation")
-        cpu = (r.select("pos", "external_id", "name").filter(pl.Series(on_cpu & has_ext))
-               .select("external_id", "name", pl.col("pos").alias("twin"))
-               .unique(["external_id", "name"]))
-        j = gpu.select("pos", "external_id", "name").join(cpu, on=["external_id", "name"])
-        at, tw = j["pos"].to_numpy(), j["twin"].to_numpy()
-        phase[at] = phase[tw]
-        layer[at] = layer[tw]
+    at, tw = _cpu_twins(r, nm, kind)
+    phase[at] = phase[tw]
+    layer[at] = layer[tw]
     return r, phase.astype(np.int8), layer, layers, its
+
+
+def _before_first_backward(it: np.ndarray, start: np.ndarray, is_bwd: np.ndarray
+                           ) -> np.ndarray:
+    """Whether each range starts before the first backward op of its iteration ``it`` (True
+    where the iteration has none). By a minimum per iteration code, in numpy: the Polars
+    group-by and join it was cost ~0.3 ms of a small trace's labels."""
+    _, code = _factorize(it)
+    first = np.full(int(code.max(initial=-1)) + 1, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first, code[is_bwd], start[is_bwd])
+    return start < first[code]
+
+
+def _cpu_twins(r: pl.DataFrame, names: _Names, kinds: _Names) -> tuple[np.ndarray, np.ndarray]:
+    """(at, twin): the rows of gpu_user_annotation ranges and of their CPU twins, the first
+    range off the GPU with the same external id and name (both set). In numpy over the name
+    codes: the Polars join it was cost ~0.6 ms of a small trace's labels."""
+    has = _not_null(r["external_id"]) & (names.codes < len(names.values) - 1)  # name not null
+    gpu = np.flatnonzero(kinds.equals("gpu_user_annotation") & has)
+    if not len(gpu):
+        return gpu, gpu
+    cpu = np.flatnonzero(kinds.differs("gpu_user_annotation") & has)
+    rows = np.concatenate([cpu, gpu])
+    # one code per distinct name (a dictionary may hold a value twice)
+    same = pc.fill_null(pc.dictionary_encode(names.values.to_arrow()).indices, -1).to_numpy()
+    pair, _, _ = _compact(_filled(r["external_id"], 0)[rows], same[names.codes[rows]])
+    cpu_pair, gpu_pair = pair[:len(cpu)], pair[len(cpu):]
+    twin = np.full(len(rows), -1, np.int64)
+    distinct, first = np.unique(cpu_pair, return_index=True)  # cpu rows are in row order
+    twin[distinct] = cpu[first]
+    tw = twin[gpu_pair]
+    found = tw >= 0
+    return gpu[found], tw[found]
 
 
 def label_ranges(tables: dict[str, pa.Table], ranges: pl.DataFrame | None = None) -> pa.Table:
