@@ -289,6 +289,27 @@ def _asof(left: pl.DataFrame, right: pl.DataFrame, **kw) -> pl.DataFrame:
     return left.join_asof(right, strategy="backward", check_sortedness=False, **kw)
 
 
+def _asof_rows(left: tuple[np.ndarray, np.ndarray, np.ndarray],
+               right: tuple[np.ndarray, np.ndarray, np.ndarray],
+               tie: np.ndarray | None = None) -> np.ndarray:
+    """A backward as-of join by group, in numpy: for each left row (a, b, t), the index of the
+    right row of the same group (a, b) with the latest t at or before it (-1: none); of right
+    rows tied on t, the last by ``tie``, then by index. What ``_asof`` does with ``by`` on a
+    few hundred rows, without two Polars frames, their sorts and the join (~0.3 ms each)."""
+    n = len(left[0])
+    if not n or not len(right[0]):
+        return np.full(n, -1, np.int64)
+    group, _, _ = _compact(np.concatenate([left[0], right[0]]),
+                           np.concatenate([left[1], right[1]]))
+    _, rank = _factorize(np.concatenate([left[2], right[2]]))  # times as dense ranks
+    key = group.astype(np.int64) * (int(rank.max()) + 1) + rank  # (group, time) in order
+    lkey, rkey = key[:n], key[n:]
+    order = np.lexsort((np.arange(len(rkey)), *(() if tie is None else (tie,)), rkey))
+    at = np.searchsorted(rkey[order], lkey, side="right") - 1
+    hit = order[np.maximum(at, 0)]
+    return np.where((at >= 0) & (group[n:][hit] == group[:n]), hit, -1)
+
+
 class _Names:
     """A string column as codes into its distinct values: name rules (prefixes, regular
     expressions) run once per distinct name, not once per range."""
@@ -655,15 +676,18 @@ def _backward_links(r: pl.DataFrame, flow: pa.Table | None, is_bwd: np.ndarray) 
     has_seq = _not_null(r["sequence_number"])
     want_bwd, want_fwd = is_bwd & has_seq & ~linked, ~is_bwd & has_seq
     if want_bwd.any() and want_fwd.any():  # (most small traces have no backward op)
-        cols = r.select("pid", "sequence_number", "start_ns", "depth", "pos")
-        bwd = cols.filter(pl.Series(want_bwd))
-        fwd = cols.filter(pl.Series(want_fwd))
-        lk = _asof(bwd.select("pid", "sequence_number", "start_ns", pl.col("pos").alias("bwd_pos"))
-                   .sort("start_ns"),
-                   fwd.select("pid", "sequence_number", "start_ns", "depth",
-                              pl.col("pos").alias("fwd_pos")).sort(["start_ns", "depth"]),
-                   on="start_ns", by=["pid", "sequence_number"])
-        out.append(lk.filter(pl.col("fwd_pos").is_not_null()).select("bwd_pos", "fwd_pos"))
+        # the latest forward op of the same process and sequence number that started at or
+        # before it; of those started together, the innermost
+        pid, seq = r["pid"].to_numpy(), _filled(r["sequence_number"], 0)
+        start, depth = r["start_ns"].to_numpy(), r["depth"].to_numpy()
+        bwd, fwd = np.flatnonzero(want_bwd), np.flatnonzero(want_fwd)
+        # in order of start (a wrapper of two linked ops takes the later one's layer)
+        bwd = bwd[np.argsort(start[bwd], kind="stable")]
+        hit = _asof_rows((pid[bwd], seq[bwd], start[bwd]), (pid[fwd], seq[fwd], start[fwd]),
+                         tie=depth[fwd])
+        found = hit >= 0
+        out.append(pl.DataFrame({"bwd_pos": bwd[found].astype(np.int64),
+                                 "fwd_pos": fwd[hit[found]].astype(np.int64)}))
     return pl.concat(out)
 
 
@@ -884,13 +908,10 @@ def _label(tables: dict[str, pa.Table], r: pl.DataFrame | None = None
     acc = autograd & root & (layer < 0) & nm.contains("AccumulateGrad", literal=True)
     if acc.any():
         prev = autograd & root & (layer >= 0)
-        lhs = pl.DataFrame({"pid": pid[acc], "tid": tid[acc], "s": start[acc],
-                            "pos": np.flatnonzero(acc)}).sort("s")
-        rhs = pl.DataFrame({"pid": pid[prev], "tid": tid[prev], "s": start[prev],
-                            "lay": layer[prev]}).sort("s")
-        j = _asof(lhs, rhs, on="s", by=["pid", "tid"]).filter(
-            pl.col("lay").is_not_null())
-        own_layer[j["pos"].to_numpy()] = j["lay"].to_numpy()
+        hit = _asof_rows((pid[acc], tid[acc], start[acc]),
+                         (pid[prev], tid[prev], start[prev]))
+        found = hit >= 0
+        own_layer[np.flatnonzero(acc)[found]] = layer[prev][hit[found]]
         layer = tree.inherit(own_layer)
 
     phase = tree.inherit(own_phase.astype(np.int64))

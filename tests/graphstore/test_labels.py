@@ -612,3 +612,22 @@ def test_prefixed_regex_matches_as_the_plain_one(pattern, prefix):
     assert got.any() and not got.all()
     _RULE_MEMO.clear()
     assert _Names(pl.Series(names, dtype=pl.String)).any_contains(pattern, prefix=prefix)
+
+
+def test_asof_rows_is_polars_backward_asof_by_group():
+    """labels._asof_rows (numpy) matches the Polars as-of join it replaced, on random groups
+    and times: the latest right row of the left row's group at or before its time; of right
+    rows tied on time, the one with the greatest tie value."""
+    from daydream.graphstore.labels import _asof, _asof_rows
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        nl, nr = rng.integers(0, 40, 2)
+        la, lb, lt = rng.integers(0, 3, nl), rng.integers(0, 3, nl), rng.integers(0, 50, nl)
+        ra, rb, rt = rng.integers(0, 3, nr), rng.integers(0, 3, nr), rng.integers(0, 50, nr)
+        tie = rng.permutation(nr)  # distinct: the expected row is unique
+        got = _asof_rows((la, lb, lt), (ra, rb, rt), tie=tie)
+        left = pl.DataFrame({"a": la, "b": lb, "t": lt, "i": np.arange(nl)}).sort("t")
+        right = pl.DataFrame({"a": ra, "b": rb, "t": rt, "tie": tie,
+                              "j": np.arange(nr)}).sort(["t", "tie"])
+        j = _asof(left, right, on="t", by=["a", "b"]).sort("i")
+        assert got.tolist() == j["j"].fill_null(-1).to_list()
