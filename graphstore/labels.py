@@ -1,7 +1,9 @@
 """Which training iteration, DNN layer and phase each activity range belongs to.
 
-Set-based over the activity tables (numpy columns, polars as-of joins, one vectorized step per
-nesting level, name rules once per distinct name), never Python per event.
+Set-based over the activity tables (numpy columns, as-of joins, one vectorized step per
+nesting level, name rules once per distinct name); Python loops only over the few rows a rule
+picks (step markers, modules, layers), where a Polars frame of them cost more than the loop on
+a fleet's small traces.
 
 ``find_iterations(tables)``  the training iterations of a trace (ITERATION's columns);
 ``label_ranges(tables)``     layer and phase of every range (range_id, layer, phase): what applies
