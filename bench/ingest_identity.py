@@ -82,13 +82,11 @@ def _hashes(staged: Path, events: int) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from daydream.base.store import PART
-
     out = {"events": events}
-    for d in sorted(staged.iterdir()):
-        f = d / PART
+    for f in sorted(staged.iterdir()):  # the tables' files (ingest.store.table_file)
+        name = f.name.removesuffix(".parquet")
         t = pq.read_table(f)
-        if d.name == "trace":
+        if name == "trace":
             t = t.drop_columns(["ingested_at"])
         meta = pq.ParquetFile(f).metadata
         stats = []  # per column: what a reader may skip row groups by
@@ -102,10 +100,10 @@ def _hashes(staged: Path, events: int) -> dict:
         decoded = pa.table({c: (t[c].cast(t[c].type.value_type)
                                 if pa.types.is_dictionary(t[c].type) else t[c])
                             for c in t.column_names})
-        out[d.name] = _ipc_hash(decoded, schema)
-        out[d.name + ".layout"] = _ipc_hash(t, schema + json.dumps(stats, default=str))
-        if d.name != "trace":  # its bytes hold the clock
-            out[d.name + ".bytes"] = hashlib.sha256(f.read_bytes()).hexdigest()
+        out[name] = _ipc_hash(decoded, schema)
+        out[name + ".layout"] = _ipc_hash(t, schema + json.dumps(stats, default=str))
+        if name != "trace":  # its bytes hold the clock
+            out[name + ".bytes"] = hashlib.sha256(f.read_bytes()).hexdigest()
     return out
 
 

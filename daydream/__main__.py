@@ -31,7 +31,12 @@ def _ingest(argv: list[str]) -> NoReturn:
     numpy is imported): ingest fills many fresh arrays, and the scanner's string buffers are
     touched only as far as each batch needs, so with 2 MB pages the kernel zeroes far more
     memory than is used (a 1M-event trace: some 0.5 GB more page zeroing, 0.5-0.8 s of system
-    CPU). And the process ends without the interpreter's teardown (``os._exit`` once stdout
+    CPU); nor is Arrow's allocator (MIMALLOC_ALLOW_THP=0: mimalloc asks for them on the 1 GB
+    arena it reserves, and a fleet's small traces touched a fresh 2 MB page for a few KB: some
+    3% of the CPU of 100 small traces in page zeroing). OpenBLAS, which ingest never calls,
+    starts no threads (OPENBLAS_NUM_THREADS=1): each spun for a while at numpy's import, in
+    every process (~3% of the same fleet's CPU). These reach the spawned workers too. And the
+    process ends without the interpreter's teardown (``os._exit`` once stdout
     and stderr are flushed): its garbage collections over everything imported, and the
     freeing of every object one by one, cost 0.4 s of CPU after a large trace, and there is
     nothing left to write: every file is closed and committed, every thread joined, when the
@@ -51,6 +56,8 @@ def _ingest(argv: list[str]) -> NoReturn:
         from daydream.ingest.ids import hash_ahead
         hash_ahead(got[1]["paths"])
     os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
+    os.environ.setdefault("MIMALLOC_ALLOW_THP", "0")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     code: int | str | None = 0
     try:
         commandline.main(argv)

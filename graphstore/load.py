@@ -18,7 +18,6 @@ import pyarrow as pa
 
 from daydream.base.compiled import kernel
 from daydream.base.errors import DaydreamError
-from daydream.base.store import PART
 from daydream.graphstore import db, labels
 from daydream.graphstore.build import (
     EK_LAUNCH,
@@ -439,7 +438,7 @@ def load(store_root: Path | str, trace_id: str) -> Loaded:
     """Build the graph of one stored trace and write it to DIR/graph.duckdb."""
     st = Store(Path(store_root))
     tables = activity_tables(st, trace_id)
-    g, gt = graph_tables(tables, weight_ops_from_parquet(st.partition("range", trace_id) / PART))
+    g, gt = graph_tables(tables, weight_ops_from_parquet(st.file("range", trace_id)))
     del tables  # the activity tables are not needed while the graph is written
     db.write_trace(st.root, trace_id, gt)  # as Parquet, when it is large
     return Loaded(trace_id, g, gt)

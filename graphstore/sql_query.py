@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from daydream.base.errors import DaydreamError
-from daydream.base.store import COMMIT_ORDER, PART
+from daydream.base.store import COMMIT_ORDER, PART, TRACE_DIR_PREFIX
 from daydream.graphstore.db import (
     DEFAULT_TIMEOUT_S,
     VIEWS,
@@ -51,8 +51,9 @@ def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path,
     """Make the Parquet activity tables queryable on ``con`` as temporary views.
 
     One view per activity table (kernel, memcpy, memset, api, sync, range, flow, trace), with
-    ``trace_id`` from the partition folder. Only committed traces are visible: those whose
-    ``trace`` partition exists (the store renames it into place last and removes it first).
+    ``trace_id`` from the trace's folder, over the files of both layouts (ingest.store). Only
+    committed traces are visible: a trace's folder is renamed into place whole, and in the
+    older layout the ``trace`` partition is renamed into place last and removed first.
     Works on read-only connections (temporary views live in memory). Returns the view names.
     With ``sql``, only the tables it names (and ``trace``, which the others filter on): creating
     a view lists its table's partitions, which over thousands of traces costs more than a query
@@ -65,11 +66,18 @@ def register_activity(con: duckdb.DuckDBPyConnection, store_root: str | Path,
     for table in ("trace", *(t for t in COMMIT_ORDER if t != "trace")):
         if wanted is not None and table not in wanted:
             continue
-        if next((activity / table).glob(f"trace_id=*/{PART}"), None) is not None:
+        # the table's files in either layout (ingest.store): a glob is read where it finds a
+        # file (DuckDB fails on one that finds none)
+        globs = []
+        if next(activity.glob(f"{TRACE_DIR_PREFIX}*/{table}.parquet"), None) is not None:
+            globs.append(str(activity / f"{TRACE_DIR_PREFIX}*" / f"{table}.parquet"))
+        if next((activity / table).glob(f"{TRACE_DIR_PREFIX}*/{PART}"), None) is not None:
+            globs.append(str(activity / table / f"{TRACE_DIR_PREFIX}*" / "*.parquet"))
+        if globs:
             # Every file is written with the declared schema, so DuckDB reads the schema of
             # the first file only (no union_by_name, which would open every footer).
-            glob = sql_literal(str(activity / table / "trace_id=*" / "*.parquet"))
-            src = (f"read_parquet({glob}, hive_partitioning = true, "
+            files = "[" + ", ".join(sql_literal(g) for g in globs) + "]"
+            src = (f"read_parquet({files}, hive_partitioning = true, "
                    f"hive_types = {{'trace_id': 'VARCHAR'}})")
             if table == "trace":
                 sql = f"SELECT * FROM {src}"

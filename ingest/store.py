@@ -1,10 +1,13 @@
-"""The activity store on disk: ``DIR/activity/<table>/trace_id=<id>/part-0.parquet``.
+"""The activity store on disk: ``DIR/activity/trace_id=<id>/<table>.parquet``.
 
 Writes never leave a half-written trace behind: a trace is converted into a private staging
-folder, then each table folder is renamed into place, ``trace`` last. A trace exists only once
-its ``trace`` partition does; table partitions without one (left by a killed run) are swept at
-the next write. Commits and sweeps hold an exclusive lock on ``DIR/.lock``, so two processes
-writing the same store take turns instead of corrupting it.
+folder, which is renamed into place whole; a trace exists once its folder does. Stores written
+before keep the older layout, ``DIR/activity/<table>/trace_id=<id>/part-0.parquet`` (a folder
+per table, renamed into place table by table, ``trace`` last: a trace of that layout exists
+once its ``trace`` partition does), and every reader here reads both; table partitions
+without a trace partition (left by a killed run) are swept at the next write. Commits and
+sweeps hold an exclusive lock on ``DIR/.lock``, so two processes writing the same store take
+turns instead of corrupting it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from daydream.base.store import (
     COMMIT_ORDER,
     PART,
     SCHEMA_VERSION,
+    TRACE_DIR_PREFIX,
     VERSION_KEY,
     duckdb_instance,
     fsync_dir,
@@ -61,6 +65,11 @@ READABLE_VERSIONS = (str(SCHEMA_VERSION), "1")
 ADDED_IN = {"memory": 2}  # tables a trace of an older version has none of
 
 
+def table_file(folder: str | Path, table: str) -> str:
+    """The file of TABLE in a trace's folder (a stored one, or one staged)."""
+    return os.path.join(folder, f"{table}.parquet")
+
+
 @dataclass(frozen=True)
 class Store:
     root: Path
@@ -73,23 +82,49 @@ class Store:
     def staging(self) -> Path:
         return self.root / ".staging"
 
+    def trace_dir(self, trace_id: str) -> str:
+        """The folder of a trace's tables (a plain string: the driver of a fleet ingest asks
+        for it at every commit, where pathlib's objects were much of its time per trace)."""
+        return os.path.join(self.root, ACTIVITY_DIR, f"{TRACE_DIR_PREFIX}{trace_id}")
+
     def partition(self, table: str, trace_id: str) -> Path:
+        """The folder of one table of a trace in the older layout (module doc)."""
         return Path(self._partition(table, trace_id))
 
     def _partition(self, table: str, trace_id: str) -> str:
-        """``partition`` as a plain string, for the commit of every trace of a fleet (pathlib's
-        objects were much of its time per small trace)."""
-        return os.path.join(self.root, ACTIVITY_DIR, table, f"trace_id={trace_id}")
+        return os.path.join(self.root, ACTIVITY_DIR, table, f"{TRACE_DIR_PREFIX}{trace_id}")
 
     def has_trace(self, trace_id: str) -> bool:
-        return (self.partition("trace", trace_id) / PART).exists()
+        return (os.path.exists(table_file(self.trace_dir(trace_id), "trace"))
+                or os.path.exists(os.path.join(self._partition("trace", trace_id), PART)))
 
     def trace_ids(self) -> list[str]:
+        return sorted(set(self._trace_ids()) | set(self._older_layout_ids()))
+
+    def _trace_ids(self) -> list[str]:
+        """The stored traces' ids in the current layout."""
+        if not self.activity.exists():
+            return []
+        return [e.name[len(TRACE_DIR_PREFIX):] for e in os.scandir(self.activity)
+                if e.name.startswith(TRACE_DIR_PREFIX)
+                and os.path.exists(table_file(e.path, "trace"))]
+
+    def _older_layout_ids(self) -> list[str]:
+        """The stored traces' ids in the older layout (those whose trace partition exists)."""
         d = self.activity / "trace"
         if not d.exists():
             return []
-        return sorted(p.name.split("=", 1)[1] for p in d.iterdir()
-                      if p.name.startswith("trace_id=") and (p / PART).exists())
+        return [p.name[len(TRACE_DIR_PREFIX):] for p in d.iterdir()
+                if p.name.startswith(TRACE_DIR_PREFIX) and (p / PART).exists()]
+
+    def _find(self, table: str, trace_id: str) -> str | None:
+        """The file of one table of a stored trace, in whichever layout it is stored; None
+        where there is none."""
+        f = table_file(self.trace_dir(trace_id), table)
+        if os.path.exists(f):
+            return f
+        f = os.path.join(self._partition(table, trace_id), PART)
+        return f if os.path.exists(f) else None
 
     def read(self, table: str, trace_id: str) -> pa.Table:
         """One table of one trace, with its declared schema."""
@@ -112,13 +147,13 @@ class Store:
                 # them back is a cast of the read table, where a read with a schema costs
                 # several milliseconds per small file
                 return f.read(use_threads=threads).cast(want)
-        return pq.read_table(self.partition(table, trace_id) / PART, schema=want)
+        return pq.read_table(self.file(table, trace_id), schema=want)
 
     def table_rows(self, trace_id: str) -> dict[str, int]:
         """How many rows each table of one trace has (``COMMIT_ORDER``), from the footers,
         each checked to be of this activity schema version."""
         tables = [t for t in COMMIT_ORDER if not self._older(t, trace_id)]
-        files = [self._path(t, trace_id) for t in tables]
+        files = [self.file(t, trace_id) for t in tables]
         con = duckdb_instance().cursor()
         try:
             got = {f: (n, v) for f, n, v in con.execute(
@@ -136,15 +171,17 @@ class Store:
 
     def _older(self, table: str, trace_id: str) -> bool:
         """Whether TABLE is one the trace's activity schema version lacks (``ADDED_IN``): its
-        trace is stored, the table's file is not (a commit writes the trace row last)."""
-        return (table in ADDED_IN and not (self.partition(table, trace_id) / PART).exists()
+        trace is stored, the table's file is not (a commit of the older layout wrote the
+        trace row last; one of the current layout writes every table at once)."""
+        return (table in ADDED_IN and self._find(table, trace_id) is None
                 and self.has_trace(trace_id))
 
-    def _path(self, table: str, trace_id: str) -> str:
-        path = self.partition(table, trace_id) / PART
-        if not path.exists():
+    def file(self, table: str, trace_id: str) -> str:
+        """The file of one table of a stored trace, in whichever layout it is stored."""
+        path = self._find(table, trace_id)
+        if path is None:
             raise DaydreamError(f"trace {trace_id} has no {table} table in {self.root}")
-        return str(path)
+        return path
 
     def _check_version(self, path: str | Path, found: str | None) -> None:
         """A store written by a daydream of another activity schema is refused, not misread."""
@@ -159,7 +196,7 @@ class Store:
         """One table's file of one trace, opened once (its footer, then its data), checked to
         be of this activity schema version."""
         import pyarrow.parquet as pq
-        path = self._path(table, trace_id)
+        path = self.file(table, trace_id)
         f = pq.ParquetFile(path)
         found = (f.metadata.metadata or {}).get(VERSION_KEY.encode())
         self._check_version(path, None if found is None else found.decode(errors="replace"))
@@ -182,7 +219,7 @@ class Store:
         return self._open("trace", trace_id).read(columns=columns).to_pylist()[0]
 
     def _trace_row_duckdb(self, trace_id: str, columns: list[str] | None) -> dict:
-        path = self._path("trace", trace_id)
+        path = self.file("trace", trace_id)
         picked = ", ".join(f'"{c}"' for c in columns) if columns else "*"
         con = duckdb_instance().cursor()
         try:
@@ -219,7 +256,16 @@ class Store:
                 if not (pid.isdigit() and _alive(int(pid))):
                     shutil.rmtree(d, ignore_errors=True)
                     removed += 1
-        live = set(self.trace_ids())
+        if self.activity.exists():
+            for e in os.scandir(self.activity):
+                # a trace folder a removal moved aside (``remove``), or one without its trace
+                # row, which no commit makes (a commit renames a folder of every table)
+                if e.name.startswith(".old-") or (e.name.startswith(TRACE_DIR_PREFIX) and not
+                                                  os.path.exists(table_file(e.path, "trace"))):
+                    shutil.rmtree(e.path, ignore_errors=True)
+                    removed += 1
+        # the older layout: table partitions of a trace whose trace partition is not there
+        live = set(self._older_layout_ids())
         for table in COMMIT_ORDER:
             d = self.activity / table
             if not d.exists():
@@ -236,10 +282,10 @@ class Store:
         return removed
 
     def commit(self, trace_id: str, staged: Path, force: bool) -> bool:
-        """Move a staged trace into place. Returns False when it already existed (no-op).
-        Paths are plain strings and each table folder is made only when a rename finds it
-        missing: the driver of a fleet ingest commits every trace, and pathlib's objects and
-        a mkdir per table were most of its time per small trace."""
+        """Move a staged trace (a folder of ``table_file``s, one per table) into place, one
+        rename. Returns False when it already existed (no-op). Paths are plain strings: the
+        driver of a fleet ingest commits every trace, and pathlib's objects were much of its
+        time per small trace."""
         with self.lock():
             if self.has_trace(trace_id):
                 if not force:
@@ -248,31 +294,32 @@ class Store:
                 self.remove(trace_id)
             else:
                 self._sweep_tables(trace_id)
-            for table in COMMIT_ORDER:
-                src = os.path.join(staged, table)
-                dst = self._partition(table, trace_id)
-                try:
-                    os.replace(src, dst)
-                except FileNotFoundError:  # the store's first trace: no table folder yet
-                    os.makedirs(os.path.dirname(dst), exist_ok=True)
-                    os.replace(src, dst)
+            dst = self.trace_dir(trace_id)
             try:
-                os.rmdir(staged)  # empty now
-            except OSError:
-                shutil.rmtree(staged, ignore_errors=True)
-            fsync_dir(os.path.dirname(self._partition("trace", trace_id)))
+                os.replace(staged, dst)
+            except FileNotFoundError:  # the store's first trace: no activity folder yet
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                os.replace(staged, dst)
+            fsync_dir(os.path.dirname(dst))
             return True
 
     def _sweep_tables(self, trace_id: str) -> None:
-        """Drop the table partitions of ``trace_id``, which has no trace row (what a killed
-        commit left)."""
+        """Drop the older layout's table partitions of ``trace_id``, which is not stored (what
+        a killed commit of that layout left), so that its rows never show beside the trace's
+        own (the SQL views read both layouts)."""
         for table in COMMIT_ORDER:
             p = self._partition(table, trace_id)
             if os.path.exists(p):
                 shutil.rmtree(p)
 
     def remove(self, trace_id: str) -> None:
-        """Delete a trace: its trace row first, so it is never visible half-deleted."""
+        """Delete a trace, never visible half-deleted: its folder moved aside in one rename
+        (then deleted), or, in the older layout, its trace row first."""
+        d = self.trace_dir(trace_id)
+        if os.path.exists(d):
+            tomb = os.path.join(self.activity, f".old-{trace_id}-{uuid.uuid4().hex[:6]}")
+            os.replace(d, tomb)
+            shutil.rmtree(tomb, ignore_errors=True)
         for table in reversed(COMMIT_ORDER):
             p = self.partition(table, trace_id)
             if p.exists():
@@ -333,11 +380,12 @@ def trace_table(conv: Converted, file: str, file_bytes: int, job: str | None) ->
 def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
                  job: str | None, written: list | None = None,
                  empties: Path | None = None) -> dict[str, pa.Table]:
-    """Write every table of a converted trace under ``staged/<table>/part-0.parquet``. Returns
-    the tables as written (with their declared schemas). Large tables are written on threads
-    (Parquet encoding and compression run without the GIL), the largest first. Given a list
-    ``written``, it returns as soon as the threads have started and appends a function that
-    waits for them (and raises what they raised): the caller builds the graph meanwhile.
+    """Write every table of a converted trace into the folder ``staged`` (made by the caller;
+    ``table_file``). Returns the tables as written (with their declared schemas). Large
+    tables are written on threads (Parquet encoding and compression run without the GIL),
+    the largest first. Given a list ``written``, it returns as soon as the threads have
+    started and appends a function that waits for them (and raises what they raised): the
+    caller builds the graph meanwhile.
     ``empties``: a folder on the staging's file system, private to this process, where the
     file of each empty table is written once and hard-linked from (``_link_empty``)."""
     from daydream.ingest import schema
@@ -349,15 +397,15 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
         if t is None:
             t = schema.empty(name)
         t = t.cast(schema.TABLES[name].schema) if t.schema != schema.TABLES[name].schema else t
-        (staged / name).mkdir(parents=True, exist_ok=True)
         out[name] = t
 
     def write(name: str) -> None:
+        f = table_file(staged, name)
         if not out[name].num_rows:  # most small traces have a few empty tables
-            if empties is None or not _link_empty(empties, name, staged / name / PART):
-                (staged / name / PART).write_bytes(_empty_parquet(name))
+            if empties is None or not _link_empty(empties, name, f):
+                Path(f).write_bytes(_empty_parquet(name))
             return
-        write_parquet(out[name], staged / name / PART)
+        write_parquet(out[name], f)
 
     if sum(t.num_rows for t in out.values()) < PARALLEL_ROWS:
         for name in out:
@@ -382,13 +430,12 @@ def write_staged(conv: Converted, staged: Path, file: str, file_bytes: int,
     return out
 
 
-def _link_empty(empties: Path, name: str, dst: Path) -> bool:
+def _link_empty(empties: Path, name: str, dst: str) -> bool:
     """Make DST a hard link to the file of the empty table NAME kept in EMPTIES (written there
     first where missing): the same bytes as ``_empty_parquet``'s, without a new inode, which
-    a file system may take long to find (ext4 without a journal skips every inode freed in
-    the last seconds: after a store of 100 small traces was deleted, some 0.7 ms per file or
-    folder made). A store's files are never written in place (a commit renames folders, a
-    removal unlinks), so the traces that share the file never see each other's. False where
+    a file system may take long to find (``base.store.TRACE_DIR_PREFIX``). A store's files
+    are never written in place (a commit renames folders, a removal unlinks), so the traces
+    that share the file never see each other's. False where
     the file system has no hard links (the caller writes the file)."""
     src = empties / f"{name}.parquet"
     try:

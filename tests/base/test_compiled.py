@@ -72,7 +72,7 @@ def test_compiled_kernels_give_the_tables_of_the_jit_without_numba(tmp_path):
     assert files == sorted(p.relative_to(tmp_path / "jit")
                            for p in (tmp_path / "jit").rglob("*.parquet"))
     for rel in files:
-        if rel.parts[:2] == ("activity", "trace"):
+        if rel.parts[0] == "activity" and rel.name == "trace.parquet":
             continue  # when and how fast each trace was ingested
         a, b = pq.read_table(tmp_path / "aot" / rel), pq.read_table(tmp_path / "jit" / rel)
         assert a.equals(b), rel

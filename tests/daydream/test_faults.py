@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 from daydream import api, fleet
-from daydream.base.store import PART
 from daydream.graphstore import db, sql_query
 from daydream.ingest import schema
-from daydream.ingest.store import Store
+from daydream.ingest.store import Store, table_file
 from tests.conftest import DATA
 from tests.daydream.variants import make_variants
 
@@ -56,7 +55,7 @@ def _check_store(root: Path) -> list[str]:
     ids = st.trace_ids()
     for tid in ids:
         for t in schema.COMMIT_ORDER:
-            assert (st.partition(t, tid) / PART).exists()
+            assert os.path.exists(table_file(st.trace_dir(tid), t))
         assert st.read("kernel", tid).schema == schema.KERNEL.schema
     if db.db_path(root).exists():
         assert set(db.trace_ids(root)) <= set(ids)

@@ -629,3 +629,36 @@ def test_long_commands_show_progress_on_a_terminal_only(capsys):
     assert capsys.readouterr().err == ""
     assert isinstance(busy("predicting", enabled=True), rich.status.Status)
     assert busy("predicting").__class__.__name__ == "nullcontext"  # pytest's stderr: no tty
+
+
+def test_ingest_tells_the_allocators_and_blas_before_numpy_is_imported(tmp_path):
+    """`daydream ingest` sets NUMPY_MADVISE_HUGEPAGE=0, MIMALLOC_ALLOW_THP=0 and
+    OPENBLAS_NUM_THREADS=1 (daydream.__main__._ingest) before numpy, pyarrow or polars is
+    imported, where they are read (and its spawned workers inherit them); a value the user set
+    is kept."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, sys\n"
+        "from daydream import __main__ as m, commandline\n"
+        "run = commandline.main\n"
+        "def seen(argv=None):\n"
+        "    print({k: os.environ.get(k) for k in ('NUMPY_MADVISE_HUGEPAGE', "
+        "'MIMALLOC_ALLOW_THP', 'OPENBLAS_NUM_THREADS')}, "
+        "[n for n in ('numpy', 'pyarrow', 'polars') if n in sys.modules], flush=True)\n"
+        "    return run(argv)\n"
+        "commandline.main = seen\n"
+        "sys.argv = ['daydream'] + sys.argv[1:]\n"
+        "m.main()\n")
+    good = DATA / "kineto" / "event_sync_single_stream.json.gz"
+    env = {k: v for k, v in __import__("os").environ.items()
+           if k not in ("NUMPY_MADVISE_HUGEPAGE", "MIMALLOC_ALLOW_THP")}
+    env["OPENBLAS_NUM_THREADS"] = "3"  # the user's own
+    p = subprocess.run([sys.executable, "-c", script, "ingest", str(good), "--store",
+                        str(tmp_path / "s"), "-j", "1"], capture_output=True, text=True,
+                       cwd=ROOT, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    env_seen = {"NUMPY_MADVISE_HUGEPAGE": "0", "MIMALLOC_ALLOW_THP": "0",
+                "OPENBLAS_NUM_THREADS": "3"}
+    assert p.stdout.splitlines()[0] == f"{env_seen} []"  # nothing of the three imported yet

@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 
 from daydream import api
-from daydream.base.store import PART
 from daydream.graphstore import db
 from daydream.ingest import schema
-from daydream.ingest.store import Store
+from daydream.ingest.store import Store, table_file
 from tests.conftest import DATA
 
 SMALL = [DATA / "kineto" / n for n in ("simple_add_a100.json.gz", "alexnet_fwd_a100.json.gz",
@@ -46,7 +45,7 @@ def test_reingest_is_a_noop_and_force_replaces(tmp_path):
 
 
 def _complete(st: Store, tid: str) -> bool:
-    return all((st.partition(t, tid) / PART).exists() for t in schema.COMMIT_ORDER)
+    return all(os.path.exists(table_file(st.trace_dir(tid), t)) for t in schema.COMMIT_ORDER)
 
 
 def test_killed_ingest_leaves_no_partial_trace(tmp_path):
@@ -75,8 +74,7 @@ def test_killed_ingest_leaves_no_partial_trace(tmp_path):
     rep = api.ingest([folder], st_path, jobs=2)
     assert not rep.failed
     assert len(st.trace_ids()) == len(srcs)
-    # nothing left behind: no staging, no orphan partitions
+    # nothing left behind: no staging, no folder but the stored traces'
     assert not any((st_path / ".staging").iterdir()) if (st_path / ".staging").exists() else True
-    for table in schema.COMMIT_ORDER:
-        parts = {p.name for p in (st_path / "activity" / table).iterdir()}
-        assert parts == {f"trace_id={t}" for t in st.trace_ids()}
+    folders = {p.name for p in (st_path / "activity").iterdir()}
+    assert folders == {f"trace_id={t}" for t in st.trace_ids()}

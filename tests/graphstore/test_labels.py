@@ -355,6 +355,28 @@ def test_annotation_phases_and_gpu_twins_hand_made():
         (15, None, "other")]
 
 
+def test_a_gpu_annotation_takes_its_first_twin_in_row_order():
+    """Two CPU annotations of one external id and name (a profiler that reused the id): the
+    GPU-side one takes the labels of the first (in row order), whichever the other has, and
+    one of another name is no twin."""
+    tables = _make([
+        (0, "ProfilerStep#1", 0, 100, None, UA),
+        (1, "## optimizer ##", 10, 40, 0, UA),
+        (2, "nccl:all_reduce", 12, 20, 1, {**UA, "external_id": 5}),
+        (3, "## forward ##", 40, 80, 0, UA),
+        (4, "nccl:all_reduce", 50, 60, 3, {**UA, "external_id": 5}),
+        (5, "nccl:broadcast", 61, 62, 3, {**UA, "external_id": 6}),
+        (6, "nccl:all_reduce", 14, 30, None,
+         {"kind": "gpu_user_annotation", "pid": 0, "tid": 7, "external_id": 5}),
+        (7, "nccl:all_reduce", 62, 70, None,
+         {"kind": "gpu_user_annotation", "pid": 0, "tid": 7, "external_id": 6}),
+    ])
+    got = {rid: phase for rid, _, phase in _labels(tables)}
+    assert (got[2], got[4]) == ("weight_update", "forward")
+    assert got[6] == "weight_update"  # its first twin's, not the second's
+    assert got[7] == "other"  # the range of its external id has another name
+
+
 def _autograd_rows():
     def fw(seq):
         return {"sequence_number": seq, "fwd_thread_id": 0}
@@ -590,3 +612,22 @@ def test_prefixed_regex_matches_as_the_plain_one(pattern, prefix):
     assert got.any() and not got.all()
     _RULE_MEMO.clear()
     assert _Names(pl.Series(names, dtype=pl.String)).any_contains(pattern, prefix=prefix)
+
+
+def test_asof_rows_is_polars_backward_asof_by_group():
+    """labels._asof_rows (numpy) matches the Polars as-of join it replaced, on random groups
+    and times: the latest right row of the left row's group at or before its time; of right
+    rows tied on time, the one with the greatest tie value."""
+    from daydream.graphstore.labels import _asof, _asof_rows
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        nl, nr = rng.integers(0, 40, 2)
+        la, lb, lt = rng.integers(0, 3, nl), rng.integers(0, 3, nl), rng.integers(0, 50, nl)
+        ra, rb, rt = rng.integers(0, 3, nr), rng.integers(0, 3, nr), rng.integers(0, 50, nr)
+        tie = rng.permutation(nr)  # distinct: the expected row is unique
+        got = _asof_rows((la, lb, lt), (ra, rb, rt), tie=tie)
+        left = pl.DataFrame({"a": la, "b": lb, "t": lt, "i": np.arange(nl)}).sort("t")
+        right = pl.DataFrame({"a": ra, "b": rb, "t": rt, "tie": tie,
+                              "j": np.arange(nr)}).sort(["t", "tie"])
+        j = _asof(left, right, on="t", by=["a", "b"]).sort("i")
+        assert got.tolist() == j["j"].fill_null(-1).to_list()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -21,12 +22,27 @@ SMALL = [DATA / "kineto" / n for n in ("simple_add_a100.json.gz", "alexnet_fwd_a
                                         "event_sync_multi_stream.json.gz")]
 
 
+def to_older_layout(root, tid: str) -> None:
+    """Move a stored trace into the layout stores written before keep: a folder per table,
+    ``activity/<table>/trace_id=<id>/part-0.parquet``."""
+    folder = root / "activity" / f"trace_id={tid}"
+    for f in folder.iterdir():
+        part = root / "activity" / f.name.removesuffix(".parquet") / f"trace_id={tid}"
+        part.mkdir(parents=True)
+        f.rename(part / PART)
+    folder.rmdir()
+
+
 def test_layout_and_schema_version(tmp_path):
     st = tmp_path / "s"
     rep = ingest(SMALL[:1], Store(st), jobs=1)
     tid = rep.results[0].trace_id
+    # one folder per trace, a file per table, nothing else
+    assert [p.name for p in (st / "activity").iterdir()] == [f"trace_id={tid}"]
+    assert sorted(p.name for p in (st / "activity" / f"trace_id={tid}").iterdir()) == \
+        sorted(f"{t}.parquet" for t in schema.COMMIT_ORDER)
     for table in schema.COMMIT_ORDER:
-        f = st / "activity" / table / f"trace_id={tid}" / PART
+        f = st / "activity" / f"trace_id={tid}" / f"{table}.parquet"
         assert f.exists(), f
         md = pq.read_schema(f).metadata
         assert md[b"daydream.schema_version"] == str(schema.SCHEMA_VERSION).encode()
@@ -62,18 +78,18 @@ def test_a_store_of_another_activity_schema_is_refused_with_how_to_rebuild(tmp_p
     st = tmp_path / "s"
     rep = ingest(SMALL[:1], Store(st), jobs=1)
     tid = rep.results[0].trace_id
-    f = st / "activity" / "kernel" / f"trace_id={tid}" / PART
+    f = st / "activity" / f"trace_id={tid}" / "kernel.parquet"
     old = pq.read_table(f)
     pq.write_table(old.replace_schema_metadata({b"daydream.schema_version": b"0",
                                                 b"daydream.text_table": b"kernel"}), f)
     store = Store(st)
-    with pytest.raises(DaydreamError, match=rf"kernel/trace_id={tid}/part-0.parquet has "
+    with pytest.raises(DaydreamError, match=rf"trace_id={tid}/kernel.parquet has "
                        rf"activity schema version 0, this daydream reads version "
                        rf"{schema.SCHEMA_VERSION}; rebuild the store: run `daydream ingest "
                        r"--force` over its traces"):
         store.read("kernel", tid)
     # the look-only readers (DuckDB, for `daydream info`) refuse it alike
-    with pytest.raises(DaydreamError, match=rf"kernel/trace_id={tid}/part-0.parquet has "
+    with pytest.raises(DaydreamError, match=rf"trace_id={tid}/kernel.parquet has "
                        r"activity schema version 0, this daydream"):
         store.table_rows(tid)
     pq.write_table(old.replace_schema_metadata(None), f)  # no version at all
@@ -81,11 +97,11 @@ def test_a_store_of_another_activity_schema_is_refused_with_how_to_rebuild(tmp_p
         store.read("kernel", tid)
     with pytest.raises(DaydreamError, match=r"activity schema version \(none\)"):
         store.table_rows(tid)
-    t = st / "activity" / "trace" / f"trace_id={tid}" / PART
+    t = st / "activity" / f"trace_id={tid}" / "trace.parquet"
     row = pq.read_table(t)
     pq.write_table(row.replace_schema_metadata({b"daydream.schema_version": b"0"}), t)
     for read in (store._trace_row_arrow, store._trace_row_duckdb):
-        with pytest.raises(DaydreamError, match=rf"trace/trace_id={tid}/part-0.parquet has "
+        with pytest.raises(DaydreamError, match=rf"trace_id={tid}/trace.parquet has "
                            r"activity schema version 0"):
             read(tid, None)
     pq.write_table(row, t)
@@ -120,7 +136,9 @@ def test_a_store_of_schema_version_1_reads_as_one_without_allocator_records(tmp_
     tid = rep.results[0].trace_id
     store = Store(st)
     kernels = store.read("kernel", tid)
-    # what a version-1 store holds: no memory table, every other file marked version 1
+    # what a version-1 store holds: the older layout, no memory table, every other file
+    # marked version 1
+    to_older_layout(st, tid)
     shutil.rmtree(st / "activity" / "memory" / f"trace_id={tid}")
     for table in schema.COMMIT_ORDER:
         f = st / "activity" / table / f"trace_id={tid}" / PART
@@ -151,7 +169,7 @@ def test_empty_tables_are_one_file_linked_and_read_back_as_written(tmp_path):
     empty = {}  # table -> the files of the traces that have it empty
     for tid in tids:
         for table in schema.COMMIT_ORDER:
-            f = st.partition(table, tid) / PART
+            f = Path(st.file(table, tid))
             if pq.read_metadata(f).num_rows == 0:
                 assert f.read_bytes() == _empty_parquet(table)
                 assert st.read(table, tid).schema.equals(schema.TABLES[table].schema)
@@ -164,4 +182,55 @@ def test_empty_tables_are_one_file_linked_and_read_back_as_written(tmp_path):
     st.remove(tids[0])
     for fs in shared:
         for f in fs[1:]:
-            assert f.read_bytes() == _empty_parquet(f.parent.parent.name)
+            assert f.read_bytes() == _empty_parquet(f.name.removesuffix(".parquet"))
+
+
+def test_a_store_of_the_older_layout_reads_as_it_did_and_is_replaced_whole(tmp_path):
+    """Stores written before keep a folder per table and trace (``to_older_layout``): every
+    reader reads such a trace as it reads one of the current layout, beside traces of the
+    current layout in the same store (SQL views included); sweeps drop the older layout's
+    orphan partitions; re-ingesting such a trace with --force leaves it in the current
+    layout, nothing of the older one behind."""
+    from daydream.graphstore import sql_query
+
+    root = tmp_path / "s"
+    rep = ingest(SMALL, Store(root), jobs=1)
+    tids = [r.trace_id for r in rep.results]
+    st = Store(root)
+    tables = {tid: {t: st.read(t, tid) for t in schema.COMMIT_ORDER} for tid in tids}
+    rows = {tid: st.table_rows(tid) for tid in tids}
+    trace_rows = {tid: st._trace_row_duckdb(tid, ["file", "events"]) for tid in tids}
+    kernels_sql = sql_query.run_sql(root, "SELECT trace_id, count(*) AS n FROM kernel GROUP BY "
+                                    "ALL ORDER BY ALL").to_pylist()
+    old, *new = tids
+    to_older_layout(root, old)
+    assert (root / "activity" / "kernel" / f"trace_id={old}" / PART).exists()
+    assert st.trace_ids() == sorted(tids) and all(st.has_trace(t) for t in tids)
+    for tid in tids:
+        for t in schema.COMMIT_ORDER:
+            assert st.read(t, tid).equals(tables[tid][t]), (tid, t)
+        assert st.table_rows(tid) == rows[tid]
+        assert st._trace_row_duckdb(tid, ["file", "events"]) == trace_rows[tid]
+        assert st._trace_row_arrow(tid, ["file", "events"]) == trace_rows[tid]
+    assert sql_query.run_sql(root, "SELECT trace_id, count(*) AS n FROM kernel GROUP BY ALL "
+                             "ORDER BY ALL").to_pylist() == kernels_sql
+    # an orphan partition of the older layout (a killed commit of it), and a trace folder
+    # without its trace row, are swept; the stored traces of either layout are not
+    orphan = root / "activity" / "kernel" / "trace_id=0123456789abcdef0123"
+    orphan.mkdir()
+    (orphan / PART).write_bytes(b"")
+    rowless = root / "activity" / "trace_id=fedcba9876543210fedc"
+    rowless.mkdir()
+    (rowless / "kernel.parquet").write_bytes(b"")
+    with st.lock():
+        assert st.sweep() == 2
+    assert not orphan.exists() and not rowless.exists()
+    assert st.trace_ids() == sorted(tids)
+    assert st.read("kernel", old).equals(tables[old]["kernel"])
+    rep = ingest(SMALL[:1], st, jobs=1, force=True)
+    assert rep.results[0].status == "ingested" and rep.results[0].trace_id == old
+    assert not any((root / "activity" / t / f"trace_id={old}").exists()
+                   for t in schema.COMMIT_ORDER)
+    assert (root / "activity" / f"trace_id={old}" / "kernel.parquet").exists()
+    assert st.read("kernel", old).equals(tables[old]["kernel"])
+    assert st.trace_ids() == sorted(tids)
