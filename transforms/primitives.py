@@ -504,28 +504,18 @@ class Graph:
         # EDGES' (``_EDGE_DEFAULTS`` where they give none); as Python lists, then one frame:
         # a small insert's cost is its Polars calls, not its rows
         n_e, m = e.height, len(kinds)
-        add = {"src": src[n_e:].tolist(), "dst": dst[n_e:].tolist(), "kind": kinds,
-               "anchor": ["end_start"] * m, "lag_ns": [0] * m, "slack_ns": [0] * m,
-               "binding": [False] * m, "inferred": [False] * m}
+        add = {c: [v] * m for c, v in _EDGE_DEFAULTS}
+        add.update(src=src[n_e:].tolist(), dst=dst[n_e:].tolist(), kind=kinds)
         if edges is not None and edges.height:
             def m_(col):
                 a = edges[col].to_numpy().astype(np.int64)
                 return np.where(a < 0, ins_ids[np.clip(-1 - a, 0, k - 1)],
                                 newid[np.clip(a, 0, n - 1)])
             u_src, u_dst = m_("src"), m_("dst")
-            add["src"] += u_src.tolist()
-            add["dst"] += u_dst.tolist()
+            ed = _edge_defaults(edges, pl.Series("src", u_src), pl.Series("dst", u_dst))
+            for c in e.columns:  # a column beyond the defaults: EDGES must give it
+                add[c] = add.get(c, [None] * m) + ed[c].to_list()
             src, dst = np.concatenate([src, u_src]), np.concatenate([dst, u_dst])
-            default = dict(_EDGE_DEFAULTS)
-            for c in e.columns:
-                if c in ("src", "dst"):
-                    continue
-                if c in default:
-                    v = default[c]
-                    add[c] += ([v if x is None else x for x in edges[c].to_list()]
-                               if c in edges.columns else [v] * edges.height)
-                else:  # a column the edge table has beyond the defaults: EDGES must give it
-                    add[c] = add.get(c, [None] * m) + edges[c].to_list()
         old = e.with_columns(pl.Series("src", src[:n_e]), pl.Series("dst", dst[:n_e]))
         added = pl.DataFrame([_column(c, add[c], dt) for c, dt in old.schema.items()])
         # in (src, dst) order, ties in table order (a stable sort, as every primitive keeps it)
