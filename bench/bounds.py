@@ -695,35 +695,35 @@ def _prefix(own_s: np.ndarray, own_e: np.ndarray):
     return before
 
 
-def _blocks(raw: Raw, key) -> list[tuple[int, int, object, list[int]]]:
+def _blocks(raw: Raw, key, pageable: dict) -> list[tuple[int, int, object, list[int]]]:
     """A thread's blocking calls in time order: (start, end, streams it waits for, its own GPU
-    tasks). A copy into pageable memory waits for its stream (and is itself GPU work); a
-    device sync for every stream (streams None); a stream or event sync for a stream the trace
-    does not name (an empty set: it cuts the host's work but bounds no GPU work)."""
+    tasks). A copy into pageable memory (``pageable``: correlation id -> its GPU tasks) waits
+    for its stream (and is itself GPU work); a device sync for every stream (streams None); a
+    stream or event sync for a stream the trace does not name (an empty set: it cuts the
+    host's work but bounds no GPU work)."""
     cs, ce, names = raw.calls.get(key, (np.zeros(0, np.int64),) * 2 + ([],))
     corr = raw.call_corr.get(key, np.full(len(cs), -1, np.int64))
-    page = {}
-    for i in np.flatnonzero(raw.gpu_to_pageable & (raw.gpu_corr >= 0)).tolist():
-        page.setdefault(int(raw.gpu_corr[i]), []).append(i)
     out = []
     for i, n in enumerate(names):
         c = int(corr[i])
-        if c in page:
-            tasks = page[c]
+        if c in pageable:
+            tasks = pageable[c]
             out.append((int(cs[i]), int(ce[i]), {raw.gpu_stream[t] for t in tasks}, tasks))
         elif _SYNC_RE.match(n):
             out.append((int(cs[i]), int(ce[i]), None if "Device" in n else set(), []))
     return sorted(out, key=lambda b: b[0])
 
 
-def _floor(raw: Raw, keys: list, own, w0: int, w1: int, f: float, by_corr: dict) -> int:
+def _floor(raw: Raw, keys: list, own, w0: int, w1: int, f: float, by_corr: dict,
+           blocks_of: dict) -> int:
     """The least time (ns) of [w0, w1) with every GPU task x f, for the host threads ``keys``
     run one after another (their own work ``own``: F(t) summed over them). Cut at their
-    blocking calls: the stretch before a call holds at least the threads' own work in it, and
-    for each call k in it that launched work onto what the blocking call waits for, the own
-    work before k plus f x the work launched from k on (it can start no earlier than its
-    launch and must end before the blocking call returns)."""
-    blocks = sorted((b for k in keys for b in _blocks(raw, k) if w0 <= b[0] < w1),
+    blocking calls (``blocks_of``: ``_blocks`` per thread): the stretch before a call holds
+    at least the threads' own work in it, and for each call k in it that launched work onto
+    what the blocking call waits for, the own work before k plus f x the work launched from k
+    on (it can start no earlier than its launch and must end before the blocking call
+    returns)."""
+    blocks = sorted((b for k in keys for b in blocks_of[k] if w0 <= b[0] < w1),
                     key=lambda b: b[0])
     launches = []  # (start, correlation id) of the threads' calls in the window, in time order
     for k in keys:
@@ -758,7 +758,7 @@ def _floor(raw: Raw, keys: list, own, w0: int, w1: int, f: float, by_corr: dict)
     return total
 
 
-def sync_floor(path: str | Path, f: float, short_gaps: bool = False) -> dict:
+def sync_floor(trace: str | Path | Raw, f: float, short_gaps: bool = False) -> dict:
     """Per step, the least time it can take with every GPU task x f, from the host threads
     that launch GPU work and their blocking calls (``_floor``): the threads taken one after
     another where their own work never overlaps in the trace (the main thread and the autograd
@@ -767,8 +767,9 @@ def sync_floor(path: str | Path, f: float, short_gaps: bool = False) -> dict:
     which assumes the host's work and the GPU's could overlap wholly. ``short_gaps``: the
     threads' short gaps count as their work too (C_sum's rule, and the judge's: Python and the
     dispatcher between operators), a floor on the premise that they are work; without them
-    it is C_max's rule, sound whatever they are. Kineto traces only."""
-    raw = read(path)
+    it is C_max's rule, sound whatever they are. TRACE: a file, or one ``read`` already
+    (both floors of one trace read it once). Kineto traces only."""
+    raw = trace if isinstance(trace, Raw) else read(trace)
     if raw.source != "kineto":
         raise ValueError("sync_floor reads Kineto traces (it needs correlation ids)")
     stp, rule = steps(raw)
@@ -777,6 +778,8 @@ def sync_floor(path: str | Path, f: float, short_gaps: bool = False) -> dict:
         if c >= 0:
             by_corr.setdefault(c, []).append(i)
     launched = set(by_corr)
+    pageable = {c: [g for g in gs if raw.gpu_to_pageable[g]] for c, gs in by_corr.items()}
+    pageable = {c: gs for c, gs in pageable.items() if gs}
     keys = [k for k in sorted(raw.calls, key=str)
             if launched.intersection(raw.call_corr.get(k, np.zeros(0, np.int64)).tolist())]
     costs = call_costs(raw)
@@ -788,20 +791,22 @@ def sync_floor(path: str | Path, f: float, short_gaps: bool = False) -> dict:
     overlap = own_sum - covered(*union(list(owns.values())), lo, hi + 1)
     chained = len(keys) > 1 and overlap <= 0.01 * own_sum
     prefix = {k: _prefix(*owns[k]) for k in keys}
+    blocks_of = {k: _blocks(raw, k, pageable) for k in keys}
     rows = []
     for st in stp:
         if chained:
             fl = _floor(raw, keys, lambda t: sum(prefix[k](t) for k in keys), st.start_ns,
-                        st.end_ns, f, by_corr)
+                        st.end_ns, f, by_corr, blocks_of)
         else:
-            fl = max((_floor(raw, [k], prefix[k], st.start_ns, st.end_ns, f, by_corr)
-                      for k in keys), default=0)
+            fl = max((_floor(raw, [k], prefix[k], st.start_ns, st.end_ns, f, by_corr,
+                             blocks_of) for k in keys), default=0)
         rows.append({"label": st.label, "steady": st.steady, "T_ms": st.length_ns / 1e6,
                      "floor_ms": fl / 1e6,
                      "speedup_max": st.length_ns / fl if fl else float("inf")})
     steady = [r for r in rows if r["steady"]]
     t_ms, fl_ms = sum(r["T_ms"] for r in steady), sum(r["floor_ms"] for r in steady)
-    return {"file": str(path), "f": f, "short_gaps": short_gaps, "rule": rule,
+    return {"file": "" if isinstance(trace, Raw) else str(trace), "f": f,
+            "short_gaps": short_gaps, "rule": rule,
             "threads": ["/".join(k) for k in keys],
             "chained": chained, "overlap_ms": overlap / 1e6, "steps": rows,
             "steady": {"steps": len(steady), "T_ms": t_ms, "floor_ms": fl_ms,
@@ -835,6 +840,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"({100 * m['G_ms'] / m['T_ms']:.1f}%) G_all {m['G_all_ms']:.2f} "
                   f"G_stream {m['G_stream_ms']:.2f} C_max {m['C_max_ms']:.2f} "
                   f"C_sum {m['C_sum_ms']:.2f} W {m['W_ms']:.2f} ms")
+
 
 if __name__ == "__main__":
     main()

@@ -91,7 +91,8 @@ def floors() -> tuple[list[str], list[dict]]:
             lines.append(f"| {c['name']} | {c['f']} | {NA}: the trace is not here | | |")
             continue
         try:
-            sound, gaps = (bounds.sync_floor(path, c["f"], g)["steady"] for g in (False, True))
+            raw = bounds.read(path)
+            sound, gaps = (bounds.sync_floor(raw, c["f"], g)["steady"] for g in (False, True))
         except Exception as e:  # a trace the floor cannot read: said in its row
             lines.append(f"| {c['name']} | {c['f']} | {NA}: {reason(e)} | | |")
             continue
