@@ -85,6 +85,11 @@ AT_BATCH = [(128, (342.37 / 152.20,), "the batch-128 pair: 342.37 -> 152.20 ms")
 TARGET = (2.1, 2.45)
 
 
+def _at_batch(n: int) -> str:
+    """The FP32 spec of the trace taken to batch N, without the profiler (``+amp``: AMP's)."""
+    return f"batch(size={n},traced={TRACED_BATCH})+no_profiler"
+
+
 def _f(x: float | None, unit: str = "x", none: str = NA) -> str:
     return none if x is None or not np.isfinite(x) else f"{x:.2f}{unit}"
 
@@ -222,7 +227,7 @@ def run(ctx: Context) -> Result:
         return Result(lines + [f"{NA}: the trace is not here.", ""], data)
     try:
         c_lines, c_data = per_class(ctx, path)
-        at = [f"batch(size={n},traced={TRACED_BATCH})+no_profiler" for n, _, _ in AT_BATCH]
+        at = [_at_batch(n) for n, _, _ in AT_BATCH]
         r = ctx.predict_each(path, ["amp", "no_profiler", "no_profiler+amp"] + at
                              + [a + "+amp" for a in at])
     except Exception as e:
@@ -300,10 +305,8 @@ def _like_for_like(r: dict, unprof: float | None, data: dict) -> list[str]:
              f"this batch | - | - |"]
     rows = []
     for n, pub, src in AT_BATCH:
-        at = f"batch(size={n},traced={TRACED_BATCH})+no_profiler"
-        fp32, mixed = r.get(at), r.get(at + "+amp")
-        if isinstance(fp32, (Exception, type(None))) or isinstance(mixed, (Exception,
-                                                                           type(None))):
+        fp32, mixed = r[_at_batch(n)], r[_at_batch(n) + "+amp"]
+        if isinstance(fp32, Exception) or isinstance(mixed, Exception):
             err = fp32 if isinstance(fp32, Exception) else mixed
             lines.append(f"| {n} | {NA} | {NA} | {NA} | - | {src} | {reason(err)} |")
             continue
