@@ -95,8 +95,8 @@ class Store:
         return os.path.join(self.root, ACTIVITY_DIR, table, f"{TRACE_DIR_PREFIX}{trace_id}")
 
     def has_trace(self, trace_id: str) -> bool:
-        return (os.path.exists(table_file(self.trace_dir(trace_id), "trace"))
-                or os.path.exists(os.path.join(self._partition("trace", trace_id), PART)))
+        """Whether the trace is stored: its trace row's file, in either layout (``_find``)."""
+        return self._find("trace", trace_id) is not None
 
     def trace_ids(self) -> list[str]:
         return sorted(set(self._trace_ids()) | set(self._older_layout_ids()))
