@@ -119,6 +119,45 @@ def test_launch_stream_sync_inferred_wait(tmp_path):
     assert len(thread) == 11  # 12 CPU tasks in a chain
 
 
+@pytest.mark.parametrize("y_first", [True, False])
+def test_inferred_edges_follow_launch_order(tmp_path, y_first):
+    # Hand-made trace (times in us):
+    #
+    # thread 1: |launchP 0-2| |launchX 4-6| ... |launchY 50-51|   (launchY at 3-4 if y_first)
+    # stream 7:    |kP 3--------------------------100|   |kX 112-120|
+    # stream 8:                                |kY 53---------111|   (kY 5-111 if y_first)
+    #
+    # kX is ready at 101 (kP's end + the 1 us stream latency) and starts 11 us later, just as
+    # kY ends: a coincidence the build would take as a cross-stream wait (kY ended within
+    # WAIT_TOL_NS) or else as contention (kY was running when kX became ready). Launched
+    # after kX, kY cannot be what kX's stream waited for (a wait is enqueued before the work
+    # that waits), and held the SMs only because kX was not ready sooner: no edge, the 11 us
+    # stay as the stream edge's slack. Launched before kX, kY may be awaited: the wait edge,
+    # 1 us latency, no slack.
+    y_at = 3 if y_first else 50  # kY starts 2 us after its call began (1 us after it ended)
+    ev = [X("cpu_op", "op", 0, 200),
+          X("cuda_runtime", "launchP", 0, 2, correlation=1),
+          X("cuda_runtime", "launchX", 4, 2, correlation=2),
+          X("cuda_runtime", "launchY", y_at, 1, correlation=3),
+          X("kernel", "kP", 3, 97, pid=0, tid=7, stream=7, correlation=1, device=0),
+          X("kernel", "kX", 112, 8, pid=0, tid=7, stream=7, correlation=2, device=0),
+          X("kernel", "kY", y_at + 2, 109 - y_at, pid=0, tid=8, stream=8, correlation=3,
+            device=0)]
+    g = build(read_trace(write(tmp_path, ev)).tables, LAT)
+    into_x = [e for e in edges(g) if e[6] == "kX"]
+    if y_first:
+        assert into_x == sorted([("launch", "end_start", 0, 0, False, "launchX", "kX"),
+                                 ("stream", "end_start", 1000, 0, False, "kP", "kX"),
+                                 ("wait", "end_start", 1000, 0, True, "kY", "kX")])
+        assert inferred(g, "wait") == [("kY", "kX")]
+    else:
+        assert into_x == sorted([("launch", "end_start", 0, 0, False, "launchX", "kX"),
+                                 ("stream", "end_start", 1000, 11000, True, "kP", "kX")])
+        assert inferred(g, "wait") == [] and inferred(g, "contention") == []
+        assert g.stats.get("inferred_waits_after_launch") == 1
+        assert g.stats.get("contention_edges_after_launch") == 1
+
+
 def test_nested_driver_call_and_kernel_without_launch(tmp_path):
     # Hand-made: a runtime call with a driver call inside it (the kernel carries the driver
     # call's correlation), and kernels whose launch is not in the trace (launched before the

@@ -78,16 +78,18 @@ def test_a_thread_that_launches_is_no_poller(tmp_path):
 
 
 def test_a_gpu_start_one_tick_before_another_streams_end_is_a_wait(tmp_path):
-    """Hand-made (us): kernel a (stream 7) runs 10-50; kernel b (stream 8) was launched at
-    0-2 and starts at 49, one microsecond before a ends: with whole-microsecond timestamps
+    """Hand-made (us): kernel a (stream 7), launched at 0-2, runs 10-50; kernel b (stream 8)
+    was launched after it, at 3-5, and starts at 49, one microsecond before a ends (launched
+    before a, b could not have waited for it: graphstore.build._in_launch_order): with
+    whole-microsecond timestamps
     the two times were rounded apart, and b waited for a (an inferred wait, its slack the
     -2 us the trace shows beyond the 1 us latency). With a start 2 us before a's end, or
     with nanosecond timestamps (b at 49.5), there is no wait."""
     def trace(b_start):
         return [X("cuda_runtime", "cudaLaunchKernel", 0, 2, correlation=1),
                 X("cuda_runtime", "cudaLaunchKernel", 3, 2, correlation=2),
-                X("kernel", "a", 10, 40, pid=0, tid=7, correlation=2, stream=7, device=0),
-                X("kernel", "b", b_start, 5, pid=0, tid=8, correlation=1, stream=8,
+                X("kernel", "a", 10, 40, pid=0, tid=7, correlation=1, stream=7, device=0),
+                X("kernel", "b", b_start, 5, pid=0, tid=8, correlation=2, stream=8,
                   device=0)]
     g = build(read_trace(write(tmp_path, trace(49))).tables, LAT)
     names = [g.name[i] for i in range(g.n_tasks)]

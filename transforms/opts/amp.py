@@ -857,9 +857,10 @@ def _insert_loss_scaling(g: Graph, ctx: Context, pk: dict, t0: float) -> Graph:
                   (a3, k3, "launch", "start_start", int(lag.get(last, 0)))]
     # an inferred cross-stream wait whose source was launched after its destination cannot
     # be a stream wait (cudaStreamWaitEvent waits for work recorded before it is enqueued):
-    # with a host that now waits for the GPU once per step it would close a cycle. Of any
-    # kind: an edge an earlier rewrite made around removed tasks (``Graph.remove``, kind
-    # 'inserted' where the path mixed kinds) is inferred when a wait on its path was
+    # with a host that now waits for the GPU once per step it would close a cycle. The graph
+    # build makes none (graphstore.build._in_launch_order); this drops any an earlier rewrite
+    # made around removed tasks (``Graph.remove``, kind 'inserted' where the path mixed
+    # kinds: inferred when a wait on its path was)
     e = g.edge
     bad = e["inferred"].to_numpy().copy()
     if bad.any():
