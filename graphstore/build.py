@@ -593,7 +593,6 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     late = g_ids[(start[g_ids] - cand_time[g_ids]) > UNEXPLAINED_NS]
     late = late[cand_kind[late] >= 0]
     c_src, c_dst = _contention(late, cand_time[late], start, end, unit, g_ids, streams, nthr)
-    c_src, c_dst = _in_launch_order(c_src, c_dst, launch_of, start, "contention edges", stats)
     stats.add("contention_edges", len(c_src), severity="info",
               detail="GPU tasks that began as another stream's running kernel drained (it held "
                      "the SMs; inferred from that coincidence)")
@@ -1676,20 +1675,18 @@ def _recorded_waits(tables, corr, unit, start, gpu_task, g, g_unit, nthr, launch
 
 
 def _in_launch_order(src, dst, launch_of, start, what: str, stats: Stats):
-    """The inferred edges (src -> dst, GPU tasks) whose src was launched no later than dst.
-    A cross-stream wait is an event recorded after the awaited work and waited for before the
-    waiting work is enqueued, so it never runs from work launched later; and work launched
-    later that held the SMs as dst began (contention) held them only because dst was not ready
-    sooner: under a what-if that readies dst sooner, dst runs first. Taken as dependencies,
-    such coincidences of the trace's timing made a stream's backlog wait for work its host
-    launched a step later (HTA recsys V100: 20 ms a step at GPU x0.5). Their gap stays with
-    the binding edge as slack. Edges with a launch outside the trace are kept."""
+    """The inferred waits (src -> dst, GPU tasks) whose src was launched no later than dst. A
+    cross-stream wait is an event recorded after the awaited work and waited for before the
+    waiting work is enqueued, so it never runs from work launched later: such a coincidence
+    of the trace's timing is contention at most (``_contention`` may take it, an edge the
+    simulator keeps only while its source runs). Edges with a launch outside the trace are
+    kept."""
     ls = np.where(launch_of[src] >= 0, start[np.maximum(launch_of[src], 0)], -1)
     ld = np.where(launch_of[dst] >= 0, start[np.maximum(launch_of[dst], 0)], -1)
     late = (ls >= 0) & (ld >= 0) & (ls > ld)
     stats.add(f"{what.replace(' ', '_')}_after_launch", int(late.sum()), severity="info",
               detail=f"{what} not made because the other stream's task was launched after the "
-                     "task it would hold back (a coincidence of timing, not a dependency)")
+                     "task it would hold back (no wait runs from later work)")
     return src[~late], dst[~late]
 
 
@@ -1697,7 +1694,10 @@ def _contention(tasks, ready, start, end, unit, g_ids, streams, nthr):
     """For GPU tasks that began later than every constraint allows: a kernel on another stream
     of the device that was already running when the task became ready and ended within
     [-WAIT_TOL_NS, CONTENTION_TAIL_NS] of its start. It held the SMs: the task started as its
-    last wave drained. Returns (src, dst)."""
+    last wave drained. The simulator keeps such an edge only where its source is running when
+    the task's other bounds let it start (``SimGraph.held_if_running``): under a what-if that
+    readies the task sooner, it does not wait for a kernel not yet begun. Returns (src,
+    dst)."""
     if not len(tasks):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     dev_of_unit = np.full(int(unit.max()) + 1, -1, np.int64)

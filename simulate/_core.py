@@ -40,6 +40,7 @@ from daydream.base.compiled import helper, kernel
 from daydream.simulate.codes import END as _END
 from daydream.simulate.codes import FCFS as _FCFS
 from daydream.simulate.codes import FIXED as _FIXED
+from daydream.simulate.codes import HELD as _HELD
 from daydream.simulate.codes import START as _START
 from daydream.simulate.codes import START_START as _START_START
 
@@ -355,7 +356,8 @@ def prepare(unit, unit_policy, order_key, nxt, start_cnt):
 @kernel("UniTuple(boolean, 2)", "readonly int64[::1]", "readonly int64[::1]",
         "readonly int64[::1]", "readonly int8[::1]", "int32[::1]", "int32[::1]")
 def count_in(indptr, dst, lag, kind, start_cnt, end_cnt):
-    """Count START and START_START predecessors into ``start_cnt``, END ones into ``end_cnt``,
+    """Count START, HELD and START_START predecessors into ``start_cnt``, END ones into
+    ``end_cnt``,
     checking in the same pass what ``csr_ok`` checks (an edge that fails is not counted), so
     that ``simulate`` reads the edges once before the run instead of twice. Returns (every
     value valid, any START_START edge). (A loop of its own: fused into a loop over tasks and
@@ -372,7 +374,7 @@ def count_in(indptr, dst, lag, kind, start_cnt, end_cnt):
     for k in range(m):
         kd = kind[_U(k)]
         d = np.uint64(dst[_U(k)])
-        if (d >= un) | (lag[_U(k)] < MIN_LAG_NS) | (np.uint8(kd) > np.uint8(2)):
+        if (d >= un) | (lag[_U(k)] < MIN_LAG_NS) | (np.uint8(kd) > np.uint8(3)):
             bad = True
         elif kd != _END:
             start_cnt[d] += 1
@@ -407,8 +409,9 @@ def relink(unit, unit_policy, perm, nxt, start_cnt):
 
 
 # Indices into the small int64 state array shared by ``run`` and the drain functions (which
-# already take 30 arguments, as many as numba inlines).
-_CUR, _MINW, _BEHIND, _DONE, _HSIZE, _ALL_FIXED, _HAS_SS = 0, 1, 2, 3, 4, 5, 6
+# already take 30 arguments, as many as numba inlines), then the HELD edges (``_drain_body``).
+_CUR, _MINW, _BEHIND, _DONE, _HSIZE, _ALL_FIXED, _HAS_SS, _HAS_HELD, _N_HELD = range(9)
+_HELD_AT = 9
 
 
 @helper()
@@ -466,6 +469,12 @@ def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, 
     so that access stays near index order. Compiled as two functions, so that neither carries
     the other's code in its loop.
 
+    A HELD edge into a task of a FIXED unit only counts as it fires; when the task starts,
+    each HELD predecessor that had begun by then (by the time its other bounds let it start)
+    holds it to its end + lag. ``st`` holds them after its state (from ``_HELD_AT``): each
+    task's list of HELD predecessors that have fired (n heads, 1-based, 0: none), then per
+    entry its next, its source and its lag (filled as they fire, counted in ``_N_HELD``).
+
     A task's first pop starts it: its start binder is decoded. Most tasks also finish on that
     pop, and one pass over their out-edges fires them all: START_START ones (only looked at
     when the graph has any, ``has_ss``) from the start, START and END ones from the end. A
@@ -475,6 +484,7 @@ def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, 
     n = dur.shape[0]
     all_fixed = st[_ALL_FIXED] != 0
     has_ss = st[_HAS_SS] != 0
+    has_held = st[_HAS_HELD] != 0
     cur = st[_CUR]
     minw = st[_MINW]
     behind = st[_BEHIND]
@@ -500,6 +510,21 @@ def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, 
         if start_cnt[_U(t)] == 0:
             # start t
             start_cnt[_U(t)] = -1
+            if has_held and (all_fixed or unit_policy[unit[_U(t)]] == _FIXED):
+                ready = start[_U(t)]
+                j = st[_U(_HELD_AT + t)]
+                while j > 0:
+                    x = _HELD_AT + n + 3 * (j - 1)  # the entry: next, source, lag
+                    j = st[_U(x)]
+                    s = st[_U(x + 1)]
+                    if start[_U(s)] <= ready:
+                        v = end[_U(s)] + st[_U(x + 2)]
+                        ks = (n - s) << 1
+                        cv = start[_U(t)]
+                        bd = bound[_U(t)]
+                        up = (v > cv) | ((v == cv) & (ks > bd))
+                        start[_U(t)] = v if up else cv
+                        bound[_U(t)] = ks if up else bd
             b = bound[_U(t)]
             if b != 0:
                 bound[_U(t)] = n - (b >> 1)
@@ -582,6 +607,20 @@ def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, 
             if kd == _START:
                 v = e + lag[_U(k)]
                 key = kt
+            elif kd == _HELD:
+                v = e + lag[_U(k)]
+                key = kt
+                if all_fixed or unit_policy[unit[_U(d)]] == _FIXED:
+                    # decided when d starts: onto d's list
+                    c = st[_N_HELD]
+                    st[_N_HELD] = c + 1
+                    x = _HELD_AT + n + 3 * c
+                    st[_U(x)] = st[_U(_HELD_AT + d)]
+                    st[_U(x + 1)] = t
+                    st[_U(x + 2)] = lag[_U(k)]
+                    st[_U(_HELD_AT + d)] = c + 1
+                    v = np.int64(MIN_LAG_NS)
+                    key = 0
             elif fire_ss:
                 v = st_t + lag[_U(k)]
                 key = kt | 1  # t's binder key through its start
@@ -629,12 +668,13 @@ def _drain_bitmap(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt
         "readonly int64[::1]", "bool", "readonly int64[::1]", "readonly int64[::1]",
         "readonly int64[::1]", "readonly int8[::1]", "int32[::1]", "int32[::1]", "int32[::1]",
         "int64[::1]", "int64[::1]", "int64[::1]", "int8[::1]", "int64[::1]", "int64[::1]",
-        "readonly int64[::1]")
+        "readonly int64[::1]", "int64")
 def run(dur, unit, unit_policy, priority, has_ss, indptr, dst, lag, kind, nxt, start_cnt,
-        end_cnt, start, end, bound, via, end_bound, bits, loff):
+        end_cnt, start, end, bound, via, end_bound, bits, loff, n_held):
     """Simulate. On entry (see ``prepare``/``count_in``) ``start_cnt``/``end_cnt`` hold
     predecessor counts and ``nxt`` the FIXED links; ``start``, ``end``, ``bound``, ``via``,
-    ``end_bound`` and ``bits`` are zero. Returns the number of finished tasks; on exit
+    ``end_bound`` and ``bits`` are zero; ``n_held``: how many edges are HELD. Returns the
+    number of finished tasks; on exit
     ``start_cnt`` holds the task states and, for finished tasks:
 
     - ``start``/``end``: the schedule;
@@ -677,9 +717,10 @@ def run(dur, unit, unit_policy, priority, has_ss, indptr, dst, lag, kind, nxt, s
     last = np.full(n_units, -1, np.int64)  # task that last ran on the unit
     hk = np.empty(2 * total_q + 1, np.int64)  # heap of (candidate start, unit)
     hu = np.empty(2 * total_q + 1, np.int64)
-    st = np.zeros(7, np.int64)
+    st = np.zeros(_HELD_AT + (n + 3 * n_held if n_held > 0 else 0), np.int64)
     st[_ALL_FIXED] = all_fixed
     st[_HAS_SS] = has_ss
+    st[_HAS_HELD] = n_held > 0
 
     # Seed the queues of non-FIXED units; runnable FIXED tasks are found by the sweep.
     if not all_fixed:

@@ -14,6 +14,8 @@ START = 0  # dst cannot start before src ends + lag
 END = 1    # dst cannot end before src ends + lag (a blocking call waiting for GPU work)
 START_START = 2  # dst cannot start before src STARTS + lag (a launch: the GPU work is
 #                  enqueued during the call and may start before the call returns)
+HELD = 3   # internal to the core (``SimGraph.held_if_running`` marks them): a START edge that
+#            binds only where src had begun when dst's other bounds let it start
 
 POLICY_NAMES = {FIXED: "FIXED", FCFS: "FCFS", PRIORITY: "PRIORITY"}
 EDGE_KIND_NAMES = {START: "START", END: "END", START_START: "START_START"}

@@ -11,7 +11,7 @@ import numpy as np
 from daydream.base.errors import DaydreamError
 from daydream.simulate import _core
 from daydream.simulate.check import check_graph, check_shapes
-from daydream.simulate.codes import END, FIXED, START, START_START
+from daydream.simulate.codes import END, FIXED, HELD, START, START_START
 from daydream.simulate.graph import SimGraph
 
 
@@ -137,15 +137,16 @@ def _run_core(g: SimGraph):
         # order_key is not sorted within some FIXED unit: link by (order_key, index).
         _core.relink(g.unit, g.unit_policy, np.argsort(g.order_key, kind="stable"), nxt,
                      start_cnt)
-    ok, has_ss = _core.count_in(g.indptr, g.dst, g.lag_ns, g.edge_kind, start_cnt, end_cnt)
+    kind, n_held = _held(g)
+    ok, has_ss = _core.count_in(g.indptr, g.dst, g.lag_ns, kind, start_cnt, end_cnt)
     if not ok:
         check_graph(g)  # names the problem
         raise DaydreamError("graph failed its edge checks")  # the two passes disagree: a bug
     loff = _core.bitmap_offsets(n)
     bits = _zeros(int(loff[-1]), np.int64)
     done = _core.run(g.dur_ns, g.unit, g.unit_policy, g.priority, has_ss, g.indptr, g.dst,
-                     g.lag_ns, g.edge_kind, nxt, start_cnt, end_cnt, start, end, bound, via,
-                     end_bound, bits, loff)
+                     g.lag_ns, kind, nxt, start_cnt, end_cnt, start, end, bound, via,
+                     end_bound, bits, loff, n_held)
     return start_cnt, (start, end, bound, via, end_bound), done
 
 
@@ -154,7 +155,9 @@ def simulate(graph: SimGraph, *, check: bool = True) -> Schedule:
 
     A task starts at the latest of: its unit becoming free for it, every START predecessor's
     end + lag and every START_START predecessor's start + lag. It ends at the latest of
-    start + dur and every END predecessor's end + lag. A
+    start + dur and every END predecessor's end + lag. A START edge marked
+    ``held_if_running`` counts only where its source had begun by the time the others let the
+    task start (into a FIXED unit's task; elsewhere it is a START edge). A
     FIXED unit runs its tasks in (order_key, index) order, waiting for the next one even when
     others are ready; FCFS and PRIORITY units pick among ready tasks when they free.
 
@@ -172,6 +175,17 @@ def simulate(graph: SimGraph, *, check: bool = True) -> Schedule:
         raise deadlock_error(graph, state)
     return Schedule(start_ns=start, end_ns=end, bound_by=bound, bound_via_start=via,
                     end_bound_by=end_bound, unit=graph.unit)
+
+
+def _held(g: SimGraph) -> tuple[np.ndarray, int]:
+    """The edge kinds the core runs on (``HELD`` where ``held_if_running``) and how many are
+    HELD."""
+    h = g.held_if_running
+    if h is None:
+        return g.edge_kind, 0
+    kind = g.edge_kind.copy()
+    kind[h] = HELD
+    return kind, int(np.count_nonzero(h))
 
 
 # --- cycles --------------------------------------------------------------------------------

@@ -53,6 +53,11 @@ class SimGraph:
       out-edges by source in CSR form. START (0): dst starts no earlier than src end + lag.
       END (1): dst ends no earlier than src end + lag. START_START (2): dst starts no earlier
       than src start + lag.
+    - ``held_if_running`` bool[m] or None: START edges that bind only where their source had
+      begun by the time the destination's other bounds let it start (another stream's kernel
+      holding the SMs the destination needed: contention). Where the source began later, the
+      destination does not wait for it. Into a task of a FCFS/PRIORITY unit such an edge binds
+      as a START edge.
 
     Arrays are coerced to these dtypes on construction (no copy when they already match).
     Values are checked by ``simulate`` at entry (``simulate.check.check_graph``).
@@ -67,6 +72,7 @@ class SimGraph:
     dst: np.ndarray
     lag_ns: np.ndarray
     edge_kind: np.ndarray
+    held_if_running: np.ndarray | None = None
 
     def __post_init__(self):
         for name, dtype in (("dur_ns", np.int64), ("unit", np.int32), ("unit_policy", np.int8),
@@ -74,6 +80,13 @@ class SimGraph:
                             ("indptr", np.int64), ("dst", np.int64), ("lag_ns", np.int64),
                             ("edge_kind", np.int8)):
             object.__setattr__(self, name, _arr(name, getattr(self, name), dtype))
+        h = self.held_if_running
+        if h is not None:
+            h = np.ascontiguousarray(h, dtype=bool)
+            if h.shape != self.dst.shape:
+                raise DaydreamError(f"held_if_running has {h.shape[0]} values for "
+                                    f"{self.dst.shape[0]} edges")
+            object.__setattr__(self, "held_if_running", h if h.any() else None)
 
     @property
     def n_tasks(self) -> int:
@@ -93,7 +106,7 @@ class SimGraph:
 
     @classmethod
     def from_edges(cls, dur_ns, unit, unit_policy, src, dst, lag_ns, edge_kind,
-                   order_key=None, priority=None) -> SimGraph:
+                   order_key=None, priority=None, held_if_running=None) -> SimGraph:
         """Build a graph from an edge list (any order); edges are sorted into CSR by source.
 
         ``lag_ns`` and ``edge_kind`` may be scalars, applied to every edge. ``order_key``
@@ -119,10 +132,12 @@ class SimGraph:
 
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+        held = None if held_if_running is None else np.asarray(held_if_running, bool)
         if m > 1 and not src_sorted:
             order = np.argsort(src, kind="stable")
             dst, lag_ns, edge_kind = dst[order], lag_ns[order], edge_kind[order]
+            held = None if held is None else held[order]
             del order
         return cls(dur_ns=dur_ns, unit=unit, unit_policy=unit_policy, order_key=order_key,
                    priority=priority, indptr=indptr, dst=dst, lag_ns=lag_ns,
-                   edge_kind=edge_kind)
+                   edge_kind=edge_kind, held_if_running=held)

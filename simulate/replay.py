@@ -77,7 +77,7 @@ def _ints(col: pa.ChunkedArray) -> bool:
 
 def _fast_simgraph(g: dict[str, pa.Table], policy: np.ndarray, kind: np.ndarray,
                    priority: np.ndarray, lag_col: pa.ChunkedArray,
-                   dur_col: pa.ChunkedArray) -> SimGraph | None:
+                   dur_col: pa.ChunkedArray, held: np.ndarray | None) -> SimGraph | None:
     """The SimGraph of edges already in source order, checked; None when they are not (or
     a value is bad): ``to_simgraph`` then takes the general path."""
     task, edge = g["task"], g["edge"]
@@ -121,7 +121,8 @@ def _fast_simgraph(g: dict[str, pa.Table], policy: np.ndarray, kind: np.ndarray,
     start = task["start_ns"]
     start = start.chunk(0).to_numpy() if start.num_chunks == 1 else start.to_numpy()
     return SimGraph(dur_ns=dur, unit=unit, unit_policy=policy, order_key=start,
-                    priority=priority, indptr=indptr, dst=dst, lag_ns=lag, edge_kind=kind)
+                    priority=priority, indptr=indptr, dst=dst, lag_ns=lag, edge_kind=kind,
+                    held_if_running=held)
 
 
 Slack = "bool | frozenset[str]"
@@ -188,7 +189,8 @@ def to_simgraph(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Si
         back[restore.to_numpy()] = True
         dur_col = pa.chunked_array([pc.if_else(pa.array(back), task["obs_dur_ns"].combine_chunks(),
                                                dur_col.combine_chunks())])
-    sg = _fast_simgraph(g, policy, kind, priority, lag_col, dur_col)
+    held = _per_table("held", edge, _held_if_running)
+    sg = _fast_simgraph(g, policy, kind, priority, lag_col, dur_col, held)
     if sg is not None:
         return sg
     return SimGraph.from_edges(
@@ -198,7 +200,7 @@ def to_simgraph(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Si
         src=edge["src"].to_numpy(), dst=edge["dst"].to_numpy(),
         lag_ns=lag_col.to_numpy(), edge_kind=kind,
         order_key=task["start_ns"].to_numpy(),
-        priority=priority,
+        priority=priority, held_if_running=held,
     )
 
 
@@ -206,6 +208,22 @@ def to_simgraph(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Si
 # compiled core's cached signatures take them)
 def _policy_codes(unit: pa.Table) -> np.ndarray:
     return _codes(unit["policy"], POLICY, "unit policy").astype(np.int8)
+
+
+def _held_if_running(edge: pa.Table) -> np.ndarray | None:
+    """The contention edges (``SimGraph.held_if_running``): a kernel of another stream holds
+    the SMs a task needs only while it runs; None without any."""
+    if "kind" not in edge.column_names:
+        return None
+    col = edge["kind"]
+    if pa.types.is_dictionary(col.type) and col.num_chunks == 1 and not col.null_count:
+        ch = col.chunk(0)  # the stored graphs' case: compare the few dictionary words
+        hit = np.flatnonzero(np.asarray(ch.dictionary.to_pylist(), object) == "contention")
+        if not len(hit):
+            return None
+        return np.isin(ch.indices.to_numpy(), hit)
+    held = pc.equal(col.cast(pa.string()), "contention")
+    return held.to_numpy(zero_copy_only=False) if pc.any(held).as_py() else None
 
 
 def _anchor_codes(edge: pa.Table) -> np.ndarray:

@@ -214,6 +214,7 @@ class FakeBackend:
         self.inflight: list[tuple[Buffer, np.ndarray]] = []  # queued kernels, their records
         self.kinds: set[str] = set()
         self._open: dict[int, list] = {}
+        self._last_read: dict[int, int] = {}
         self.strings = Strings()
         self.cuda_initialized = CUDA["initialized"]
         self.library = {"path": "fake", "api_version": 130400}
@@ -247,25 +248,37 @@ class FakeBackend:
                                             context_id=1, device_id=0))]))
 
     def timestamp(self) -> int:
-        return time.perf_counter_ns()
+        """The clock; each thread's reads are kept: the first after a push is its marker's
+        start, the last before a pop its end (Markers reads the clock after pushing and
+        before popping)."""
+        t = time.perf_counter_ns()
+        tid = threading.get_native_id()
+        stack = self._open.get(tid)
+        if stack and stack[-1][1] is None:
+            stack[-1][1] = t
+        self._last_read[tid] = t
+        return t
 
     def push(self, mid: int) -> None:
         self.pushes.append(("push", mid))
         opener = sys._getframe(2).f_globals.get("__name__")  # who called Markers.begin
         launches = "CONCURRENT_KERNEL" in self.kinds and opener != "daydream.collect.api"
-        self._open.setdefault(threading.get_native_id(), []).append(
-            (mid, time.perf_counter_ns(), launches))
+        self._open.setdefault(threading.get_native_id(), []).append([mid, None, launches])
 
     def pop(self) -> None:
-        """The launch happens inside the marker: its call is timed halfway between the push
-        and the pop (the marker's own clock reads lie within)."""
+        """The launch happens inside the marker: its call is timed halfway between the
+        marker's own clock reads (its start and end), so that it lies within however long the
+        thread was held up between those reads and the push or pop."""
         self.pushes.append(("pop", 0))
-        stack = self._open.get(threading.get_native_id())
+        tid = threading.get_native_id()
+        stack = self._open.get(tid)
         if not stack:
             return
-        mid, t_push, launches = stack.pop()
+        mid, t_start, launches = stack.pop()
         if launches:
-            self._launch(mid, (t_push + time.perf_counter_ns()) // 2)
+            t_end = self._last_read.get(tid, time.perf_counter_ns())
+            t_start = t_end if t_start is None else t_start
+            self._launch(mid, (t_start + max(t_end, t_start)) // 2)
 
     def _launch(self, mid: int, t: int) -> None:
         corr = len(self.pushes)

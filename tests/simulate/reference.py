@@ -8,6 +8,11 @@ predecessors have ended and its START_START predecessors started; FCFS/PRIORITY:
 earliest time one of its released tasks is ready, the best of those ready by then). At one
 time, finishes go first, then FIXED starts, then FCFS/PRIORITY starts by unit. With positive
 durations this is the schedule the compiled core computes.
+
+A ``held_if_running`` edge into a FIXED unit's task: the task starts only once that source
+has ended, and is held to its end + lag only where the source had begun by the time the
+task's other bounds (its START and START_START predecessors, its unit freeing) let it start.
+Into any other unit's task it is a START edge.
 """
 
 from __future__ import annotations
@@ -28,10 +33,14 @@ def reference_simulate(g: SimGraph):
     src = g.edge_src()
     start_preds = [[] for _ in range(n)]   # (pred, lag, through its start?)
     end_preds = [[] for _ in range(n)]
+    held_preds = [[] for _ in range(n)]    # (pred, lag): into FIXED units' tasks
+    held = g.held_if_running
     for k in range(g.n_edges):
         kind, d, lag = int(g.edge_kind[k]), int(g.dst[k]), int(g.lag_ns[k])
         if kind == 1:
             end_preds[d].append((int(src[k]), lag))
+        elif held is not None and held[k] and int(g.unit_policy[g.unit[d]]) == FIXED:
+            held_preds[d].append((int(src[k]), lag))
         else:
             start_preds[d].append((int(src[k]), lag, kind == 2))
     order = {}
@@ -76,8 +85,11 @@ def reference_simulate(g: SimGraph):
                 if pos[u] < len(tasks):
                     t = tasks[pos[u]]
                     r = ready(t)
-                    if r is not None:
-                        actions.append((max(r, free[u]), 1, u, t))
+                    if r is not None and all(end[s] is not None for s, _ in held_preds[t]):
+                        r = max(r, free[u])
+                        r = max([r] + [end[s] + lag for s, lag in held_preds[t]
+                                       if start[s] <= r])
+                        actions.append((r, 1, u, t))
                 continue
             released = [(ready(t), t) for t in tasks if start[t] is None]
             released = [(r, t) for r, t in released if r is not None]
@@ -97,6 +109,9 @@ def reference_simulate(g: SimGraph):
             cands = [(at(s, ss) + lag, s, int(ss)) for s, lag, ss in start_preds[t]]
             if last[u] is not None:
                 cands.append((free[u], last[u], 0))
+            if held_preds[t]:
+                r = max([0] + [c[0] for c in cands])
+                cands += [(end[s] + lag, s, 0) for s, lag in held_preds[t] if start[s] <= r]
             start[t] = time
             if cands:
                 b, v = best(cands)

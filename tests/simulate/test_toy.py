@@ -125,6 +125,55 @@ def test_two_streams_joined_by_an_event_wait():
     assert path(s, names) == "aXY"
 
 
+def test_a_held_edge_binds_only_while_its_source_runs():
+    # Contention: kernel X (stream 1, after P) is held by Y (stream 2) only where Y is running
+    # when P's end lets X start (at 6). Thread task y launches Y as it ends.
+    def graph(y_ns, kind="held"):
+        return build(tasks=[("y", 0, y_ns), ("P", 1, 6), ("X", 1, 2), ("Y", 2, 5)],
+                     edges=[("y", "Y", 0, "start"), ("Y", "X", 0, kind)],
+                     policies=[FIXED, FIXED, FIXED])
+
+    # y of 3 ns: Y runs 3-8, so X waits for it and starts at 8, bound by Y.
+    g, names = graph(3)
+    s = simulate(g)
+    assert draw(s, g, names, ["thread", "stream1", "stream2"]) == expect("""
+        #       0123456789012
+        thread  |yyy
+        stream1 |PPPPPP..XX
+        stream2 |...YYYYY
+    """)
+    assert names[s.bound_by[names.index("X")]] == "Y"
+    # y of 7 ns: Y begins at 7, after X could start: it held nothing, X starts at 6 (bound by
+    # P, the task before it on its stream); as a plain START edge it would have waited to 12.
+    g, names = graph(7)
+    s = simulate(g)
+    assert draw(s, g, names, ["thread", "stream1", "stream2"]) == expect("""
+        #       0123456789012
+        thread  |yyyyyyy
+        stream1 |PPPPPPXX
+        stream2 |.......YYYYY
+    """)
+    assert names[s.bound_by[names.index("X")]] == "P"
+    g, names = graph(7, "start")
+    assert simulate(g).start_ns[names.index("X")] == 12
+
+
+def test_held_edges_in_a_chain_are_decided_on_the_final_times():
+    # Stream 1 runs P (0-4), W, X; Y and Z both begin at 7 (launched by y and z), each held
+    # edge into a task of stream 1. W is ready at 4, before Y begins: not held, W runs 4-6.
+    # X is then ready at 6, before Z begins: not held either, X runs 6-7. (Had W been held to
+    # 12-14 by Y, X would be ready at 14 and Z, ended at 9, would not bind it: the answer
+    # depends on deciding W's edge before X's, which the core does as it starts each task.)
+    g, names = build(
+        tasks=[("y", 0, 7), ("z", 3, 7), ("P", 1, 4), ("W", 1, 2), ("X", 1, 1), ("Y", 2, 5),
+               ("Z", 4, 2)],
+        edges=[("y", "Y", 0, "start"), ("z", "Z", 0, "start"), ("Y", "W", 0, "held"),
+               ("Z", "X", 0, "held")],
+        policies=[FIXED] * 5)
+    s = simulate(g)
+    assert [int(s.start_ns[names.index(t)]) for t in "WXYZ"] == [4, 6, 7, 7]
+
+
 def test_fcfs_channel_runs_ready_tasks_in_order_of_ready_time():
     # Channel tasks P, Q, R (in index order). Q and R become ready at 1 (after b), P at 3
     # (after a). Q runs first (ready first; ties with R broken by index); when the channel frees

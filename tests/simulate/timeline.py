@@ -15,17 +15,20 @@ from daydream.simulate import SimGraph
 
 def build(tasks, edges, policies, priority=None, order_key=None) -> tuple[SimGraph, str]:
     """``tasks``: [(letter, unit, dur_ns)], in index order; ``edges``: [(src letter, dst letter,
-    lag_ns, kind)] with kind "start", "end" or "start_start". Returns the graph and the letters
-    by index."""
+    lag_ns, kind)] with kind "start", "end", "start_start" or "held" (a START edge held only
+    while its source runs: ``SimGraph.held_if_running``). Returns the graph and the letters by
+    index."""
     index = {name: i for i, (name, _, _) in enumerate(tasks)}
     src = [index[s] for s, _, _, _ in edges]
     dst = [index[d] for _, d, _, _ in edges]
     lag = [lag for _, _, lag, _ in edges]
-    kind = [{"start": 0, "end": 1, "start_start": 2}[k] for _, _, _, k in edges]
+    kind = [{"start": 0, "end": 1, "start_start": 2, "held": 0}[k] for _, _, _, k in edges]
+    held = [k == "held" for _, _, _, k in edges]
     g = SimGraph.from_edges(
         dur_ns=[d for _, _, d in tasks], unit=[u for _, u, _ in tasks], unit_policy=policies,
         src=np.array(src, np.int64), dst=np.array(dst, np.int64), lag_ns=np.array(lag, np.int64),
-        edge_kind=np.array(kind, np.int8), order_key=order_key, priority=priority)
+        edge_kind=np.array(kind, np.int8), order_key=order_key, priority=priority,
+        held_if_running=np.array(held, bool) if any(held) else None)
     return g, "".join(name for name, _, _ in tasks)
 
 

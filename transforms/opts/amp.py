@@ -858,9 +858,10 @@ def _insert_loss_scaling(g: Graph, ctx: Context, pk: dict, t0: float) -> Graph:
     # an inferred cross-stream wait whose source was launched after its destination cannot
     # be a stream wait (cudaStreamWaitEvent waits for work recorded before it is enqueued):
     # with a host that now waits for the GPU once per step it would close a cycle. The graph
-    # build makes none (graphstore.build._in_launch_order); this drops any an earlier rewrite
-    # made around removed tasks (``Graph.remove``, kind 'inserted' where the path mixed
-    # kinds: inferred when a wait on its path was)
+    # build infers no wait from later work (graphstore.build._in_launch_order), but
+    # contention (held only while its source runs, yet a dependency to the cycle check), and
+    # an earlier rewrite may make one around removed tasks (``Graph.remove``, kind
+    # 'inserted' where the path mixed kinds: inferred when a wait on its path was)
     e = g.edge
     bad = e["inferred"].to_numpy().copy()
     if bad.any():
@@ -869,9 +870,10 @@ def _insert_loss_scaling(g: Graph, ctx: Context, pk: dict, t0: float) -> Graph:
         bad &= (src_api > dst_api) & (src_api != np.iinfo(np.int64).max)
         if bad.any():
             g = g.drop_edges(bad)
-            ctx.notes.append(f"amp: {int(bad.sum())} inferred cross-stream waits whose source "
+            ctx.notes.append(f"amp: {int(bad.sum())} inferred cross-stream edges whose source "
                              "was launched after their destination dropped (no stream wait "
-                             "can wait for later work; GradScaler's sync would deadlock on them)")
+                             "can wait for later work, and contention from it is no "
+                             "dependency; GradScaler's sync would deadlock on them)")
     ed = pl.DataFrame(edges, schema=["src", "dst", "kind", "anchor", "lag_ns"], orient="row")
     g, _ = g.insert(_frame(rows), ed)
     ctx.notes.append(f"amp: GradScaler in {len(first_wu)} steps: unscale_ "
