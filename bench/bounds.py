@@ -87,10 +87,12 @@ from k on (it cannot start before its launch and must be done when the call retu
 step's floor is the sum over its stretches; the blocking calls' own time and the GPU work
 launched in earlier stretches are left out, so it stays a floor (no schedule of the same work
 is shorter, the host's own work fixed). Own work is C_max's (sound), or with the short gaps
-as work (``--short-gaps``: the judge's rule for C). Kineto traces only.
+as work (``--short-gaps``), and with each call at the lesser of its duration and its name's
+median only, not also its tail (``--median-calls``; with ``--short-gaps`` the judge's rule
+for C exactly). Kineto traces only.
 
     python bench/bounds.py TRACE [TRACE ...] [--json]
-    python bench/bounds.py --sync-floor F [--short-gaps] TRACE [TRACE ...] [--json]
+    python bench/bounds.py --sync-floor F [--short-gaps] [--median-calls] TRACE ... [--json]
 """
 
 from __future__ import annotations
@@ -459,9 +461,10 @@ def steps(raw: Raw) -> tuple[list[Step], str]:
 
 # ---- the figures --------------------------------------------------------------------------
 
-def call_costs(raw: Raw) -> dict:
+def call_costs(raw: Raw, with_tail: bool = True) -> dict:
     """Per CPU thread: (starts, ends, cost) of its top-level calls (calls nested in another
-    call of the same thread are left out: the outer one holds their time)."""
+    call of the same thread are left out: the outer one holds their time). ``with_tail`` False:
+    the cost is min(duration, median) only (the judge's rule), not also the tail."""
     out = {}
     order = np.argsort(raw.gpu_end, kind="stable")
     g_end = raw.gpu_end[order]
@@ -482,7 +485,7 @@ def call_costs(raw: Raw) -> dict:
         # the tail after the last GPU task (of this process) that ended inside the call
         proc = raw.thread_proc.get(key, 0)
         ge = g_end if raw.source != "nsys" else g_end[g_proc == proc]
-        if len(ge):
+        if with_tail and len(ge):
             j = np.searchsorted(ge, e, side="right") - 1
             last = np.where(j >= 0, ge[np.clip(j, 0, None)], np.iinfo(np.int64).min)
             inside = last >= s
@@ -758,7 +761,8 @@ def _floor(raw: Raw, keys: list, own, w0: int, w1: int, f: float, by_corr: dict,
     return total
 
 
-def sync_floor(trace: str | Path | Raw, f: float, short_gaps: bool = False) -> dict:
+def sync_floor(trace: str | Path | Raw, f: float, short_gaps: bool = False,
+               median_calls: bool = False) -> dict:
     """Per step, the least time it can take with every GPU task x f, from the host threads
     that launch GPU work and their blocking calls (``_floor``): the threads taken one after
     another where their own work never overlaps in the trace (the main thread and the autograd
@@ -767,8 +771,12 @@ def sync_floor(trace: str | Path | Raw, f: float, short_gaps: bool = False) -> d
     which assumes the host's work and the GPU's could overlap wholly. ``short_gaps``: the
     threads' short gaps count as their work too (C_sum's rule, and the judge's: Python and the
     dispatcher between operators), a floor on the premise that they are work; without them
-    it is C_max's rule, sound whatever they are. TRACE: a file, or one ``read`` already
-    (both floors of one trace read it once). Kineto traces only."""
+    it is C_max's rule, sound whatever they are. ``median_calls``: each call costs the lesser
+    of its duration and its name's median, not also its tail after the last GPU task that
+    ended inside it (``call_costs``): with ``short_gaps``, the judge's rule for C exactly. On
+    a GPU that ends a task every few microseconds nearly every call holds such an end, and
+    the tail rule counts less host work. TRACE: a file, or one ``read`` already (every floor
+    of one trace reads it once). Kineto traces only."""
     raw = trace if isinstance(trace, Raw) else read(trace)
     if raw.source != "kineto":
         raise ValueError("sync_floor reads Kineto traces (it needs correlation ids)")
@@ -782,7 +790,7 @@ def sync_floor(trace: str | Path | Raw, f: float, short_gaps: bool = False) -> d
     pageable = {c: gs for c, gs in pageable.items() if gs}
     keys = [k for k in sorted(raw.calls, key=str)
             if launched.intersection(raw.call_corr.get(k, np.zeros(0, np.int64)).tolist())]
-    costs = call_costs(raw)
+    costs = call_costs(raw, with_tail=not median_calls)
     lo, hi = raw.span
     work = {k: thread_work(raw, costs, k, lo, hi + 1) for k in keys}
     owns = {k: union([v["own"], v["short"]]) if short_gaps else v["own"]
@@ -806,7 +814,7 @@ def sync_floor(trace: str | Path | Raw, f: float, short_gaps: bool = False) -> d
     steady = [r for r in rows if r["steady"]]
     t_ms, fl_ms = sum(r["T_ms"] for r in steady), sum(r["floor_ms"] for r in steady)
     return {"file": "" if isinstance(trace, Raw) else str(trace), "f": f,
-            "short_gaps": short_gaps, "rule": rule,
+            "short_gaps": short_gaps, "median_calls": median_calls, "rule": rule,
             "threads": ["/".join(k) for k in keys],
             "chained": chained, "overlap_ms": overlap / 1e6, "steps": rows,
             "steady": {"steps": len(steady), "T_ms": t_ms, "floor_ms": fl_ms,
@@ -821,10 +829,14 @@ def main(argv: list[str] | None = None) -> None:
                     help="the dependency floor of each step with every GPU task x F instead")
     ap.add_argument("--short-gaps", action="store_true",
                     help="with --sync-floor: the threads' short gaps count as their work")
+    ap.add_argument("--median-calls", action="store_true",
+                    help="with --sync-floor: a call costs the lesser of its duration and its "
+                         "name's median only (the judge's rule)")
     a = ap.parse_args(argv)
     for t in a.traces:
         floor = a.sync_floor is not None
-        b = sync_floor(t, a.sync_floor, a.short_gaps) if floor else bounds(t)
+        b = (sync_floor(t, a.sync_floor, a.short_gaps, a.median_calls) if floor
+             else bounds(t))
         if a.json:
             sys.stdout.write(orjson.dumps(b, option=orjson.OPT_INDENT_2).decode() + "\n")
         elif floor:

@@ -357,6 +357,15 @@ def test_toy_f_sync_floor_threads_that_overlap_each_alone(tmp_path):
     assert b["steady"]["floor_ms"] == pytest.approx(2 * 0.570)
 
 
+@pytest.mark.parametrize("rule", ["tail", "median"])
+def test_toy_g_sync_floor_call_rules(tmp_path, rule):
+    path = toy.write_kineto(tmp_path / "g.json", toy.toy_g_events())
+    b = bounds.sync_floor(path, 0.5, median_calls=rule == "median")
+    assert b["threads"] == ["1/1"] and b["median_calls"] == (rule == "median")
+    assert [r["steady"] for r in b["steps"]] == [True, True, False]
+    assert b["steady"]["floor_ms"] == pytest.approx(2 * toy.TOY_G_FLOOR_MS[rule])
+
+
 def test_sync_floor_needs_launching_threads(tmp_path):
     """Toy A's calls carry no correlation ids: no thread launches GPU work the trace ties to
     it, so no floor is taken (0) rather than one from threads that may not hand work over."""

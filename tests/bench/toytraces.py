@@ -200,16 +200,64 @@ TOY_F_FLOOR_SHORT_GAPS_MS = {0.5: 0.620}
 
 
 def toy_f_events(steps: int = 3) -> list[dict]:
+    return _stepped(TOY_F_CPU, TOY_F_GPU, steps)
+
+
+def _stepped(cpu: list, gpu: list, steps: int) -> list[dict]:
+    """STEPS steps of STEP_US, each a ProfilerStep marker on thread 1 with the CPU rows
+    (thread, category, name, start, end, correlation offset or None) and the GPU rows
+    (category, name, stream, start, end, correlation offset) at its offsets; the correlation
+    ids of step k are 100 (k + 1) + the offset."""
     ev = []
     for k in range(steps):
         t0, c0 = BASE_US + k * STEP_US, 100 * (k + 1)
         ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k + 1}",
                    "pid": 1, "tid": 1, "ts": t0, "dur": STEP_US})
-        for tid, cat, name, s, e, c in TOY_F_CPU:
+        for tid, cat, name, st, e, c in cpu:
             ev.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid,
-                       "ts": t0 + s, "dur": e - s,
+                       "ts": t0 + st, "dur": e - st,
                        "args": {} if c is None else {"correlation": c0 + c}})
-        for cat, name, stream, s, e, c in TOY_F_GPU:
+        for cat, name, stream, st, e, c in gpu:
             ev.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream,
-                       "ts": t0 + s, "dur": e - s, "args": {"correlation": c0 + c}})
+                       "ts": t0 + st, "dur": e - st, "args": {"correlation": c0 + c}})
     return ev
+
+
+# Toy G, the two call rules of the dependency floor (bounds.sync_floor ``median_calls``): one
+# thread, three steps of 1000 us, the third the drain (us from a step's start):
+#
+#     aten::a [0,50)    > cudaLaunchKernel [10,20)   -> kernel k1 [20,200) stream 7
+#     aten::b [50,400)  > cudaLaunchKernel [60,300)  -> kernel k2 [300,500) stream 7
+#     aten::item [400,900) > cudaMemcpyAsync [410,890) -> Memcpy DtoH (Device -> Pageable)
+#                                                        [860,880) stream 7
+#     aten::c [900,1000)
+#
+# By hand. The launch at 60 holds k1's end (200): its tail is 100 us; the thread's launches
+# last 10 and 240 us, three of each, so their median is 125. The copy's call is cut out as the
+# blocking call, [410,890).
+# - Tail rule (the default): the launch costs min(240, 125, 100) = 100, so [60,200) is
+#   waiting. Before the copy, own work is 410 - 140 = 270; the launch at 10 gives
+#   10 + f x (180 + 200 + 20), the one at 60 gives 60 + f x 220, the copy itself
+#   270 + f x 20. At f = 0.5: max(270, 210, 170, 280) = 280. After it, [890,1000): 110.
+#   Floor 390 us.
+# - Median rule: the launch costs min(240, 125) = 125, so [60,175) is waiting. Own work
+#   before the copy is 295; the copy gives 295 + 10 = 305. After it: 110. Floor 415 us.
+TOY_G_CPU = [  # (thread, category, name, start, end, correlation offset or None)
+    (1, "cpu_op", "aten::a", 0, 50, None),
+    (1, "cuda_runtime", "cudaLaunchKernel", 10, 20, 1),
+    (1, "cpu_op", "aten::b", 50, 400, None),
+    (1, "cuda_runtime", "cudaLaunchKernel", 60, 300, 2),
+    (1, "cpu_op", "aten::item", 400, 900, None),
+    (1, "cuda_runtime", "cudaMemcpyAsync", 410, 890, 3),
+    (1, "cpu_op", "aten::c", 900, 1000, None),
+]
+TOY_G_GPU = [  # (category, name, stream, start, end, correlation offset)
+    ("kernel", "k1", 7, 20, 200, 1),
+    ("kernel", "k2", 7, 300, 500, 2),
+    ("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 7, 860, 880, 3),
+]
+TOY_G_FLOOR_MS = {"tail": 0.390, "median": 0.415}
+
+
+def toy_g_events(steps: int = 3) -> list[dict]:
+    return _stepped(TOY_G_CPU, TOY_G_GPU, steps)
