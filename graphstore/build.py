@@ -583,7 +583,7 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     g_ids = np.flatnonzero(gpu_mask)
     unexplained = g_ids[(start[g_ids] - cand_time[g_ids]) > UNEXPLAINED_NS]
     i_src, i_dst = _infer_waits(unexplained, start, end, unit, g_ids, streams, nthr)
-    i_src, i_dst = _in_launch_order(i_src, i_dst, launch_of, start, "inferred waits", stats)
+    i_src, i_dst = _in_launch_order(i_src, i_dst, launch_of, start, stats)
     stats.add("inferred_waits", len(i_src), severity="info",
               detail="cross-stream waits not recorded in the trace, inferred from a GPU task "
                      "starting when another stream's task ended")
@@ -1674,7 +1674,7 @@ def _recorded_waits(tables, corr, unit, start, gpu_task, g, g_unit, nthr, launch
     return np.array(src, np.int64), np.array(dst, np.int64)
 
 
-def _in_launch_order(src, dst, launch_of, start, what: str, stats: Stats):
+def _in_launch_order(src, dst, launch_of, start, stats: Stats):
     """The inferred waits (src -> dst, GPU tasks) whose src was launched no later than dst. A
     cross-stream wait is an event recorded after the awaited work and waited for before the
     waiting work is enqueued, so it never runs from work launched later: such a coincidence
@@ -1684,9 +1684,9 @@ def _in_launch_order(src, dst, launch_of, start, what: str, stats: Stats):
     ls = np.where(launch_of[src] >= 0, start[np.maximum(launch_of[src], 0)], -1)
     ld = np.where(launch_of[dst] >= 0, start[np.maximum(launch_of[dst], 0)], -1)
     late = (ls >= 0) & (ld >= 0) & (ls > ld)
-    stats.add(f"{what.replace(' ', '_')}_after_launch", int(late.sum()), severity="info",
-              detail=f"{what} not made because the other stream's task was launched after the "
-                     "task it would hold back (no wait runs from later work)")
+    stats.add("inferred_waits_after_launch", int(late.sum()), severity="info",
+              detail="inferred waits not made because the other stream's task was launched "
+                     "after the task it would hold back (no wait runs from later work)")
     return src[~late], dst[~late]
 
 

@@ -357,8 +357,8 @@ def prepare(unit, unit_policy, order_key, nxt, start_cnt):
         "readonly int64[::1]", "readonly int8[::1]", "int32[::1]", "int32[::1]")
 def count_in(indptr, dst, lag, kind, start_cnt, end_cnt):
     """Count START, HELD and START_START predecessors into ``start_cnt``, END ones into
-    ``end_cnt``,
-    checking in the same pass what ``csr_ok`` checks (an edge that fails is not counted), so
+    ``end_cnt``, checking in the same pass what ``csr_ok`` checks (an edge that fails is not
+    counted), so
     that ``simulate`` reads the edges once before the run instead of twice. Returns (every
     value valid, any START_START edge). (A loop of its own: fused into a loop over tasks and
     their edges it ran half as fast.)"""
@@ -608,10 +608,8 @@ def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, 
                 v = e + lag[_U(k)]
                 key = kt
             elif kd == _HELD:
-                v = e + lag[_U(k)]
-                key = kt
                 if all_fixed or unit_policy[unit[_U(d)]] == _FIXED:
-                    # decided when d starts: onto d's list
+                    # decided when d starts: onto d's list, and no bound now
                     c = st[_N_HELD]
                     st[_N_HELD] = c + 1
                     x = _HELD_AT + n + 3 * c
@@ -621,6 +619,9 @@ def _drain_body(dur, unit, unit_policy, indptr, dst, lag, kind, nxt, start_cnt, 
                     st[_U(_HELD_AT + d)] = c + 1
                     v = np.int64(MIN_LAG_NS)
                     key = 0
+                else:  # into a FCFS/PRIORITY unit's task: a START edge
+                    v = e + lag[_U(k)]
+                    key = kt
             elif fire_ss:
                 v = st_t + lag[_U(k)]
                 key = kt | 1  # t's binder key through its start
@@ -674,8 +675,8 @@ def run(dur, unit, unit_policy, priority, has_ss, indptr, dst, lag, kind, nxt, s
     """Simulate. On entry (see ``prepare``/``count_in``) ``start_cnt``/``end_cnt`` hold
     predecessor counts and ``nxt`` the FIXED links; ``start``, ``end``, ``bound``, ``via``,
     ``end_bound`` and ``bits`` are zero; ``n_held``: how many edges are HELD. Returns the
-    number of finished tasks; on exit
-    ``start_cnt`` holds the task states and, for finished tasks:
+    number of finished tasks; on exit ``start_cnt`` holds the task states and, for finished
+    tasks:
 
     - ``start``/``end``: the schedule;
     - ``bound``: the predecessor that decided the start (-1: none), ``via``: 1 when through

@@ -18,7 +18,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daydream.base.errors import DaydreamError
-from daydream.graphstore.schema import CPU_KINDS, EDGE_ANCHORS, GPU_KINDS, POLICIES, TASK_KINDS
+from daydream.graphstore.schema import (
+    CPU_KINDS,
+    EDGE_ANCHORS,
+    EDGE_KINDS,
+    GPU_KINDS,
+    POLICIES,
+    TASK_KINDS,
+)
 from daydream.simulate import _passes
 from daydream.simulate.codes import END, FCFS, FIXED, PRIORITY, START, START_START
 from daydream.simulate.engine import Schedule, simulate
@@ -210,20 +217,16 @@ def _policy_codes(unit: pa.Table) -> np.ndarray:
     return _codes(unit["policy"], POLICY, "unit policy").astype(np.int8)
 
 
+_HELD_KIND = {k: int(k == "contention") for k in EDGE_KINDS}
+
+
 def _held_if_running(edge: pa.Table) -> np.ndarray | None:
     """The contention edges (``SimGraph.held_if_running``): a kernel of another stream holds
     the SMs a task needs only while it runs; None without any."""
     if "kind" not in edge.column_names:
         return None
-    col = edge["kind"]
-    if pa.types.is_dictionary(col.type) and col.num_chunks == 1 and not col.null_count:
-        ch = col.chunk(0)  # the stored graphs' case: compare the few dictionary words
-        hit = np.flatnonzero(np.asarray(ch.dictionary.to_pylist(), object) == "contention")
-        if not len(hit):
-            return None
-        return np.isin(ch.indices.to_numpy(), hit)
-    held = pc.equal(col.cast(pa.string()), "contention")
-    return held.to_numpy(zero_copy_only=False) if pc.any(held).as_py() else None
+    held = _codes8(edge["kind"], _HELD_KIND, "edge kind").view(bool)
+    return held if held.any() else None
 
 
 def _anchor_codes(edge: pa.Table) -> np.ndarray:
