@@ -264,10 +264,11 @@ def started_early(workers: int | None, ray: str | None, *warm: str) -> Runner | 
     s with numba's kernel loads, then overlaps the driver's instead of following it); None
     where the work would run inline or on Ray. The caller hands it to the batch (which closes
     it) and closes it itself where the batch never starts."""
-    if ray or _local_workers(workers, 2) == 1:
+    n = _local_workers(workers, workers or os.cpu_count() or 1)  # the tasks are not known yet
+    if ray or n == 1:
         return None
     import functools
-    return SharedRunner(_local_workers(workers, 2), functools.partial(preload, *warm))
+    return SharedRunner(n, functools.partial(preload, *warm))
 
 
 def make_runner(workers: int | None = None, ray: str | None = None, tasks: int = 2,

@@ -82,9 +82,28 @@ def close_duckdb_instance() -> None:
     _INSTANCE = None
 
 
+# Stores whose writer lock the threads of this process share (``shared_between_threads``):
+# root -> [the lock file's descriptor while held, holders]
+_SHARED: dict[str, list] = {}
+_SHARED_GUARD = threading.Lock()
+
+
 @contextlib.contextmanager
 def lock(root: Path, wait: bool = True) -> Iterator[None]:
-    """The store's exclusive writer lock. With ``wait=False`` a busy store is an error."""
+    """The store's exclusive writer lock. With ``wait=False`` a busy store is an error. Two
+    threads of one process exclude each other too, unless the store's lock is shared between
+    them (``shared_between_threads``)."""
+    with _SHARED_GUARD:
+        shared = _SHARED.get(os.path.abspath(root)) if _SHARED else None
+        held = shared is not None and shared[0] is not None  # by a thread of this process
+        if held:
+            shared[1] += 1
+    if held:
+        try:
+            yield
+        finally:
+            _release_shared(shared)
+        return
     root.mkdir(parents=True, exist_ok=True)
     fd = os.open(root / LOCK_FILE, os.O_CREAT | os.O_RDWR, 0o644)
     try:
@@ -94,9 +113,52 @@ def lock(root: Path, wait: bool = True) -> Iterator[None]:
         except BlockingIOError:
             raise DaydreamError(f"store {root} is being written by another daydream "
                                 "process; try again when it has finished") from None
+        if shared is not None:
+            with _SHARED_GUARD:
+                if shared[0] is None:
+                    shared[0], shared[1], fd = fd, 1, None  # closed by the last holder
+            if fd is None:
+                try:
+                    yield
+                finally:
+                    _release_shared(shared)
+                return
         yield
     finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _release_shared(shared: list) -> None:
+    with _SHARED_GUARD:
+        shared[1] -= 1
+        fd = shared[0] if shared[1] == 0 else None
+        if fd is not None:
+            shared[0] = None
+    if fd is not None:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def shared_between_threads(root: Path) -> Iterator[None]:
+    """While inside, the threads of this process share ``root``'s writer lock: one that asks
+    for it while another holds it goes on at once (other processes still wait for both). For a
+    writer whose threads write disjoint parts of the store: a batch ingest's driver commits
+    traces' activity tables while a thread of it writes earlier traces' graphs to DuckDB, each
+    under the lock, and neither waits for the other."""
+    key = os.path.abspath(root)
+    with _SHARED_GUARD:
+        if key in _SHARED:  # nested: the outer one shares it already
+            outer = True
+        else:
+            outer = False
+            _SHARED[key] = [None, 0]
+    try:
+        yield
+    finally:
+        if not outer:
+            with _SHARED_GUARD:
+                _SHARED.pop(key, None)
 
 
 def fsync_dir(d: Path | str) -> None:

@@ -84,6 +84,23 @@ def ingest(
     are listed, and a folder without any trace is an error."""
     import os
 
+    from daydream.base.runner import started_early
+    # where several files may be converted, the workers start first, so that their imports
+    # run beside this process's (the converters, the graph stage)
+    several = len(paths) > 1 or os.path.isdir(paths[0]) or any(c in paths[0] for c in "*?[")
+    runner = (started_early(jobs or os.cpu_count(), ray, "daydream.traces:warm_worker")
+              if several else None)
+    try:
+        _ingest(paths, store, jobs, force, strict, job, ray, runner)
+    finally:
+        if runner is not None:
+            runner.close()
+
+
+def _ingest(paths: list[str], store: Path, jobs: int | None, force: bool, strict: bool,
+            job: str | None, ray: str | None, runner) -> None:
+    import os
+
     from daydream import api
     from daydream.report import plural
     from daydream.traces import skipped
@@ -111,7 +128,7 @@ def ingest(
 
     try:
         rep = api.ingest(files, store, jobs=jobs or os.cpu_count(), force=force,
-                         strict=strict, job=job, on_progress=tick, ray=ray)
+                         strict=strict, job=job, on_progress=tick, ray=ray, runner=runner)
     finally:
         if progress is not None:
             progress.stop()

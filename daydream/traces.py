@@ -7,6 +7,7 @@ id prefix into a stored trace id (ingesting a new file when asked).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import shutil
 import threading
@@ -19,6 +20,7 @@ from daydream.base.store import DEFAULT_STORE
 from daydream.ingest.store import Store
 
 if TYPE_CHECKING:
+    from daydream.base.runner import Runner
     from daydream.ingest.batch_ingest import FileResult, IngestReport
 
 # ingest.batch_ingest (the converters, numpy) is imported by the functions that ingest, so that
@@ -33,11 +35,13 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
            jobs: int | None = None, force: bool = False, strict: bool = False,
            job: str | None = None,
            on_progress: Callable[[FileResult], None] | None = None,
-           ray: str | None = None) -> IngestReport:
+           ray: str | None = None, runner: Runner | None = None) -> IngestReport:
     """Convert trace files into the store's activity tables (``ingest.batch_ingest.ingest``) and
     build their dependency graphs (``graphstore.load``): each worker (``jobs`` local processes, or
     Ray tasks with ``ray``) converts a file and builds its graph; this process commits the traces
-    and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph."""
+    and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph.
+    ``runner``: the workers, started already (``base.runner.started_early`` with
+    :func:`warm_worker`), closed here."""
     from daydream.ingest.batch_ingest import expand
     from daydream.ingest.batch_ingest import ingest as ingest_files
     from daydream.ingest.ids import content_ids_in_background
@@ -74,23 +78,32 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
         elif extra.get("graph") or extra.get("graph_dir"):
             if loader is None:
                 from daydream.graphstore import load as gload
-                loader = gload.Loader(st)
+                loader = gload.Loader(st, expected=len(files))
             loader.add(r.trace_id, extra.pop("graph") if extra.get("graph")
                        else Path(extra.pop("graph_dir")))
         if on_progress:
             on_progress(r)
 
+    from daydream.base.store import shared_between_threads
     try:
-        try:
-            rep = ingest_files(files, st, jobs=jobs, force=force, strict=strict, job=job,
-                               on_progress=tick, ray=ray, hook=stage_graph,
-                               hook_args=(str(staged),), ids=ids, warm=warm_worker)
-        except KeyboardInterrupt:
+        # the loader writes a batch of graphs on a thread while this one commits traces
+        with shared_between_threads(st.root):
+            try:
+                rep = ingest_files(files, st, jobs=jobs, force=force, strict=strict, job=job,
+                                   on_progress=tick, ray=ray, hook=stage_graph,
+                                   hook_args=(str(staged),), ids=ids, warm=warm_worker,
+                                   runner=runner)
+            except KeyboardInterrupt:
+                if loader is not None:
+                    loader.flush()  # keep the graphs of the traces already committed
+                raise
+            except BaseException:
+                if loader is not None:  # its batch (staged folders among it) written first
+                    with contextlib.suppress(Exception):
+                        loader.wait()
+                raise
             if loader is not None:
-                loader.flush()  # keep the graphs of the traces already committed
-            raise
-        if loader is not None:
-            loader.flush()
+                loader.flush()
     finally:
         ahead.join()
         from daydream.graphstore import db

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from daydream.base.errors import DaydreamError
-from daydream.base.runner import make_runner
+from daydream.base.runner import Runner, make_runner
 from daydream.ingest import source
 from daydream.ingest.convert import read_trace
 from daydream.ingest.ids import content_id
@@ -137,7 +137,7 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
            on_progress: Callable[[FileResult], None] | None = None,
            ray: str | None = None, hook: Callable | None = None,
            hook_args: tuple = (), ids: Future | None = None,
-           warm: Callable | None = None) -> IngestReport:
+           warm: Callable | None = None, runner: Runner | None = None) -> IngestReport:
     """Convert and store every file in ``paths``. Re-ingesting a stored file is a no-op.
 
     ``jobs`` local worker processes convert (default: every core), or Ray tasks with ``ray``
@@ -147,7 +147,9 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
     the files' content ids hashed already (``ingest.ids.content_ids_in_background``).
     ``warm``: with it, this process converts files too, beside ``jobs - 1`` workers that
     run it first (``base.runner.SharedRunner``), unless a file is large (its conversion's
-    memory is given back by a worker's exit)."""
+    memory is given back by a worker's exit). ``runner``: such a runner made already
+    (``base.runner.started_early``: its workers started while this process imported the
+    converters), closed here; unused where one file is converted, or a large one."""
     files = expand(paths)
     hashed = ids.result() if ids is not None else {}
     report = IngestReport()
@@ -206,7 +208,11 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
         # (imports, compiled kernels: a second or more) for the same effect.
         big = {tid for f, tid in items if source.json_bytes(f) > BIG_BYTES}
         n = len(items)
-        runner = make_runner(jobs, ray, tasks=n, share=None if big else warm)
+        if runner is not None and (n < 2 or big):
+            runner.close()
+            runner = None
+        if runner is None:
+            runner = make_runner(jobs, ray, tasks=n, share=None if big else warm)
         # never more in flight than the workers can take, plus one each queued: memory stays
         # bounded over thousands of files and an interrupt loses little work
         limit = 2 * runner.workers

@@ -220,3 +220,16 @@ def test_started_early_runs_what_it_names_in_its_worker_before_any_task(tmp_path
             got.update(runner.next_done())
     assert set(got) == {"a", "b"}
     assert int(mark.read_text()) == got["a"] != os.getpid()
+
+
+def test_started_early_has_the_workers_asked_for():
+    """``--workers 3`` is three processes (this one and two spawned), not two: the runner is
+    made before the tasks are counted."""
+    from daydream.base.runner import started_early
+    r = started_early(3, None)
+    try:
+        assert r.workers == 3
+        assert r._pool._max_workers == 2
+    finally:
+        r.close()
+    assert started_early(1, None) is None
