@@ -325,6 +325,9 @@ def _predict_all(store: Path, opts: list[str], where: str | None, workers: int |
           f"{rep.count('predicted')} predicted, {rep.count('stored')} already stored, "
           f"{rep.count('failed')} failed -> table prediction in {store}", file=sys.stderr,
           flush=True)
+    if rep.rebuilt:
+        print(f"note: {plural(rep.rebuilt, 'graph was', 'graphs were')} rebuilt first: built "
+              "by another version of daydream's graph rules", file=sys.stderr, flush=True)
     if rep.without_graph:
         print(f"note: {plural(rep.without_graph, 'stored trace has', 'stored traces have')}"
               " no graph (an interrupted ingest?) and were left out; `daydream ingest` "

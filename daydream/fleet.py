@@ -62,6 +62,7 @@ class FleetReport:
     results: list[PairResult] = field(default_factory=list)
     table: pa.Table | None = None  # the prediction rows of these traces and specs, best first
     without_graph: int = 0  # stored traces left out because they have no graph yet
+    rebuilt: int = 0  # graphs built by other graph rules (an older daydream's), rebuilt first
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
@@ -203,8 +204,6 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
     rep = FleetReport(traces=traces, specs=specs)
     if where is None:
         rep.without_graph = len(set(st.trace_ids()) - set(traces))
-    have = set() if force else stored_pairs(root, traces)
-    todo: dict[str, list[str]] = {}
     if on_plan:
         on_plan(len(traces) * len(specs))
 
@@ -213,9 +212,16 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
         if on_progress:
             on_progress(r)
 
+    # graphs built by other graph rules are rebuilt from their activity tables first (which
+    # drops their predictions: they rested on the old graph)
+    unbuilt = _rebuild_stale(root, traces, rep)
+    have = set() if force else stored_pairs(root, traces)
+    todo: dict[str, list[str]] = {}
     for tid in traces:
         for s in specs:
-            if (tid, s) in have:
+            if tid in unbuilt:
+                done(PairResult(tid, s, "failed", error=unbuilt[tid]))
+            elif (tid, s) in have:
                 done(PairResult(tid, s, "stored"))
             else:
                 todo.setdefault(tid, []).append(s)
@@ -282,6 +288,23 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
         flush()  # what finished before an interrupt is kept: the rerun resumes after it
     rep.table = results(root, traces, specs)
     return rep
+
+
+def _rebuild_stale(root: Path, traces: list[str], rep: FleetReport) -> dict[str, str]:
+    """Rebuild the graphs of ``traces`` built by other graph rules (``db.stale_ids``); counted
+    in ``rep.rebuilt``. Returns the error of each that could not be rebuilt."""
+    stale = db.stale_ids(root, traces)
+    if not stale:
+        return {}
+    from daydream.graphstore import load as gload
+    failed = {}
+    for tid in sorted(stale):
+        try:
+            gload.load(root, tid)
+        except DaydreamError as e:
+            failed[tid] = f"trace {tid}: graph (rebuilt: built by other graph rules): {e}"
+    rep.rebuilt = len(stale) - len(failed)
+    return failed
 
 
 def _chunks(root: Path, tids: list[str]) -> list[list[str]]:

@@ -152,13 +152,17 @@ def stage_graph(trace_id: str, tables: dict, staging: str) -> dict:
 
 
 def build_graphs(st: Store, rep: IngestReport | None = None, *, strict: bool = False,
-                 skip: set[str] | frozenset = frozenset()) -> list[str]:
-    """Build graphs for stored traces that have none (or were just re-ingested), except those in
-    ``skip`` (built already). A trace whose graph fails its checks is reported as failed in
-    ``rep``; its activity tables stay."""
+                 skip: set[str] | frozenset = frozenset(),
+                 only: set[str] | None = None) -> list[str]:
+    """Build graphs for stored traces that have none or one built by other graph rules
+    (``graphstore.load.missing``), or were just re-ingested, except those in ``skip`` (built
+    already); with ``only``, of those traces alone. A trace whose graph fails its checks is
+    reported as failed in ``rep``; its activity tables stay."""
     from daydream.graphstore import load as gload
 
     todo = set(gload.missing(st.root))
+    if only is not None:
+        todo &= only
     by_id = {}
     if rep is not None:
         for r in rep.results:
@@ -185,18 +189,13 @@ def build_graphs(st: Store, rep: IngestReport | None = None, *, strict: bool = F
 
 
 def ensure_graphs(st: Store, trace_ids: Iterable[str]) -> None:
-    """Build the graphs the store lacks when any of ``trace_ids`` has none (an ingest that was
-    interrupted between committing a trace and writing its graph)."""
-    if not set(trace_ids) <= graph_ids(st):
-        build_graphs(st, strict=True)
-
-
-def graph_ids(st: Store) -> set[str]:
-    """Traces that have a graph in the store's DuckDB file."""
+    """Build the graphs of ``trace_ids`` that the store lacks (an ingest that was interrupted
+    between committing a trace and writing its graph) or holds as built by other graph rules
+    (an older daydream's)."""
     from daydream.graphstore import db
-    if not db.db_path(st.root).exists():
-        return set()
-    return set(db.trace_ids(st.root))
+    want = set(trace_ids)
+    if not db.db_path(st.root).exists() or not want <= db.current_ids(st.root, want):
+        build_graphs(st, strict=True, only=want)
 
 
 def resolve_trace(trace: str, store: Store, *, ingest_missing: bool = False) -> str:

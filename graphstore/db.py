@@ -41,7 +41,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -89,6 +89,16 @@ VERSION_KEY = b"daydream.graph_schema_version"
 # transaction).
 WRITE_ORDER = ("task", "edge", "unit", "iteration", "layer", "slack")
 DEFAULT_TIMEOUT_S = 60.0
+# Each trace's graph is stamped in ``meta`` (key RULES_KEY + trace id) with the graph rules
+# that built it (``graph_rules``): a graph built by other rules (an older daydream's, or one
+# written before the stamp) is stale, and the commands that use it rebuild it from its
+# activity tables first (``graphstore.load.missing``), so an upgrade's model changes reach the
+# traces stored before it.
+RULES_KEY = "graph_rules:"
+# The modules whose code decides a stored graph (graphstore.load builds it with them; the
+# latencies and rules are constants in them), files beside this one, and ingest's thread key
+RULE_MODULES = ("build.py", "calls.py", "check.py", "labels.py", "latency.py", "load.py",
+                "params.py", "schema.py", "../ingest/nesting.py")
 
 _GPU = ", ".join(f"'{k}'" for k in GPU_KINDS)
 _CPU = ", ".join(f"'{k}'" for k in CPU_KINDS)
@@ -96,6 +106,63 @@ _CPU = ", ".join(f"'{k}'" for k in CPU_KINDS)
 
 def db_path(store_root: str | Path) -> Path:
     return Path(store_root) / DB_FILE
+
+
+_RULES: list[str] = []
+
+
+def graph_rules() -> str:
+    """The graph rules of this daydream: a hash of the code that builds graphs (RULE_MODULES),
+    so that no change to it can be left out of the stamp by a forgotten version number (a
+    change to a comment there costs a rebuild, milliseconds to a second a trace, never a
+    stale graph); where the sources are not installed, the package's version."""
+    if not _RULES:
+        try:
+            _RULES.append(rules_fingerprint(Path(__file__).resolve().parent))
+        except OSError:
+            from importlib.metadata import PackageNotFoundError, version
+            try:
+                _RULES.append(f"daydream {version('daydream')}")
+            except PackageNotFoundError:
+                _RULES.append("unknown")
+    return _RULES[0]
+
+
+def current_ids(store_root: str | Path, trace_ids: Iterable[str]) -> set[str]:
+    """Those of ``trace_ids`` whose graph is stored and was built by this daydream's graph
+    rules (one read-only connection; a query per trace, not over every trace's rows)."""
+    want = list(trace_ids)
+    with connect(store_root) as con:
+        stamps = dict(con.execute("SELECT key, value FROM meta WHERE key IN "
+                                  "(SELECT ? || unnest(?))", [RULES_KEY, want]).fetchall())
+        rules = graph_rules()
+        return {t for t in want if stamps.get(RULES_KEY + t) == rules and has_graph(con, t)}
+
+
+def rules_fingerprint(graphstore_dir: Path) -> str:
+    """The hash of the RULE_MODULES found beside ``graphstore_dir`` (``graph_rules``)."""
+    h = hashlib.blake2b(digest_size=8)
+    for m in RULE_MODULES:
+        h.update((graphstore_dir / m).read_bytes())
+    return h.hexdigest()
+
+
+def stale_ids(store_root: str | Path, trace_ids: list[str] | None = None) -> set[str]:
+    """Traces (of ``trace_ids``, else all) whose graph is stored but was built by other graph
+    rules than this daydream's (``graph_rules``), or carries no stamp (a store written before
+    the stamp)."""
+    if not db_path(store_root).exists():
+        return set()
+    with connect(store_root) as con:
+        have = [r[0] for r in con.execute("SELECT trace_id FROM task UNION "
+                                          "SELECT trace_id FROM iteration").fetchall()]
+        if trace_ids is not None:
+            want = set(trace_ids)
+            have = [t for t in have if t in want]
+        stamps = dict(con.execute("SELECT key, value FROM meta WHERE starts_with(key, ?)",
+                                  [RULES_KEY]).fetchall())
+    rules = graph_rules()
+    return {t for t in have if stamps.get(RULES_KEY + t) != rules}
 
 
 # --------------------------------------------------------------------------------------------
@@ -878,6 +945,11 @@ def write_traces(store_root: str | Path,
                     else:
                         con.execute(f"INSERT INTO {name} (trace_id, {cols}) "
                                     f"SELECT ?, {cols} FROM {views[i]}", [ids[0]])
+                ids = [*prepared, *staged]
+                con.execute("DELETE FROM meta WHERE key IN (SELECT ? || unnest(?))",
+                            [RULES_KEY, ids])
+                con.execute("INSERT INTO meta SELECT ? || t, ? FROM unnest(?) AS u(t)",
+                            [RULES_KEY, graph_rules(), ids])
                 con.execute("COMMIT")
             except duckdb.Error as e:
                 con.execute("ROLLBACK")
@@ -968,6 +1040,7 @@ def delete_trace(store_root: str | Path, trace_id: str,
                             [trace_id]).fetchall()[0][0]
             for name in (*WRITE_ORDER, *RESULT_TABLES):
                 con.execute(f"DELETE FROM {name} WHERE trace_id = ?", [trace_id])
+            con.execute("DELETE FROM meta WHERE key = ?", [RULES_KEY + trace_id])
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")

@@ -541,7 +541,10 @@ class Loader:
 
 
 def missing(store_root: Path | str) -> list[str]:
-    """Stored traces whose graph is not in the graph db yet."""
+    """Stored traces whose graph is not in the graph db yet, or was built by other graph
+    rules than this daydream's (``db.stale_ids``): both are (re)built from their activity
+    tables."""
     st = Store(Path(store_root))
-    have = set(db.trace_ids(st.root)) if db.db_path(st.root).exists() else set()
+    exists = db.db_path(st.root).exists()
+    have = set(db.trace_ids(st.root)) - db.stale_ids(st.root) if exists else set()
     return [t for t in st.trace_ids() if t not in have]

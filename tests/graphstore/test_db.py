@@ -53,6 +53,9 @@ from daydream.graphstore.schema import GRAPH_SCHEMA_VERSION, GRAPH_TABLES
 from daydream.ingest import schema as act
 from daydream.ingest.store import Store
 
+# the graph schema version in meta (which also stamps each graph with its rules)
+VERSION_SQL = f"SELECT value FROM meta WHERE key = '{db.META_KEY}'"
+
 A = "aaaa1111"
 B = "bbbb2222"
 
@@ -192,7 +195,7 @@ def test_write_counts_and_trace_id_column_optional(tmp_path: Path) -> None:
     db.write_trace(other, A, trace_a(with_trace_id=True))
     assert snapshot(root) == snapshot(other)
     assert db.trace_ids(root) == [A]
-    assert rows(root, "SELECT value FROM meta") == [(str(GRAPH_SCHEMA_VERSION),)]
+    assert rows(root, VERSION_SQL) == [(str(GRAPH_SCHEMA_VERSION),)]
 
 
 def test_rewrite_replaces_one_trace_and_leaves_the_other(store: Path) -> None:
@@ -447,7 +450,7 @@ def test_query_errors(store: Path, tmp_path: Path) -> None:
 
 def test_version_mismatch(store: Path) -> None:
     con = duckdb.connect(str(db.db_path(store)))
-    con.execute("UPDATE meta SET value = '0'")
+    con.execute(f"UPDATE meta SET value = '0' WHERE key = '{db.META_KEY}'")
     con.close()
     msg = (rf"has graph schema version 0, this daydream reads version {GRAPH_SCHEMA_VERSION}; "
            r"rebuild .*ingest --force")
@@ -471,12 +474,12 @@ def test_version_mismatch(store: Path) -> None:
 def test_a_version_5_store_is_read_and_migrated_by_its_next_writer(store: Path) -> None:
     # version 5 had the same tables and no Parquet graphs: readable as it is
     con = duckdb.connect(str(db.db_path(store)))
-    con.execute("UPDATE meta SET value = '5'")
+    con.execute(f"UPDATE meta SET value = '5' WHERE key = '{db.META_KEY}'")
     con.close()
     assert rows(store, "SELECT count(*) FROM task") == [(17,)]
-    assert rows(store, "SELECT value FROM meta") == [("5",)]
+    assert rows(store, VERSION_SQL) == [("5",)]
     db.write_trace(store, B, trace_b())
-    assert rows(store, "SELECT value FROM meta") == [(str(GRAPH_SCHEMA_VERSION),)]
+    assert rows(store, VERSION_SQL) == [(str(GRAPH_SCHEMA_VERSION),)]
     assert rows(store, "SELECT count(*) FROM task") == [(17,)]
 
 
@@ -495,12 +498,12 @@ def test_a_version_6_store_is_read_and_migrated_by_its_next_writer(store: Path,
             t = t.set_column(t.schema.get_field_index(c), c, t[c].cast(pa.string()))
         pq.write_table(t, f)
     con = duckdb.connect(str(db.db_path(store)))
-    con.execute("UPDATE meta SET value = '6'")
+    con.execute(f"UPDATE meta SET value = '6' WHERE key = '{db.META_KEY}'")
     con.close()
     before = rows(store, "SELECT * FROM task ORDER BY trace_id, task_id")
     assert len(before) == 17
     db.write_trace(store, B, trace_b())  # rewrites B's graph, migrates A's
-    assert rows(store, "SELECT value FROM meta") == [(str(GRAPH_SCHEMA_VERSION),)]
+    assert rows(store, VERSION_SQL) == [(str(GRAPH_SCHEMA_VERSION),)]
     assert rows(store, "SELECT * FROM task ORDER BY trace_id, task_id") == before
     for f in files:
         schema = pq.read_schema(f)
@@ -531,7 +534,7 @@ def test_a_version_7_prediction_table_is_read_and_rebuilt_by_its_next_writer(
                 "iterations INTEGER, notes VARCHAR, created TIMESTAMPTZ NOT NULL)")
     con.execute(f"INSERT INTO prediction VALUES ('{A}', 'amp', 10, 10.5, 7, 1.5, 3, 'n', "
                 "TIMESTAMPTZ '2026-11-30 12:00:00+00')")
-    con.execute("UPDATE meta SET value = '7'")
+    con.execute(f"UPDATE meta SET value = '7' WHERE key = '{db.META_KEY}'")
     con.close()
     # (created left out: fetching a TIMESTAMPTZ into Python needs pytz)
     before = rows(store, "SELECT * EXCLUDE (created) FROM prediction")
@@ -539,10 +542,10 @@ def test_a_version_7_prediction_table_is_read_and_rebuilt_by_its_next_writer(
     shown = fleet.results(store).to_pylist()  # what predict --all prints, read-only
     assert [(r["trace_id"], r["speedup"]) for r in shown] == [(A, 1.5)]
     assert "speedup_low" not in shown[0]
-    assert rows(store, "SELECT value FROM meta") == [("7",)]  # a reader changes nothing
+    assert rows(store, VERSION_SQL) == [("7",)]  # a reader changes nothing
 
     db.write_trace(store, B, trace_b())
-    assert rows(store, "SELECT value FROM meta") == [(str(GRAPH_SCHEMA_VERSION),)]
+    assert rows(store, VERSION_SQL) == [(str(GRAPH_SCHEMA_VERSION),)]
     with db.connect(store) as con:
         cols = con.execute("SELECT column_name, comment FROM duckdb_columns() WHERE "
                            "table_name = 'prediction' ORDER BY column_index").fetchall()
