@@ -139,6 +139,9 @@ def _ingest(paths: list[str], store: Path, jobs: int | None, force: bool, strict
     print(f"{plural(rep.count('ingested'), 'trace')} ingested, "
           f"{rep.count('exists')} already stored, {rep.count('failed')} failed -> {store}",
           file=sys.stderr, flush=True)
+    if rep.rebuilt:
+        print(f"note: {plural(rep.rebuilt, 'stored graph was', 'stored graphs were')} rebuilt: "
+              "built by another version of daydream's graph rules", file=sys.stderr, flush=True)
     if rep.failed:
         sys.exit(1)
 

@@ -109,7 +109,10 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
         from daydream.graphstore import db
         db.forget_prepared(st.root)  # unused when no graph was written
         shutil.rmtree(staged, ignore_errors=True)
-    build_graphs(st, rep, strict=strict, skip=loader.loaded if loader is not None else set())
+    built = build_graphs(st, rep, strict=strict,
+                         skip=loader.loaded if loader is not None else set())
+    given = {r.trace_id for r in rep.results}
+    rep.rebuilt = sum(t not in given for t in built)
     return rep
 
 

@@ -47,6 +47,9 @@ class FileResult:
 @dataclass
 class IngestReport:
     results: list[FileResult] = field(default_factory=list)
+    # graphs of traces stored before, rebuilt because other graph rules had built them
+    # (``daydream.traces.build_graphs``)
+    rebuilt: int = 0
 
     @property
     def failed(self) -> list[FileResult]:
