@@ -297,14 +297,10 @@ def _rebuild_stale(root: Path, traces: list[str], rep: FleetReport) -> dict[str,
     if not stale:
         return {}
     from daydream.graphstore import load as gload
-    failed = {}
-    for tid in sorted(stale):
-        try:
-            gload.load(root, tid)
-        except DaydreamError as e:
-            failed[tid] = f"trace {tid}: graph (rebuilt: built by other graph rules): {e}"
-    rep.rebuilt = len(stale) - len(failed)
-    return failed
+    built, failed = gload.load_many(root, sorted(stale))
+    rep.rebuilt = len(built)
+    return {tid: f"trace {tid}: graph (rebuilt: built by other graph rules): {e}"
+            for tid, e in failed.items()}
 
 
 def _chunks(root: Path, tids: list[str]) -> list[list[str]]:

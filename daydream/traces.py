@@ -176,18 +176,17 @@ def build_graphs(st: Store, rep: IngestReport | None = None, *, strict: bool = F
                 elif r.status == "failed" and r.extra:  # its graph failed in the worker
                     todo.discard(r.trace_id)
     todo -= set(skip)
-    built = []
-    for tid in sorted(todo):
-        try:
-            gload.load(st.root, tid)
-            built.append(tid)
-        except DaydreamError as e:
-            r = by_id.get(tid)
-            msg = f"{r.path if r else tid}: graph: {e}"
-            if r is not None:
-                r.status, r.error = "failed", msg
-            if strict or r is None:
-                raise DaydreamError(msg) from None
+    built, failed = gload.load_many(st.root, sorted(todo))
+    first = None
+    for tid, err in failed.items():
+        r = by_id.get(tid)
+        msg = f"{r.path if r else tid}: graph: {err}"
+        if r is not None:
+            r.status, r.error = "failed", msg
+        if (strict or r is None) and first is None:
+            first = msg
+    if first is not None:
+        raise DaydreamError(first)
     return built
 
 

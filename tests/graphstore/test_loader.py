@@ -130,3 +130,29 @@ def _busy(st: Store) -> bool:
                         "except Exception:\n"
                         "    print('busy')\n"], capture_output=True, text=True, check=True)
     return p.stdout.strip() == "busy"
+
+
+def test_load_many_builds_every_graph_it_can_and_names_the_others(tmp_path: Path) -> None:
+    """Graphs rebuilt in batches (``load_many``): a trace whose activity tables cannot be
+    read (its kernel table's file deleted by hand) is named with its error, and the others
+    are built and written all the same."""
+    from daydream import api
+    from daydream.graphstore.load import load_many
+    from tests.conftest import DATA
+    root = tmp_path / "s"
+    files = [DATA / "kineto" / n for n in ("triton_example.json.gz", "simple_add_a100.json.gz")]
+    assert not api.ingest(files, root, jobs=1).failed
+    st = Store(root)
+    a, b = (api.resolve_trace(str(f), st) for f in files)
+    with db.connect(root) as con:
+        want = con.execute("SELECT trace_id, count(*) FROM task GROUP BY 1 ORDER BY 1").fetchall()
+    for t in (a, b):
+        db.delete_trace(root, t)
+    assert db.trace_ids(root) == []
+    (root / "activity" / f"trace_id={b}" / "kernel.parquet").unlink()
+    built, failed = load_many(root, [a, b])
+    assert built == [a] and list(failed) == [b] and "kernel" in failed[b]
+    with db.connect(root) as con:
+        got = con.execute("SELECT trace_id, count(*) FROM task GROUP BY 1 ORDER BY 1").fetchall()
+    assert got == [r for r in want if r[0] == a]
+    assert db.stale_ids(root) == set()
