@@ -95,6 +95,9 @@ DEFAULT_TIMEOUT_S = 60.0
 # activity tables first (``graphstore.load.missing``), so an upgrade's model changes reach the
 # traces stored before it.
 RULES_KEY = "graph_rules:"
+# the traces that have a graph (``trace_ids``): rows in task or iteration, Parquet ones included
+# through the views of a read-only connection
+_GRAPH_IDS = "SELECT trace_id FROM task UNION SELECT trace_id FROM iteration"
 # The modules whose code decides a stored graph (graphstore.load builds it with them; the
 # latencies and rules are constants in them), files beside this one, and ingest's thread key
 RULE_MODULES = ("build.py", "calls.py", "check.py", "labels.py", "latency.py", "load.py",
@@ -147,22 +150,26 @@ def rules_fingerprint(graphstore_dir: Path) -> str:
     return h.hexdigest()
 
 
+def graph_stamps(store_root: str | Path) -> dict[str, str | None]:
+    """Every stored graph (``trace_ids``) and the graph rules that built it (None: no stamp, a
+    store written before it), read on one connection."""
+    if not db_path(store_root).exists():
+        return {}
+    with connect(store_root) as con:
+        have = [r[0] for r in con.execute(_GRAPH_IDS).fetchall()]
+        stamps = dict(con.execute("SELECT key, value FROM meta WHERE starts_with(key, ?)",
+                                  [RULES_KEY]).fetchall())
+    return {t: stamps.get(RULES_KEY + t) for t in have}
+
+
 def stale_ids(store_root: str | Path, trace_ids: list[str] | None = None) -> set[str]:
     """Traces (of ``trace_ids``, else all) whose graph is stored but was built by other graph
     rules than this daydream's (``graph_rules``), or carries no stamp (a store written before
     the stamp)."""
-    if not db_path(store_root).exists():
-        return set()
-    with connect(store_root) as con:
-        have = [r[0] for r in con.execute("SELECT trace_id FROM task UNION "
-                                          "SELECT trace_id FROM iteration").fetchall()]
-        if trace_ids is not None:
-            want = set(trace_ids)
-            have = [t for t in have if t in want]
-        stamps = dict(con.execute("SELECT key, value FROM meta WHERE starts_with(key, ?)",
-                                  [RULES_KEY]).fetchall())
+    want = None if trace_ids is None else set(trace_ids)
     rules = graph_rules()
-    return {t for t in have if stamps.get(RULES_KEY + t) != rules}
+    return {t for t, r in graph_stamps(store_root).items()
+            if r != rules and (want is None or t in want)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -1069,8 +1076,7 @@ def trace_ids(store_root: str | Path) -> list[str]:
     if not db_path(store_root).exists():
         return []
     with connect(store_root) as con:
-        rows = con.execute("SELECT trace_id FROM task UNION SELECT trace_id FROM iteration "
-                           "ORDER BY 1").fetchall()
+        rows = con.execute(f"{_GRAPH_IDS} ORDER BY 1").fetchall()
     return [r[0] for r in rows]
 
 

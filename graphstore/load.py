@@ -438,11 +438,16 @@ def _orphans_follow_stream(g: Graph, it: np.ndarray, launch: np.ndarray) -> None
 def load(store_root: Path | str, trace_id: str) -> Loaded:
     """Build the graph of one stored trace and write it to DIR/graph.duckdb."""
     st = Store(Path(store_root))
-    tables = activity_tables(st, trace_id)
-    g, gt = graph_tables(tables, weight_ops_from_parquet(st.file("range", trace_id)))
-    del tables  # the activity tables are not needed while the graph is written
+    g, gt = _build_stored(st, trace_id)
     db.write_trace(st.root, trace_id, gt)  # as Parquet, when it is large
     return Loaded(trace_id, g, gt)
+
+
+def _build_stored(st: Store, trace_id: str) -> tuple[Graph, dict[str, pa.Table]]:
+    """The graph of a stored trace, built from its activity tables (which are let go before
+    it is written)."""
+    tables = activity_tables(st, trace_id)
+    return graph_tables(tables, weight_ops_from_parquet(st.file("range", trace_id)))
 
 
 def load_many(store_root: Path | str, trace_ids: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -459,12 +464,10 @@ def load_many(store_root: Path | str, trace_ids: list[str]) -> tuple[list[str], 
         try:
             for tid in trace_ids:
                 try:
-                    tables = activity_tables(st, tid)
-                    _, gt = graph_tables(tables, weight_ops_from_parquet(st.file("range", tid)))
+                    _, gt = _build_stored(st, tid)
                 except DaydreamError as e:
                     failed[tid] = str(e)
                     continue
-                del tables
                 loader.add(tid, gt)
             loader.flush()
         except BaseException:
@@ -551,11 +554,7 @@ class Loader:
         batch, self._queue, self._rows = self._queue, {}, 0
         if not behind:
             return self._commit(batch)
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="graph-writer")
-        try:
-            self._writing = pool.submit(self._commit, batch)
-        finally:
-            pool.shutdown(wait=False)
+        self._writing = _later(True, self._commit, batch)
         return []
 
     def wait(self) -> None:
@@ -575,6 +574,6 @@ def missing(store_root: Path | str) -> list[str]:
     rules than this daydream's (``db.stale_ids``): both are (re)built from their activity
     tables."""
     st = Store(Path(store_root))
-    exists = db.db_path(st.root).exists()
-    have = set(db.trace_ids(st.root)) - db.stale_ids(st.root) if exists else set()
+    rules = db.graph_rules()
+    have = {t for t, r in db.graph_stamps(st.root).items() if r == rules}
     return [t for t in st.trace_ids() if t not in have]
