@@ -77,14 +77,16 @@ TRACES: dict[str, Entry] = {
     "param/dlrm_8ranks": Entry(JUDGED, (_T,), "DLRM job, 8 ranks, V100 (param)",
                                "kineto/dlrm_8ranks"),
     # ---- calibration: never judged -----------------------------------------------------------
-    **{f"hta/small/{n}": Entry(CALIBRATE, ("latency", "edges")) for n in (
+    **{f"hta/small/{n}": Entry(CALIBRATE, ("latency", "edges", "contention.drain")) for n in (
         "alexnet_fwd_a100.json.gz", "simple_add_a100.json.gz",
         "event_sync_single_stream.json.gz", "event_sync_multi_stream.json.gz",
         "mi250_toy_train_rocm.json.gz", "backward_thread.json", "triton_example.json.gz")},
     # sampled (HTA's trace_filter data): their GPU gaps are not kernel-to-kernel gaps, so they
     # calibrate no stream latency (calibrate_latency.SAMPLED); their GEMMs record shapes
-    "hta/ads_sampled_rank0_of128.json.gz": Entry(CALIBRATE, ("latency", "amp.gemm", "edges")),
-    "hta/ads_sampled_rank1_of128.json.gz": Entry(CALIBRATE, ("latency", "amp.gemm", "edges")),
+    "hta/ads_sampled_rank0_of128.json.gz": Entry(
+        CALIBRATE, ("latency", "amp.gemm", "edges", "contention.drain")),
+    "hta/ads_sampled_rank1_of128.json.gz": Entry(
+        CALIBRATE, ("latency", "amp.gemm", "edges", "contention.drain")),
     # the convolutions with recorded shapes: taken out of every judged set (it was a replay,
     # response and gates trace, the noise floor's first run and the source of a gpu() row).
     # Left as it is: it is the same network and GPU as the judged AMP check's trace
@@ -94,10 +96,11 @@ TRACES: dict[str, Entry] = {
     # per-kernel fixed costs of gpu(NAME) between vendors (transforms/constants.py
     # GPU_ACHIEVED), so they left the per-trace sections (they were replay, response and
     # gates traces until 2026-12-04)
-    "tracelens/resnet_actckpt_mi300x_rank0_of8.json.gz": Entry(CALIBRATE, ("gpu.fixed",)),
-    "nsys/fsdp_t5_2xh100_1s.sqlite": Entry(CALIBRATE, ("gpu.fixed",)),
+    "tracelens/resnet_actckpt_mi300x_rank0_of8.json.gz": Entry(
+        CALIBRATE, ("gpu.fixed", "contention.drain")),
+    "nsys/fsdp_t5_2xh100_1s.sqlite": Entry(CALIBRATE, ("gpu.fixed", "contention.drain")),
     "kineto-tb-plugin/resnet50_v100_nw0_run1.json.gz": Entry(
-        CALIBRATE, ("latency", "amp.conv", "amp.transpose", "edges"),
+        CALIBRATE, ("latency", "amp.conv", "amp.transpose", "edges", "contention.drain"),
         note="same network and GPU as the AMP check's trace: its intensities and transposed "
         "bytes per FLOP are those of CIFAR-10 images resized to 224, batch 32"),
 }
@@ -128,6 +131,11 @@ FITS: dict[str, dict] = {
                           "matrix kernels, per GPU: the 10th percentile of each group's "
                           "kernel durations)",
                   "script": "bench/calibrate_gpu_fixed.py"},
+    "contention.drain": {
+        "what": "graphstore/build.py DRAIN_BLOCKS (a contention edge's window: a kernel that "
+                "fills the GPU lets a waiting kernel in within this many of its mean block "
+                "times before its end)",
+        "script": "bench/calibrate_drain.py"},
     "edges": {"what": "the rules that infer edges (graphstore/build.py: sync, wait, queue, "
                       "wake, contention), checked against the raw trace's own records",
               "script": "bench/edge_evidence.py"},
@@ -166,7 +174,8 @@ FITS: dict[str, dict] = {
     **{k: {"what": f"graphstore/build.py {k}", "script": None,
            "note": f"estimate ({why}); no calibration trace fitted"}
        for k, why in (("UNEXPLAINED_NS", "a GPU task this late is looked at for a wait"),
-                      ("CONTENTION_TAIL_NS", "about one thread block's run time"),
+                      ("CONTENTION_TAIL_NS", "the contention window where a kernel's geometry "
+                       "or device is not in the trace: about one block's run time"),
                       ("MIN_WAIT_NS", "a host stretch this long may be a wait on a thread"),
                       ("WAKE_TOL_NS", "a wait ends this soon after the other thread's task"),
                       ("FIRST_WAKE_TOL_NS", "the autograd thread's first op ~0.5 ms after "

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from daydream.base import occupancy
 from daydream.base.compiled import helper, kernel
 from daydream.graphstore import calls
 from daydream.graphstore.latency import LATENCY, LAUNCH_QUEUE_DEPTH, Latency
@@ -57,9 +58,15 @@ A_END_START, A_START_START, A_END_END = (
 UNEXPLAINED_NS = 5_000
 WAIT_TOL_NS = 10_000
 # A kernel that could not start because another stream's kernel filled the SMs starts as that
-# kernel's last wave drains: at most about one thread block's run time before its end
-# (estimate: blocks of the long kernels in these traces run for tens of microseconds).
+# kernel's last wave drains: within DRAIN_BLOCKS of its mean thread-block run times before its
+# end (``base.occupancy.block_ns``: its duration over its waves), and never less than
+# CONTENTION_TAIL_NS before it, the window for a kernel whose launch geometry or device the
+# trace lacks (estimate: blocks of the long kernels in these traces run for tens of
+# microseconds). DRAIN_BLOCKS from the calibration traces (bench/manifest.py "contention"):
+# the late kernels there that began while one other kernel ran began 1.73, 1.76 and 1.92 of
+# its block times before its end (blocks of one kernel do not all run equally long).
 CONTENTION_TAIL_NS = 100_000
+DRAIN_BLOCKS = 2
 # A stretch of a thread with nothing traced in it, while GPU work it launched runs, longer than
 # this, is untraced slack (_untraced_gaps): the same line bench/bounds.py draws between a
 # thread's own work and waiting (its GAP_NS: host work between operators up to it, waiting
@@ -419,10 +426,12 @@ def _median(x: np.ndarray, default: int) -> int:
     return int(np.median(x)) if len(x) else default
 
 
-def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None) -> Graph:
+def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None,
+          devices: list[dict] | None = None) -> Graph:
     """Build the graph of one trace from its activity tables. ``latency``: the edge latencies
     (graphstore.latency.LATENCY by default; the accuracy suite passes constants fitted
-    without the trace being judged)."""
+    without the trace being judged); ``devices``: the trace's device properties (Kineto's
+    deviceProperties), which size each kernel's last wave for contention edges."""
     latency = LATENCY if latency is None else latency
     stats = Stats()
     api, rng = tables["api"], tables["range"]
@@ -451,16 +460,19 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
             nbytes = _message_bytes(t)
         blk_async, blk_sync = _copy_blocks(t) if tname == "memcpy" else (
             np.zeros(t.num_rows, np.int64), np.zeros(t.num_rows, np.int64))
-        parts.append(dict(kind=kind, device=_col(t, "device", 0), stream=_col(t, "stream", 0),
-                          start=_col(t, "start_ns"), dur=_col(t, "dur_ns"),
+        device, dur_ns = _col(t, "device", 0), _col(t, "dur_ns")
+        drain = (_drain_ns(t, device, dur_ns, devices) if tname == "kernel"
+                 else np.full(t.num_rows, CONTENTION_TAIL_NS, np.int64))
+        parts.append(dict(kind=kind, device=device, stream=_col(t, "stream", 0),
+                          start=_col(t, "start_ns"), dur=dur_ns,
                           corr=_col(t, "correlation"), name=pool.add(codes, vocab),
-                          bytes=nbytes, blk_async=blk_async, blk_sync=blk_sync))
+                          bytes=nbytes, blk_async=blk_async, blk_sync=blk_sync, drain=drain))
     if parts:
         g = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     else:
         g = {k: np.zeros(0, np.int64) for k in ("kind", "device", "stream", "start", "dur",
                                                  "corr", "bytes", "name", "blk_async",
-                                                 "blk_sync")}
+                                                 "blk_sync", "drain")}
     ng = len(g["start"])
     if ng:
         g_unit, streams = _distinct_pairs(g["device"], g["stream"])
@@ -592,7 +604,9 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     # contention: another stream's kernel held the SMs until just before the task began
     late = g_ids[(start[g_ids] - cand_time[g_ids]) > UNEXPLAINED_NS]
     late = late[cand_kind[late] >= 0]
-    c_src, c_dst = _contention(late, cand_time[late], start, end, unit, g_ids, streams, nthr)
+    drain = placed(np.int64, 0, 0, g["drain"])
+    c_src, c_dst = _contention(late, cand_time[late], start, end, unit, g_ids, streams, nthr,
+                               drain)
     stats.add("contention_edges", len(c_src), severity="info",
               detail="GPU tasks that began as another stream's running kernel drained (it held "
                      "the SMs; inferred from that coincidence)")
@@ -1690,14 +1704,39 @@ def _in_launch_order(src, dst, launch_of, start, stats: Stats):
     return src[~late], dst[~late]
 
 
-def _contention(tasks, ready, start, end, unit, g_ids, streams, nthr):
+def _drain_ns(t: pa.Table, device: np.ndarray, dur_ns: np.ndarray,
+              devices: list[dict] | None) -> np.ndarray:
+    """How long before its end each kernel's last wave begins to drain, at most (the window of
+    ``_contention``): DRAIN_BLOCKS of its mean block run times (``base.occupancy.block_ns``),
+    at least CONTENTION_TAIL_NS, which is all a kernel gets whose geometry or device (its SM
+    count) the trace lacks."""
+    out = np.full(t.num_rows, CONTENTION_TAIL_NS, np.int64)
+    props = {d.get("id"): d for d in devices or () if isinstance(d, dict)}
+    if not props or not t.num_rows:
+        return out
+
+    def dim(c: str) -> np.ndarray:
+        return np.maximum(_col(t, c, 0), 1).astype(np.float64)
+
+    blocks = np.maximum(_col(t, "grid_x", 0), 0) * dim("grid_y") * dim("grid_z")
+    threads = dim("block_x") * dim("block_y") * dim("block_z")
+    regs, smem = _col(t, "registers_per_thread", 0), _col(t, "shared_memory_bytes", 0)
+    for dev, p in props.items():
+        on = device == dev
+        if isinstance(dev, int) and on.any():
+            b = occupancy.block_ns(p, dur_ns[on], blocks[on], threads[on], regs[on], smem[on])
+            out[on] = np.maximum(out[on], DRAIN_BLOCKS * b)
+    return out
+
+
+def _contention(tasks, ready, start, end, unit, g_ids, streams, nthr, drain):
     """For GPU tasks that began later than every constraint allows: a kernel on another stream
-    of the device that was already running when the task became ready and ended within
-    [-WAIT_TOL_NS, CONTENTION_TAIL_NS] of its start. It held the SMs: the task started as its
-    last wave drained. The simulator keeps such an edge only where its source is running when
-    the task's other bounds let it start (``SimGraph.held_if_running``): under a what-if that
-    readies the task sooner, it does not wait for a kernel not yet begun. Returns (src,
-    dst)."""
+    of the device that was already running when the task became ready and ended at most
+    WAIT_TOL_NS before its start, or at most its drain window (``_drain_ns``) after. It held
+    the SMs: the task started as its last wave drained. The simulator keeps such an edge
+    only where its source is running when the task's other bounds let it start
+    (``SimGraph.held_if_running``): under a what-if that readies the task sooner, it does not
+    wait for a kernel not yet begun. Returns (src, dst)."""
     if not len(tasks):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     dev_of_unit = np.full(int(unit.max()) + 1, -1, np.int64)
@@ -1707,18 +1746,19 @@ def _contention(tasks, ready, start, end, unit, g_ids, streams, nthr):
     gs, gd, gend = g_ids[o], dev_of_unit[unit[g_ids]][o], ge[o]
     base = int(gend.min())
     key = gd * (1 << 50) + (gend - base)
-    q = dev_of_unit[unit[tasks]] * (1 << 50) + (start[tasks] - base) + CONTENTION_TAIL_NS
+    q = dev_of_unit[unit[tasks]] * (1 << 50) + (start[tasks] - base) + int(drain[gs].max())
     pos = np.searchsorted(key, q, side="right") - 1
     return _occupant(tasks.astype(np.int64), ready.astype(np.int64), pos, start, unit,
-                     dev_of_unit, gs, gd, gend)
+                     dev_of_unit, gs, gd, gend, drain)
 
 
 @kernel("UniTuple(int64[::1], 2)", "int64[::1]", "int64[::1]", "int64[::1]", "int64[::1]",
-        "int32[::1]", "int64[::1]", "int64[::1]", "int64[::1]", "int64[::1]")
-def _occupant(tasks, ready, pos, start, unit, dev_of_unit, gs, gd, gend):
-    """_contention's search: walk back from the last end at most CONTENTION_TAIL_NS after each
+        "int32[::1]", "int64[::1]", "int64[::1]", "int64[::1]", "int64[::1]", "int64[::1]")
+def _occupant(tasks, ready, pos, start, unit, dev_of_unit, gs, gd, gend, drain):
+    """_contention's search: walk back from the last end the longest drain window after each
     task's start to WAIT_TOL_NS before it; of the kernels of other streams that began by the
-    task's ready time, the one that ended nearest its start."""
+    task's ready time and ended within their own drain window after its start, the one that
+    ended nearest its start."""
     src = np.empty(tasks.shape[0], np.int64)
     dst = np.empty(tasks.shape[0], np.int64)
     k = 0
@@ -1729,7 +1769,7 @@ def _occupant(tasks, ready, pos, start, unit, dev_of_unit, gs, gd, gend):
         best, best_d = -1, np.int64(1) << 62
         while p >= 0 and gd[p] == d and gend[p] >= start[t] - WAIT_TOL_NS:
             c = gs[p]
-            if unit[c] != unit[t] and start[c] <= ready[j]:
+            if unit[c] != unit[t] and start[c] <= ready[j] and gend[p] - start[t] <= drain[c]:
                 dist = abs(gend[p] - start[t])
                 if dist < best_d:
                     best, best_d = c, dist

@@ -101,7 +101,7 @@ _GRAPH_IDS = "SELECT trace_id FROM task UNION SELECT trace_id FROM iteration"
 # The modules whose code decides a stored graph (graphstore.load builds it with them; the
 # latencies and rules are constants in them), files beside this one, and ingest's thread key
 RULE_MODULES = ("build.py", "calls.py", "check.py", "labels.py", "latency.py", "load.py",
-                "params.py", "schema.py", "../ingest/nesting.py")
+                "params.py", "schema.py", "../ingest/nesting.py", "../base/occupancy.py")
 
 _GPU = ", ".join(f"'{k}'" for k in GPU_KINDS)
 _CPU = ", ".join(f"'{k}'" for k in CPU_KINDS)

@@ -95,16 +95,18 @@ def _for_graph(t: str, tab: pa.Table) -> pa.Table:
 
 def graph_tables(tables: dict[str, pa.Table],
                  weights: pa.Table | Callable[[], pa.Table] | None = None,
-                 latency: dict | None = None) -> tuple[Graph, dict[str, pa.Table]]:
+                 latency: dict | None = None,
+                 devices: list[dict] | None = None) -> tuple[Graph, dict[str, pa.Table]]:
     """Build and check the graph of one trace and return it with its graph tables.
     ``weights``: the trace's parameter-owning op calls (``params.weight_ops``), or a function
     that finds them (called with the labels), which give the layer table its parameter bytes
     where shapes were recorded; ``latency``: edge latencies other than graphstore.latency's
-    (the accuracy suite's cross-validation)."""
+    (the accuracy suite's cross-validation); ``devices``: the trace's device properties
+    (``devices_of``)."""
     work_rows = sum(tables[t].num_rows for t in ("kernel", "memcpy", "memset", "api", "range")
                     if t in tables)
     found = _later(THREADED_TASKS <= work_rows <= THREADED_TASKS_MAX, _labels, tables, weights)
-    g = build(tables, latency)
+    g = build(tables, latency, devices)
     large = THREADED_TASKS <= g.n_tasks <= THREADED_TASKS_MAX
     # the cycle check (compiled, without the GIL) runs beside the labelling, which follows no
     # edge; its error still comes first, as when it ran before
@@ -447,7 +449,14 @@ def _build_stored(st: Store, trace_id: str) -> tuple[Graph, dict[str, pa.Table]]
     """The graph of a stored trace, built from its activity tables (which are let go before
     it is written)."""
     tables = activity_tables(st, trace_id)
-    return graph_tables(tables, weight_ops_from_parquet(st.file("range", trace_id)))
+    return graph_tables(tables, weight_ops_from_parquet(st.file("range", trace_id)),
+                        devices=devices_of(st.trace_row(trace_id, ["devices"])["devices"]))
+
+
+def devices_of(text: str | None) -> list[dict] | None:
+    """The device properties a trace row holds (its ``devices`` column, JSON text)."""
+    import orjson
+    return orjson.loads(text) if text else None
 
 
 def load_many(store_root: Path | str, trace_ids: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -488,7 +497,11 @@ def stage_graph(trace_id: str, tables: dict[str, pa.Table], staging: str | None 
         rng = tables["range"]
         weights = ((lambda: weight_ops(rng.select(COLUMNS).to_batches()))
                    if set(COLUMNS) <= set(rng.column_names) else None)
-        _, gt = graph_tables({t: _for_graph(t, tables[t]) for t in ACTIVITY}, weights)
+        trace = tables.get("trace")
+        devices = (devices_of(trace["devices"][0].as_py())
+                   if trace is not None and trace.num_rows else None)
+        _, gt = graph_tables({t: _for_graph(t, tables[t]) for t in ACTIVITY}, weights,
+                             devices=devices)
     except DaydreamError as e:
         return {"graph_error": str(e)}
     except Exception as e:  # a bug, not bad input: still report it against the file

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from daydream.base import occupancy
 from daydream.transforms.hardware import Device
 from daydream.transforms.kernel_class import peak
 
@@ -167,60 +168,14 @@ def kernel_ns(s: Split, r_same_n: np.ndarray, r_n: np.ndarray,
 
 
 # --- waves: a GEMM or convolution whose tiles do not fill the GPU ---------------------------
-# Resident blocks per SM at most, by compute capability: CUDA C++ Programming Guide,
-# "Compute Capabilities", table "Technical Specifications per Compute Capability" ("Maximum
-# number of resident blocks per SM").
-MAX_BLOCKS_PER_SM = {(7, 0): 32, (7, 2): 32, (7, 5): 16, (8, 0): 32, (8, 6): 16, (8, 7): 16,
-                     (8, 9): 24, (9, 0): 32}
-
-
-def resident_blocks(props: dict | None, threads: np.ndarray, regs: np.ndarray,
-                    smem: np.ndarray) -> np.ndarray:
-    """Blocks of each kernel one SM holds at once: the CUDA occupancy limits of threads,
-    registers and shared memory per SM (the trace's deviceProperties) and the per-SM block
-    limit of its compute capability; at least 1. Without those properties: 1."""
-    threads = np.maximum(np.asarray(threads, np.float64), 1.0)
-    p = props or {}
-
-    def num(k: str) -> float | None:
-        v = p.get(k)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 \
-            else None
-
-    lim = np.full(threads.shape, np.inf)
-    tps = num("maxThreadsPerMultiprocessor")
-    if tps:
-        lim = np.minimum(lim, np.floor(tps / threads))
-    rps = num("regsPerMultiprocessor")
-    r = np.asarray(regs, np.float64)
-    if rps:
-        lim = np.where(r > 0, np.minimum(lim, np.floor(rps / np.maximum(r * threads, 1.0))),
-                       lim)
-    sps = num("sharedMemPerMultiprocessor")
-    sm = np.asarray(smem, np.float64)
-    if sps:
-        lim = np.where(sm > 0, np.minimum(lim, np.floor(sps / np.maximum(sm, 1.0))), lim)
-    cc = (p.get("computeMajor"), p.get("computeMinor"))
-    if cc in MAX_BLOCKS_PER_SM:
-        lim = np.minimum(lim, MAX_BLOCKS_PER_SM[cc])
-    lim = np.where(np.isfinite(lim), lim, 1.0)
-    return np.maximum(lim, 1.0)
-
-
-def waves(grid: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """Waves of blocks: ``ceil(grid / capacity)`` (capacity = SMs x resident blocks)."""
-    return np.ceil(np.maximum(np.asarray(grid, np.float64), 1.0) /
-                   np.maximum(np.asarray(capacity, np.float64), 1.0))
-
-
 def wave_factor(grid_b: np.ndarray, capacity: np.ndarray, growth: np.ndarray) -> np.ndarray:
     """How much less than its work a tiled kernel's time grows when its grid grows by
     GROWTH (its op's work ratio): ``(waves_N / waves_b) / growth``; 1 where the grid is
     unknown (0). A GEMM of 36 tiles on 108 SMs takes one wave at 4x the work as at 1x."""
     g = np.asarray(grid_b, np.float64)
     gr = np.asarray(growth, np.float64)
-    w_b = waves(g, capacity)
-    w_n = waves(np.ceil(g * gr), capacity)
+    w_b = occupancy.waves(g, capacity)
+    w_n = occupancy.waves(np.ceil(g * gr), capacity)
     with np.errstate(divide="ignore", invalid="ignore"):
         q = np.where((g > 0) & (gr > 0), (w_n / w_b) / gr, 1.0)
     return q

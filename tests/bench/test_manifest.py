@@ -14,7 +14,7 @@ from tests.conftest import ROOT
 
 JUDGE_CASES = ROOT.parent / "shared" / "judge" / "cases.json"
 FITTING = ("bench/calibrate_latency.py", "bench/amp_calibration.py", "bench/edge_evidence.py",
-           "bench/calibrate_gpu_fixed.py")
+           "bench/calibrate_gpu_fixed.py", "bench/calibrate_drain.py")
 TRACE_RE = re.compile(r"^(hta|param|particle|tracelens|kineto-tb-plugin|nsys)/[\w./-]+"
                       r"(\.json\.gz|\.json|\.sqlite|dlrm_8ranks)$")
 

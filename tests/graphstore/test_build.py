@@ -157,6 +157,62 @@ def test_inferred_waits_follow_launch_order(tmp_path, y_first):
         assert g.stats.get("inferred_waits_after_launch") == 1
 
 
+# A hand-made device of 2 SMs, each holding 2 blocks of 1024 threads (maxThreadsPerMultiprocessor
+# / threads per block binds; registers and shared memory leave room): 4 blocks a wave.
+TWO_SMS = {"id": 0, "name": "hand-made", "numSms": 2, "maxThreadsPerMultiprocessor": 2048,
+           "regsPerMultiprocessor": 65536, "sharedMemPerMultiprocessor": 98304,
+           "computeMajor": 8, "computeMinor": 0}
+
+
+@pytest.mark.parametrize("before_end_us, grid, devices, held", [
+    (150, 16, True, True),     # 16 blocks: 4 waves of 100 us; 150 us <= 2 blocks (200 us)
+    (250, 16, True, False),    # 250 us before the end: not its last waves
+    (150, 3, True, False),     # 3 blocks leave an SM free: they held nothing
+    (150, 16, False, False),   # no deviceProperties: the fixed 100 us window only
+    (60, 16, False, True),     # ... which holds without them
+])
+def test_contention_window_is_the_occupants_last_waves(tmp_path, before_end_us, grid, devices,
+                                                       held):
+    # Hand-made (times in us): kY (stream 8, 400 us, GRID blocks of 1024 threads, 32 registers
+    # each) is running when kX (stream 7) is launched; kX starts BEFORE_END_US before kY ends,
+    # long after its call returned, and nothing else ended then.
+    #
+    # thread 1: |launchY 0-1| |launchX 10-11|
+    # stream 8:   |kY 2------------------------------------402|
+    # stream 7:                         |kX 402-BEFORE_END_US ... +5|
+    #
+    # With 16 blocks kY runs 4 waves on TWO_SMS, a block 100 us: a kernel that fills the SMs
+    # lets a waiting kernel in during its last DRAIN_BLOCKS (2) block times, 200 us. kX is then
+    # held by kY: a contention edge, 0 latency, its slack the 150 us by which kX began before
+    # kY's end. Else (too early, a kernel that leaves SMs free, no device properties to size
+    # its waves with) the window is CONTENTION_TAIL_NS (100 us) and kX's lateness stays its
+    # launch edge's slack (unexplained).
+    start = 402 - before_end_us
+    ev = [X("cpu_op", "op", 0, 500),
+          X("cuda_runtime", "launchY", 0, 1, correlation=1),
+          X("cuda_runtime", "launchX", 10, 1, correlation=2),
+          X("kernel", "kY", 2, 400, pid=0, tid=8, stream=8, correlation=1, device=0,
+            grid=[grid, 1, 1], block=[1024, 1, 1], **{"registers per thread": 32,
+                                                      "shared memory": 0}),
+          X("kernel", "kX", start, 5, pid=0, tid=7, stream=7, correlation=2, device=0,
+            grid=[1, 1, 1], block=[32, 1, 1])]
+    doc = {"schemaVersion": 1, "traceEvents": ev}
+    if devices:
+        doc["deviceProperties"] = [TWO_SMS]
+    f = tmp_path / "hand.json"
+    f.write_text(json.dumps(doc))
+    conv = read_trace(f)
+    g = build(conv.tables, LAT, conv.devices)
+    into_x = [e for e in edges(g) if e[6] == "kX"]
+    launch_slack = (start - 11) * 1000
+    if held:
+        assert into_x == sorted([
+            ("launch", "end_start", 0, 0, False, "launchX", "kX"),
+            ("contention", "end_start", 0, -before_end_us * 1000, True, "kY", "kX")])
+    else:
+        assert into_x == [("launch", "end_start", 0, launch_slack, True, "launchX", "kX")]
+
+
 def test_nested_driver_call_and_kernel_without_launch(tmp_path):
     # Hand-made: a runtime call with a driver call inside it (the kernel carries the driver
     # call's correlation), and kernels whose launch is not in the trace (launched before the

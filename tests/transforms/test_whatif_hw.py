@@ -13,6 +13,7 @@ import orjson
 import polars as pl
 import pytest
 
+from daydream.base import occupancy
 from daydream.base.errors import DaydreamError
 from daydream.transforms import Context, rewrite
 from daydream.transforms import hardware as hw
@@ -365,7 +366,7 @@ def test_fixed_cost_and_waves_by_hand():
     t0, how = rf.fixed_cost_ns(dur, None)
     assert t0 == np.percentile(dur, 10) and "10th percentile" in how
     # 5 resident blocks (registers bind: 65536 / (96 * 128)) on 108 SMs
-    k = rf.resident_blocks(A100_PCIE, np.array([128]), np.array([96]), np.array([17_408]))
+    k = occupancy.resident_blocks(A100_PCIE, np.array([128]), np.array([96]), np.array([17_408]))
     assert k[0] == 5
     # 132 blocks -> 528 blocks: one wave both times, so the time grows 1x for 4x the work
     assert rf.wave_factor(np.array([132]), np.array([540]), np.array([4.0]))[0] == 0.25

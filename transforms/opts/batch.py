@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daydream.base import occupancy
 from daydream.base.errors import DaydreamError
 from daydream.transforms import memory
 from daydream.transforms import roofline as rf
@@ -229,7 +230,7 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
     tiled = np.asarray([m not in ("memory", "comm") for m in m_idx], bool) & ~copy
     grid = launch_grid(g, ctx, idx[tiled])
     if grid is not None and dev is not None and dev.sm_count:
-        cap = dev.sm_count * rf.resident_blocks(ctx.device, grid["threads"], grid["regs"],
+        cap = dev.sm_count * occupancy.resident_blocks(ctx.device, grid["threads"], grid["regs"],
                                                 grid["smem"])
         with np.errstate(divide="ignore", invalid="ignore"):
             growth = np.where(r_b[tiled] > 0, r_same[tiled] / r_b[tiled], 1.0)
