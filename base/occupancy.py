@@ -53,19 +53,36 @@ def waves(grid: np.ndarray, capacity: np.ndarray) -> np.ndarray:
                    np.maximum(np.asarray(capacity, np.float64), 1.0))
 
 
+def launch_size(grid_x, grid_y, grid_z, block_x, block_y, block_z
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Each kernel's blocks (its grid) and threads per block, from their three dimensions
+    each; a y or z of 0 (not recorded) counts as 1."""
+    def f(a) -> np.ndarray:
+        return np.asarray(a, np.float64)
+
+    return (f(grid_x) * np.maximum(f(grid_y), 1.0) * np.maximum(f(grid_z), 1.0),
+            f(block_x) * np.maximum(f(block_y), 1.0) * np.maximum(f(block_z), 1.0))
 
 
-def block_ns(props: dict | None, dur_ns: np.ndarray, blocks: np.ndarray, threads: np.ndarray,
-             regs: np.ndarray, smem: np.ndarray) -> np.ndarray:
+def block_ns(devices: list[dict] | None, device: np.ndarray, dur_ns: np.ndarray,
+             blocks: np.ndarray, threads: np.ndarray, regs: np.ndarray,
+             smem: np.ndarray) -> np.ndarray:
     """Each kernel's mean thread-block run time: its duration over its waves (``waves`` of its
-    grid on the SMs of PROPS, ``resident_blocks`` a SM), for a kernel that fills the device
-    (at least one whole wave); 0 for one that leaves SMs free, and where the trace lacks what
-    it takes (the device's SM count, the kernel's grid): the caller's default applies."""
-    dur = np.asarray(dur_ns, np.float64)
-    sms = (props or {}).get("numSms") or (props or {}).get("multiProcessorCount")
-    blocks = np.asarray(blocks, np.float64)
-    if not isinstance(sms, (int, float)) or isinstance(sms, bool) or sms <= 0:
-        return np.zeros(len(dur), np.int64)
-    cap = float(sms) * resident_blocks(props, threads, regs, smem)
-    w = waves(blocks, cap)
-    return np.where((blocks > 0) & (blocks >= cap), dur / w, 0.0).astype(np.int64)
+    grid on the SMs of its DEVICE, the entry of DEVICES with that id, ``resident_blocks`` a
+    SM), for a kernel that fills the device (at least one whole wave); 0 for one that leaves
+    SMs free, and where the trace lacks what it takes (the device's properties or SM count,
+    the kernel's grid): the caller's default applies."""
+    out = np.zeros(len(dur_ns), np.int64)
+    for p in devices or ():
+        if not isinstance(p, dict) or not isinstance(p.get("id"), int):
+            continue
+        dev, sms = p["id"], p.get("numSms") or p.get("multiProcessorCount")
+        if not isinstance(sms, (int, float)) or isinstance(sms, bool) or sms <= 0:
+            continue
+        on = np.flatnonzero(np.asarray(device) == dev)
+        b = np.asarray(blocks, np.float64)[on]
+        cap = float(sms) * resident_blocks(p, np.asarray(threads)[on], np.asarray(regs)[on],
+                                           np.asarray(smem)[on])
+        dur = np.asarray(dur_ns, np.float64)[on]
+        out[on] = np.where((b > 0) & (b >= cap), dur / waves(b, cap), 0.0).astype(np.int64)
+    return out

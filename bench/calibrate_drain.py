@@ -52,15 +52,10 @@ def drain_ratios(path: Path) -> list[dict]:
     end = start + dur
     names = k["name"].to_pylist()
     comm = np.array([bool(COMM_RE.search(n or "")) for n in names])
-    blocks = col(k, "grid_x") * np.maximum(col(k, "grid_y"), 1) * np.maximum(col(k, "grid_z"), 1)
-    threads = (col(k, "block_x") * np.maximum(col(k, "block_y"), 1)
-               * np.maximum(col(k, "block_z"), 1))
-    regs, smem = col(k, "registers_per_thread"), col(k, "shared_memory_bytes")
-    props = {d.get("id"): d for d in conv.devices or () if isinstance(d, dict)}
-    blk = np.zeros(len(start))
-    for d, p in props.items():
-        on = dev == d
-        blk[on] = occupancy.block_ns(p, dur[on], blocks[on], threads[on], regs[on], smem[on])
+    blocks, threads = occupancy.launch_size(*(col(k, c) for c in (
+        "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")))
+    blk = occupancy.block_ns(conv.devices, dev.astype(np.int64), dur, blocks, threads,
+                             col(k, "registers_per_thread"), col(k, "shared_memory_bytes"))
     # ready: the later of the stream predecessor's end and the launching call's return
     launch_end = {int(c): int(s + d) for c, s, d in zip(
         col(api, "correlation"), col(api, "start_ns"), col(api, "dur_ns"), strict=True)}

@@ -1711,22 +1711,13 @@ def _drain_ns(t: pa.Table, device: np.ndarray, dur_ns: np.ndarray,
     at least CONTENTION_TAIL_NS, which is all a kernel gets whose geometry or device (its SM
     count) the trace lacks."""
     out = np.full(t.num_rows, CONTENTION_TAIL_NS, np.int64)
-    props = {d.get("id"): d for d in devices or () if isinstance(d, dict)}
-    if not props or not t.num_rows:
+    if not devices or not t.num_rows:
         return out
-
-    def dim(c: str) -> np.ndarray:
-        return np.maximum(_col(t, c, 0), 1).astype(np.float64)
-
-    blocks = np.maximum(_col(t, "grid_x", 0), 0) * dim("grid_y") * dim("grid_z")
-    threads = dim("block_x") * dim("block_y") * dim("block_z")
-    regs, smem = _col(t, "registers_per_thread", 0), _col(t, "shared_memory_bytes", 0)
-    for dev, p in props.items():
-        on = device == dev
-        if isinstance(dev, int) and on.any():
-            b = occupancy.block_ns(p, dur_ns[on], blocks[on], threads[on], regs[on], smem[on])
-            out[on] = np.maximum(out[on], DRAIN_BLOCKS * b)
-    return out
+    blocks, threads = occupancy.launch_size(*(_col(t, c, 0) for c in (
+        "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")))
+    b = occupancy.block_ns(devices, device, dur_ns, blocks, threads,
+                           _col(t, "registers_per_thread", 0), _col(t, "shared_memory_bytes", 0))
+    return np.maximum(out, DRAIN_BLOCKS * b)
 
 
 def _contention(tasks, ready, start, end, unit, g_ids, streams, nthr, drain):

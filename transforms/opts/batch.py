@@ -107,8 +107,7 @@ def launch_grid(g: Graph, ctx: Context, ids: np.ndarray) -> dict[str, np.ndarray
     ok = at >= 0
     pick = {c: np.where(ok, v[np.maximum(at, 0)], 0).astype(np.float64)
             for c, v in vals.items()}
-    blocks = pick["grid_x"] * np.maximum(pick["grid_y"], 1) * np.maximum(pick["grid_z"], 1)
-    threads = pick["block_x"] * np.maximum(pick["block_y"], 1) * np.maximum(pick["block_z"], 1)
+    blocks, threads = occupancy.launch_size(*(pick[c] for c in cols[:6]))
     return {"blocks": np.where(ok, blocks, 0.0), "threads": threads,
             "regs": pick["registers_per_thread"], "smem": pick["shared_memory_bytes"]}
 
