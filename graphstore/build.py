@@ -62,9 +62,10 @@ WAIT_TOL_NS = 10_000
 # end (``base.occupancy.block_ns``: its duration over its waves), and never less than
 # CONTENTION_TAIL_NS before it, the window for a kernel whose launch geometry or device the
 # trace lacks (estimate: blocks of the long kernels in these traces run for tens of
-# microseconds). DRAIN_BLOCKS from the calibration traces (bench/manifest.py "contention"):
-# the late kernels there that began while one other kernel ran began 1.73, 1.76 and 1.92 of
-# its block times before its end (blocks of one kernel do not all run equally long).
+# microseconds). DRAIN_BLOCKS from the calibration traces (bench/calibrate_drain.py, manifest
+# fit "contention.drain"): the late kernels there that one filling kernel held began 1.74,
+# 1.77 and 1.92 of its block times before its end (blocks of one kernel do not all run
+# equally long).
 CONTENTION_TAIL_NS = 100_000
 DRAIN_BLOCKS = 2
 # A stretch of a thread with nothing traced in it, while GPU work it launched runs, longer than
