@@ -82,8 +82,8 @@ WAKE_TOL_NS = 500_000
 # before it (the autograd thread's first op ~0.5 ms after backward() was called).
 FIRST_WAKE_TOL_NS = 1_000_000
 # An enqueue call counts as blocked by a full queue when its stream held at least its depth
-# less this many unfinished tasks as it began and one of them ended inside it (the trace's own
-# depth can sit a few commands below LAUNCH_QUEUE_DEPTH: event records take slots too).
+# less this many unfinished slots as it began and a task of them ended inside it (the trace's
+# own depth can sit a few commands below LAUNCH_QUEUE_DEPTH: event records take slots too).
 QUEUE_BLOCK_SPAN = 64
 # A launch whose GPU work ran after the window (not in the trace) and that ended at most this
 # long after a task of the stream its thread last launched to ended counts as released by that
@@ -648,11 +648,11 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
     # ---- waits of CPU tasks (END edges: the task resumes its own work once they are done)
     waits = _EndWaits()
     # launch queue: an enqueue call cannot finish while its stream holds LAUNCH_QUEUE_DEPTH
-    # unfinished tasks
+    # unfinished commands
     q_src, q_dst, q_inf, full = _queue_edges(start, end, per_stream, launch_of)
     stats.add("launch_queue_full", full, severity="info",
               detail=f"enqueue calls that blocked because their stream held {LAUNCH_QUEUE_DEPTH}"
-                     " unfinished tasks (each waits, by a queue edge, for the task whose end "
+                     " unfinished commands (each waits, by a queue edge, for the task whose end "
                      "released it)")
     waits.add(q_src, q_dst, EK_QUEUE, L["queue"], q_inf)
     u_src, u_dst = _unseen_queue_edges(kind, unit, start, end, names, vocab, launch_of,
@@ -1076,32 +1076,27 @@ def _queue_edges(start, end, per_stream, launch_of):
     """Queue edges (task i -> the call that enqueued task j, END): j's call cannot finish
     before i has, where i is ``depth`` places before j on their stream. ``depth`` is
     LAUNCH_QUEUE_DEPTH, or more where the trace shows its stream holding more unfinished tasks
-    at a launch (the queue is at least that deep: newer drivers and ROCm allow more). For a call
-    that blocked in the trace (its stream held at least ``depth - QUEUE_BLOCK_SPAN`` unfinished
-    tasks as it began, ran more than twice as long as the stream's calls further from the limit,
-    and one of those tasks ended inside it) i is the task whose end released it, read from the
-    trace. Returns (src, dst, inferred, calls that blocked)."""
+    at a launch (the queue is at least that deep: newer drivers and ROCm allow more). A call
+    that blocked in the trace waits instead for the task whose end released it, read from the
+    trace (``_blocked``). Returns (src, dst, inferred, calls that blocked)."""
     src, dst, inf, full = [], [], [], 0
     for ids in per_stream.values():
-        if len(ids) < LAUNCH_QUEUE_DEPTH - QUEUE_BLOCK_SPAN:
-            continue
         call = launch_of[ids]
-        j = np.flatnonzero(call >= 0)
+        cmd, first, last = _commands(call)
+        if len(first) < LAUNCH_QUEUE_DEPTH - QUEUE_BLOCK_SPAN:
+            continue
+        j = first[call[first] >= 0]  # each launched command's first task
         if not len(j):  # none of the stream's tasks was launched in the trace
             continue
         c = call[j]
         done = np.maximum.accumulate(end[ids])  # tasks of a stream finish in order
-        open_ = j - np.searchsorted(done, start[c], side="right")
-        depth = max(LAUNCH_QUEUE_DEPTH, int(open_.max(initial=0)) + 1)
-        lo = depth - QUEUE_BLOCK_SPAN
         r = np.searchsorted(done, end[c], side="right") - 1  # last task done before c ended
         rr = np.maximum(r, 0)
-        # a call near the limit that ran long, until just after one of them ended, blocked
         took = end[c] - start[c]
-        free = took[open_ < lo]
-        typical = np.median(free) if len(free) else np.median(took)
-        blocked = ((open_ >= lo) & (r >= 0) & (end[ids[rr]] > start[c])
-                   & (j - r >= lo) & (j - r <= depth) & (took > 2 * typical))
+        # counted by task (a graph launch's nodes one each) and by command (once)
+        by_task, depth = _blocked(j, np.arange(len(ids)), done, start[c], rr, took)
+        by_cmd, _ = _blocked(cmd[j], cmd, done[last], start[c], rr, took)
+        blocked = (r >= 0) & (end[ids[rr]] > start[c]) & (by_task | by_cmd)
         deep = ~blocked & (j >= depth)
         full += int(blocked.sum())
         src += [ids[rr[blocked]], ids[j[deep] - depth]]
@@ -1110,6 +1105,38 @@ def _queue_edges(start, end, per_stream, launch_of):
     if not src:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool), full
     return np.concatenate(src), np.concatenate(dst), np.concatenate(inf), full
+
+
+def _blocked(pos, slot_of, slot_done, call_start, rr, took) -> tuple[np.ndarray, int]:
+    """Which launches (POS: each one's place among its stream's queue slots) blocked on a full
+    queue, and the queue's depth: the stream held at least ``depth - QUEUE_BLOCK_SPAN``
+    unfinished slots as the call began, the task that released it (RR, a task position; it
+    ended inside the call) was between that many and ``depth`` slots before it, and the call ran
+    more than twice as long as the stream's calls further from the limit. SLOT_OF: each task's
+    slot; SLOT_DONE: when each slot was done. The trace does not say how many slots a CUDA
+    graph launch's nodes take (build counts them both ways, each a bound): counted one per node
+    the calls that blocked on hta/torchrec_a100_rank0_of16 sit 960-994 slots deep while
+    hta/recsys_v100_rank1_of2's sit at 1,013-1,065 with free calls up to 1,337; counted once
+    per launch, recsys's blocked at 957-1,013 with free calls up to 1,012, TorchRec's at 907."""
+    open_ = pos - np.searchsorted(slot_done, call_start, side="right")
+    depth = max(LAUNCH_QUEUE_DEPTH, int(open_.max(initial=0)) + 1)
+    lo = depth - QUEUE_BLOCK_SPAN
+    behind = pos - slot_of[rr]  # slots from the releasing task's to the call's
+    free = took[open_ < lo]
+    typical = np.median(free) if len(free) else np.median(took)
+    return ((open_ >= lo) & (behind >= lo) & (behind <= depth) & (took > 2 * typical)), depth
+
+
+def _commands(call: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The commands of a stream's tasks (CALL: each task's launching call in stream order, -1
+    where the trace lacks it): the tasks one call put there in a row are one command. Returns
+    each task's command and each command's first and last task (positions in CALL)."""
+    if not len(call):
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    new = np.r_[True, (call[1:] != call[:-1]) | (call[1:] < 0)]
+    first = np.flatnonzero(new)
+    return np.cumsum(new) - 1, first, np.r_[first[1:] - 1, len(call) - 1]
 
 
 def _by_call_name(fn, vocab: np.ndarray, names: np.ndarray, kind: np.ndarray,

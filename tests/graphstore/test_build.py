@@ -515,6 +515,55 @@ def test_launch_queue_full_in_the_trace(tmp_path):
     assert set(inferred(g, "queue")) == {(f"k{j - 1022}", f"launch{j}") for j in blocked}
 
 
+@pytest.mark.parametrize("per_node", [False, True])
+def test_launch_queue_full_behind_a_graph_launch(tmp_path, per_node):
+    # Hand-made: one cudaGraphLaunch puts 400 nodes of 10 us on stream 7 (one call, one
+    # correlation id), then the thread launches 1300 kernels of 50 us with calls of 2 us as fast
+    # as it can, each call blocking while the stream's queue holds 1022 unfinished slots. How
+    # many slots a graph launch takes is the driver's (the trace does not say), so both ends:
+    # the graph's nodes one slot each (per_node), or the whole launch one slot. A call blocks
+    # until the slot 1022 places before its own is done, then runs 2 us more; it waits, by a
+    # queue edge read from the trace, for that slot's last task (the graph's last node, or a
+    # kernel). Counted the other way the stream would seem to hold 399 slots more (fewer),
+    # and no call near the limit would count as blocked.
+    ev = [X("cuda_runtime", "cudaGraphLaunch", 0.0, 20.0, correlation=1)]
+    slots = []  # (end, last task) of each queue slot, in stream order
+    t_node = 25.0
+    for i in range(400):
+        ev.append(X("kernel", f"n{i}", t_node, 10.0, pid=0, tid=7, stream=7, correlation=1,
+                    device=0))
+        t_node += 10.0
+        if per_node or i == 399:
+            slots.append((t_node, f"n{i}"))
+    t, released_by = 20.0, {}
+    for j in range(1300):
+        start = t
+        mine = len(slots)  # the slot this call's kernel takes
+        if mine >= 1022:
+            done, task = slots[mine - 1022]
+            if done > t:
+                released_by[j] = task
+            t = max(t, done)
+        t += 2.0
+        ev.append(X("cuda_runtime", f"launch{j}", start, t - start, correlation=j + 2))
+        ks = max(t, slots[-1][0])
+        slots.append((ks + 50.0, f"k{j}"))
+        ev.append(X("kernel", f"k{j}", ks, 50.0, pid=0, tid=7, stream=7, correlation=j + 2,
+                    device=0))
+    g = build(read_trace(write(tmp_path, ev)).tables, LAT)
+    # per node: call 622 + i waits for node i, which ends (35 + 10 i us) after the call began
+    # (20 + 2 (622 + i) us) from i = 154 on; once: every call from 1021 on waits, the first
+    # for the graph's last node
+    nodes = {v for v in released_by.values() if v.startswith("n")}
+    assert nodes == ({f"n{i}" for i in range(154, 400)} if per_node else {"n399"})
+    assert len(released_by) > 200
+    assert g.stats.get("launch_queue_full") == len(released_by)
+    q = {e[6]: e for e in edges(g, {"queue"})}
+    for j, src in released_by.items():
+        assert q[f"launch{j}"] == ("queue", "end_end", 1000, 0, True, src, f"launch{j}")
+        assert g.dur_ns[task_of(g, f"launch{j}")] == 1000
+
+
 def test_launch_queue_bounds_a_cpu_freed_of_launch_cost(tmp_path):
     # The storm of test_launch_queue_edges with its calls made free (what cuda_graphs does to
     # a region): without the queue the CPU would finish all 2000 launches at once; with it,
