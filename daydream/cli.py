@@ -142,6 +142,10 @@ def _ingest(paths: list[str], store: Path, jobs: int | None, force: bool, strict
     if rep.rebuilt:
         print(f"note: {plural(rep.rebuilt, 'stored graph was', 'stored graphs were')} rebuilt: "
               "built by another version of daydream's graph rules", file=sys.stderr, flush=True)
+    for msg in rep.unrebuilt.values():
+        print(f"warning: stored trace {msg} (its graph was built by another version of "
+              "daydream's graph rules, and these cannot build it: the trace stays stored, and "
+              "predicting it gives this error)", file=sys.stderr, flush=True)
     if rep.failed:
         sys.exit(1)
 

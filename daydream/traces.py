@@ -160,7 +160,9 @@ def build_graphs(st: Store, rep: IngestReport | None = None, *, strict: bool = F
     """Build graphs for stored traces that have none or one built by other graph rules
     (``graphstore.load.missing``), or were just re-ingested, except those in ``skip`` (built
     already); with ``only``, of those traces alone. A trace whose graph fails its checks is
-    reported as failed in ``rep``; its activity tables stay."""
+    reported as failed in ``rep``; its activity tables stay. With ``rep``, a trace stored
+    before whose graph these rules cannot build is kept in ``rep.unrebuilt``: the files of
+    this run do not fail for it (without ``rep`` it raises, as every other failure does)."""
     from daydream.graphstore import load as gload
 
     todo = set(gload.missing(st.root))
@@ -183,6 +185,9 @@ def build_graphs(st: Store, rep: IngestReport | None = None, *, strict: bool = F
         msg = f"{r.path if r else tid}: graph: {err}"
         if r is not None:
             r.status, r.error = "failed", msg
+        elif rep is not None:
+            rep.unrebuilt[tid] = msg
+            continue
         if (strict or r is None) and first is None:
             first = msg
     if first is not None:

@@ -50,6 +50,9 @@ class IngestReport:
     # graphs of traces stored before, rebuilt because other graph rules had built them
     # (``daydream.traces.build_graphs``)
     rebuilt: int = 0
+    # such stored traces whose graphs these rules could not build: trace id -> the error (the
+    # trace stays stored; predicting it gives that error); never a failure of this run's files
+    unrebuilt: dict[str, str] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[FileResult]:

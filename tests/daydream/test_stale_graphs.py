@@ -119,6 +119,40 @@ def test_ingest_rebuilds_the_stores_stale_graphs(built, tmp_path) -> None:
     assert edges(root, tid) == want[tid] and db.stale_ids(root) == set()
 
 
+
+def test_a_stale_graph_these_rules_reject_does_not_fail_ingest(built, tmp_path,
+                                                                monkeypatch) -> None:
+    """A stored trace whose graph an older daydream built and whose rebuild fails (here made to
+    fail by hand) is named in a warning; the ingest of another file succeeds all the same, and
+    a prediction of that trace gives the error."""
+    from typer.testing import CliRunner
+
+    from daydream.base.errors import DaydreamError
+    from daydream.cli import app
+    from daydream.ingest.ids import content_id
+
+    root = tmp_path / "s"
+    assert not api.ingest([A], root, jobs=1).failed
+    tid = api.resolve_trace(str(A), api.open_store(root))
+    age(root, tid, None)
+    real = load._build_stored
+
+    def rejects_a(st, trace_id):
+        if trace_id == tid:
+            raise DaydreamError("the graph fails its checks (made to, by the test)")
+        return real(st, trace_id)
+
+    monkeypatch.setattr(load, "_build_stored", rejects_a)
+    r = CliRunner().invoke(app, ["ingest", str(B), "--store", str(root), "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    assert (f"warning: stored trace {tid}: graph: the graph fails its checks (made to, by the "
+            "test)") in r.output
+    assert "1 trace ingested, 0 already stored, 0 failed" in r.output
+    assert api.open_store(root).has_trace(content_id(B)) and db.stale_ids(root) == {tid}
+    with pytest.raises(DaydreamError, match="made to, by the test"):
+        api.predict(str(A), root)
+
+
 def test_the_rules_are_the_code_that_builds_graphs(tmp_path) -> None:
     """A change to a module that builds graphs changes the rules; a change elsewhere (the
     database code) does not."""
