@@ -72,9 +72,11 @@ def discover() -> dict[str, Section]:
 
 def shown(path: str | Path) -> str:
     """A trace's path as the docs write it: relative to the repository (tests/data/...), or
-    to the folder beside it (../shared/traces/...), never this machine's own path."""
+    to the folder beside it (../shared/traces/...), never this machine's own path; a shared
+    trace by that name also where ../shared is a link to a folder elsewhere."""
     p = Path(path).resolve()
-    for base, prefix in ((ROOT, ""), (ROOT.parent, "../")):
+    shared = manifest.SHARED.resolve()
+    for base, prefix in ((ROOT, ""), (shared, "../shared/traces/"), (ROOT.parent, "../")):
         if p.is_relative_to(base):
             return prefix + p.relative_to(base).as_posix()
     return p.name

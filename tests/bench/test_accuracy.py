@@ -218,6 +218,20 @@ def test_traces_are_shown_by_relative_paths(tmp_path):
         assert not absolute.search(text), absolute.search(text).group(0)
 
 
+def test_shared_traces_are_shown_by_relative_paths_through_a_link(tmp_path, monkeypatch):
+    # a checkout whose ../shared is a link to a folder outside the checkout's parent: the
+    # traces resolve there, and are still written as ../shared/traces/...
+    from bench import manifest
+
+    (tmp_path / "real" / "shared" / "traces" / "hta").mkdir(parents=True)
+    (tmp_path / "work" / "repo").mkdir(parents=True)
+    (tmp_path / "work" / "shared").symlink_to(tmp_path / "real" / "shared")
+    monkeypatch.setattr(acc, "ROOT", tmp_path / "work" / "repo")
+    monkeypatch.setattr(manifest, "SHARED", tmp_path / "work" / "shared" / "traces")
+    linked = tmp_path / "work" / "repo" / ".." / "shared" / "traces" / "hta" / "a.json.gz"
+    assert acc.shown(linked) == "../shared/traces/hta/a.json.gz"
+
+
 def test_gates_matrix_marks_failures_refusals_and_unnamed_slowdowns(tmp_path, monkeypatch):
     """Every optimization on every trace: a failed gate is marked in its cell, a refusal
     (DaydreamError) is ``n/a`` with its reason listed once for the columns it holds, any
