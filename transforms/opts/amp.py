@@ -637,10 +637,18 @@ def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
            f"{AMP_INTENSITY['conv']['source'][:60]}...)" if by_class else "")
         + ("; op ranges: autocast's op lists" if ops.ok else
            "; no op ranges: the kernels' own classes stand in for their ops") + tr_note)
+    # the casts and GradScaler's work, placed by the rewritten graph's ids and inserted in one
+    # step (an insert rebuilds the task and edge tables: a third of a small trace's rewrite);
+    # the casts' rows first, so that GradScaler's work placed after the same task follows them
+    rows: list[dict] = []
+    edges: list[tuple] = []
     if casts:
-        g = _insert_casts(g, ctx, ops, pk, t0, launches)
+        _cast_rows(g, ctx, ops, pk, t0, launches, rows, edges)
     if loss_scaling:
-        g = _insert_loss_scaling(g, ctx, pk, t0)
+        g = _loss_scaling_rows(g, ctx, pk, t0, launches, rows, edges)
+    if rows:
+        ed = pl.DataFrame(edges, schema=["src", "dst", "kind", "anchor", "lag_ns"], orient="row")
+        g, _ = g.insert(_frame(rows), ed)
     ctx.notes.extend(memory.notes(g, ctx, "amp", ranges=ranges, amp=True))
     return g
 
@@ -652,7 +660,8 @@ def _frame(rows: list[dict]) -> pl.DataFrame:
     where a row does not say)."""
     default = {"place": "before", "blocking": False, "bytes": None}
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    return pl.DataFrame([{k: r.get(k, default.get(k)) for k in keys} for r in rows])
+    return pl.DataFrame([{k: r.get(k, default.get(k)) for k in keys} for r in rows],
+                        infer_schema_length=None)  # a column's first value may come late
 
 
 def _host_costs(g: Graph) -> dict[str, int]:
@@ -714,16 +723,18 @@ def optimizer_kind(g: Graph) -> tuple[str | None, str | None]:
     return trace_optimizer(g)
 
 
-def _insert_casts(g: Graph, ctx: Context, ops: Ops, pk: dict, t0: float,
-                  launches: tuple[dict[int, int], dict[int, int]]) -> Graph:
+def _cast_rows(g: Graph, ctx: Context, ops: Ops, pk: dict, t0: float,
+               launches: tuple[dict[int, int], dict[int, int]], rows: list[dict],
+               edges: list[tuple]) -> None:
     """One weight cast per weighted FP16 op: before the op's first kernel in forward (FP32
     weight read, FP16 copy written: 6 bytes a parameter), and its gradient's cast back after
     the op's backward node's last kernel (the same bytes). The casts share the parameter
     bytes evenly; each costs t0 plus its bytes at the achieved bandwidth, and one launch.
-    LAUNCHES: ``_launches(g)``."""
+    Appended to ROWS and EDGES (``Graph.insert``'s, new tasks ``-1 - k`` by their place in
+    ROWS). LAUNCHES: ``_launches(g)``."""
     if not ops.ok:
         ctx.notes.append("amp: no op ranges, weight casts not inserted")
-        return g
+        return
     it_of = g.array("iteration", -1)
     phase_of = g.array("phase")
     # elementwise == on an object array: a tenth of the cost of a set lookup per task
@@ -749,7 +760,7 @@ def _insert_casts(g: Graph, ctx: Context, ops: Ops, pk: dict, t0: float,
             lastb[key] = (kid, api)
     n_fwd = len({k for k in first})
     if not n_fwd:
-        return g
+        return
     its = max(len({k[0] for k in first}), 1)
     bw_eff = pk["bw"] * AMP["achieved_bandwidth"]["value"]
     pbytes, src = param_bytes_estimate(g, ctx, bw_eff)
@@ -757,7 +768,6 @@ def _insert_casts(g: Graph, ctx: Context, ops: Ops, pk: dict, t0: float,
     cast_ns = int(round(t0 + per * AMP["cast_bytes_per_param_byte"]["value"] / bw_eff * 1e9))
     host = _host_costs(g)
     unit = g.task["unit_id"].to_numpy()
-    rows, edges = [], []
     for (kid, api), where in ([(v, "before") for v in first.values()] +
                               [(v, "after") for v in lastb.values()]):
         k = len(rows)
@@ -768,21 +778,22 @@ def _insert_casts(g: Graph, ctx: Context, ops: Ops, pk: dict, t0: float,
                                         "cast weight grad fp16->fp32") + " (inserted)",
                      "dur_ns": cast_ns})
         edges.append((-1 - k, -2 - k, "launch", "start_start", int(lag.get(kid, 0))))
-    ed = pl.DataFrame(edges, schema=["src", "dst", "kind", "anchor", "lag_ns"], orient="row")
-    g, _ = g.insert(_frame(rows), ed)
     ctx.notes.append(f"amp: {len(first)} weight casts and {len(lastb)} gradient casts of "
                      f"{cast_ns / 1e3:.1f} us each ({pbytes / 1e6:.1f} MB of FP32 parameters "
                      f"from {src}, {n_fwd // its} weighted FP16 ops per iteration)")
-    return g
 
 
-def _insert_loss_scaling(g: Graph, ctx: Context, pk: dict, t0: float) -> Graph:
+def _loss_scaling_rows(g: Graph, ctx: Context, pk: dict, t0: float,
+                       launches: tuple[dict[int, int], dict[int, int]], rows: list[dict],
+                       edges: list[tuple]) -> Graph:
     """GradScaler per iteration, as torch.amp.GradScaler runs it: ``scale(loss)`` (one scalar
     multiply) before the first backward kernel; ``unscale_`` before the first optimizer
     kernel (one pass reading and writing every FP32 gradient: 8 bytes a parameter), then
     ``found_inf.item()`` (a 4-byte cudaMemcpyAsync to the host and a cudaStreamSynchronize
-    that waits for it); ``update()`` (one small kernel) after the last optimizer kernel."""
-    launch, lag = _launches(g)
+    that waits for it); ``update()`` (one small kernel) after the last optimizer kernel.
+    Appended to ROWS and EDGES after what is there (``_cast_rows``'); returns G less the
+    edges the sync would deadlock on. LAUNCHES: ``_launches(g)``."""
+    launch, lag = launches
     it_of, phase = g.array("iteration", -1), g.array("phase")
     launched = np.zeros(g.n_tasks, bool)
     launched[list(launch)] = True
@@ -816,7 +827,6 @@ def _insert_loss_scaling(g: Graph, ctx: Context, pk: dict, t0: float) -> Graph:
     api_of = np.full(g.n_tasks, np.iinfo(np.int64).max, np.int64)
     for d, a in launch.items():
         api_of[d] = a
-    rows, edges = [], []
     for it, k, last in first_wu:
         api, api_last = launch[k], launch[last]
         th, st = int(unit[api]), int(unit[k])
@@ -874,8 +884,6 @@ def _insert_loss_scaling(g: Graph, ctx: Context, pk: dict, t0: float) -> Graph:
                              "was launched after their destination dropped (no stream wait "
                              "can wait for later work, and contention from it is no "
                              "dependency; GradScaler's sync would deadlock on them)")
-    ed = pl.DataFrame(edges, schema=["src", "dst", "kind", "anchor", "lag_ns"], orient="row")
-    g, _ = g.insert(_frame(rows), ed)
     ctx.notes.append(f"amp: GradScaler in {len(first_wu)} steps: unscale_ "
                      f"{unscale_ns / 1e3:.1f} us ({pbytes / 1e6:.1f} MB of gradients from "
                      f"{src}), found_inf read back with a stream sync (the host waits for "
