@@ -46,6 +46,7 @@ be chosen); where a parameter has a dim of the traced length, only the unambiguo
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -87,7 +88,7 @@ class Tensor:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.dims, dtype=np.int64)) if self.dims else 1
+        return math.prod(self.dims)  # exact, and 1 for a scalar's ()
 
     @property
     def nbytes(self) -> int:
@@ -198,16 +199,16 @@ def _matmul(name: str, ins: list[Tensor | None]) -> tuple[float, list[int] | Non
     k = a[-1]
     n = b[-1] if len(b) >= 2 else 1
     lead = list(a[:-1])
-    return 2.0 * int(np.prod(lead, dtype=np.int64)) * k * n, lead + [n]
+    return 2.0 * math.prod(lead) * k * n, lead + [n]
 
 
 def _conv_flops(x: Tensor, w: Tensor, groups: int = 1) -> tuple[float, list[int]]:
     """FLOPs and output dims of a stride-1 'same' convolution (see the module doc)."""
     n, spatial = x.dims[0], x.dims[2:]
     c_out = w.dims[0]
-    per_out = int(np.prod(w.dims[1:], dtype=np.int64))  # C_in/groups * kernel
+    per_out = math.prod(w.dims[1:])  # C_in/groups * kernel
     out = [n, c_out] + list(spatial)
-    return 2.0 * n * c_out * int(np.prod(spatial, dtype=np.int64)) * per_out, out
+    return 2.0 * n * c_out * math.prod(spatial) * per_out, out
 
 
 def seq_dims(dims: Iterable[int], seq: int, batch: int | None, plain: bool = True) -> int:
@@ -269,13 +270,13 @@ def op_work(name: str, dims_json: str | None, types_json: str | None,
     if name in _MATMUL:
         flops, out_dims = _matmul(name, firsts)
         if out_dims:
-            out_b = float(np.prod(out_dims, dtype=np.int64)) * size0
+            out_b = float(math.prod(out_dims)) * size0
             out_scales = any_scaled and tuple(d for d in out_dims if d != 1) not in params
             out_dims_k = out_dims
     elif _CONV.match(name) and len(firsts) >= 2 and firsts[0] and firsts[1] and \
             len(firsts[0].dims) >= 3 and len(firsts[1].dims) >= 3:
         flops, out_dims = _conv_flops(firsts[0], firsts[1])
-        out_b = float(np.prod(out_dims, dtype=np.int64)) * size0
+        out_b = float(math.prod(out_dims)) * size0
         out_dims_k = out_dims
     elif _CONV_BWD.match(name) and len(firsts) >= 3 and all(firsts[:3]) and \
             len(firsts[1].dims) >= 3 and len(firsts[2].dims) >= 3:
