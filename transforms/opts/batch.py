@@ -242,9 +242,10 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
     new_bytes[idx] = np.where(copy, nbytes[idx] * ratio, nbytes[idx])
     # -- GPU tasks without shapes: by class and phase
     rest = local & ~has
-    scaled = rest & np.isin(phase, SCALED_PHASES) & ~np.asarray(
-        [kind[i] == "memcpy" and "dtoh" in names[i].lower().replace(" ", "")
-         for i in range(n)], bool)
+    dtoh = kind == "memcpy"  # a copy to the host keeps its time (the names of copies alone)
+    cp = np.flatnonzero(dtoh)
+    dtoh[cp] = ["dtoh" in names[i].lower().replace(" ", "") for i in cp.tolist()]
+    scaled = rest & np.isin(phase, SCALED_PHASES) & ~dtoh
     fixed = np.minimum(dur, t0)
     new[scaled] = fixed[scaled] + (dur[scaled] - fixed[scaled]) * s * r
     new_bytes[scaled & (kind != "kernel")] *= s * r
@@ -254,9 +255,9 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
     new[keep] = dur[keep]
     new_bytes[keep] = nbytes[keep]
     # collectives of activations grow with the batch (PER_SAMPLE_COMM), the rest keep
-    low = [x.lower() for x in names]
-    a2a = (kind == "comm") & ~np.isin(phase, FIXED_PHASES) & np.asarray(
-        [any(k in x for k in PER_SAMPLE_COMM) for x in low], bool)
+    a2a = (kind == "comm") & ~np.isin(phase, FIXED_PHASES)
+    comm = np.flatnonzero(a2a)  # the names of the collectives alone are searched
+    a2a[comm] = [any(k in names[i].lower() for k in PER_SAMPLE_COMM) for i in comm.tolist()]
     new[a2a] = fixed[a2a] + (dur[a2a] - fixed[a2a]) * s * r
     new_bytes[a2a] *= s * r
     if a2a.any():
