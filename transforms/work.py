@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -315,12 +316,7 @@ def op_work(name: str, dims_json: str | None, types_json: str | None,
 def op_of_task(task_range: np.ndarray, ranges: pa.Table) -> np.ndarray:
     """For each range id of TASK_RANGE (-1: none), the innermost enclosing range with
     recorded tensor inputs: the range itself or its nearest such ancestor (-1: none)."""
-    ids = ranges["range_id"].to_numpy()
-    parent = pc.fill_null(ranges["parent"], -1).to_numpy()
-    dims = ranges["input_dims"].to_pylist() if "input_dims" in ranges.column_names else \
-        [None] * len(ids)
-    pos = {int(r): i for i, r in enumerate(ids)}
-    memo: dict[int, int] = {}
+    parent, dims, pos, memo = _range_index(ranges)
 
     def find(r: int) -> int:
         path = []
@@ -332,13 +328,35 @@ def op_of_task(task_range: np.ndarray, ranges: pa.Table) -> np.ndarray:
                 memo[r] = r
                 break
             path.append(r)
-            r = int(parent[i])
+            r = parent[i]
         res = memo.get(r, -1) if r >= 0 else -1
         for p in path:
             memo[p] = res
         return res
 
-    return np.asarray([find(int(r)) if r >= 0 else -1 for r in task_range], np.int64)
+    return np.asarray([find(r) if r >= 0 else -1 for r in task_range.tolist()], np.int64)
+
+
+# id(range table) -> (a weak reference to it, its index): ``_range_index``
+_RANGE_INDEX: dict[int, tuple[weakref.ref, tuple]] = {}
+
+
+def _range_index(ranges: pa.Table) -> tuple[list[int], list, dict[int, int], dict[int, int]]:
+    """A range table's parents, input dims and row of each range id, and ``op_of_task``'s
+    answers so far: made once per table (its shapes leaving Arrow cost a DLRM rank some 3 ms),
+    where batch() asks twice a prediction and the specs of one trace share its table. Kept
+    while the table lives."""
+    key = id(ranges)
+    hit = _RANGE_INDEX.get(key)
+    if hit is not None and hit[0]() is ranges:
+        return hit[1]
+    ids = ranges["range_id"].to_pylist()
+    parent = pc.fill_null(ranges["parent"], -1).to_pylist()
+    dims = ranges["input_dims"].to_pylist() if "input_dims" in ranges.column_names else \
+        [None] * len(ids)
+    index = (parent, dims, {r: i for i, r in enumerate(ids)}, {})
+    _RANGE_INDEX[key] = (weakref.ref(ranges, lambda _, k=key: _RANGE_INDEX.pop(k, None)), index)
+    return index
 
 
 def batch_of(ranges: pa.Table, candidates: Iterable[int]) -> tuple[int | None, str]:
