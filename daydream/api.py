@@ -10,8 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-import orjson
-
 from daydream.base.errors import DaydreamError
 from daydream.base.store import DEFAULT_STORE
 from daydream.traces import build_graphs, ingest, open_store, resolve_trace
@@ -58,9 +56,10 @@ def info(target: str, store: str | Path | None = None) -> dict:
 
 
 def _trace_info(st, tid: str) -> dict:
+    from daydream.ingest.store import devices_of
     row = st.trace_row(tid)
     counts = {k: n for k, n in st.table_rows(tid).items() if k != "trace"}
-    listed = orjson.loads(row["devices"]) if row["devices"] else []
+    listed = devices_of(row["devices"]) or []
     g = _graph_facts(st, tid)
     used = g.get("devices_used")
     if used is None:  # no graph yet: what the trace lists

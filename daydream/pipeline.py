@@ -25,7 +25,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-import orjson
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,7 +43,7 @@ from daydream.graphstore.prediction import (
     TraceFacts,
 )
 from daydream.graphstore.schema import GPU_KINDS
-from daydream.ingest.store import Store
+from daydream.ingest.store import Store, devices_of
 from daydream.report import rank_ranges
 from daydream.simulate.job import JobReplay, replay_job
 from daydream.simulate.replay import Replay, replay
@@ -204,7 +203,7 @@ def trace_device(row: dict, used: set[int]) -> dict | None:
     """The GPU the trace's streams ran on (device ids ``used``), from its trace row's
     ``devices``; the first one listed when none of them ran a stream; None when the trace
     lists none."""
-    devs = orjson.loads(row["devices"]) if row.get("devices") else []
+    devs = devices_of(row.get("devices")) or []
     return next((d for d in devs if d.get("id") in used), devs[0] if devs else None)
 
 

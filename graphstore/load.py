@@ -43,7 +43,7 @@ from daydream.graphstore.schema import (
     TASK_KINDS,
 )
 from daydream.ingest import schema as activity_schema
-from daydream.ingest.store import Store
+from daydream.ingest.store import Store, devices_of
 
 # the activity tables the graph is built from: all but the trace row and the allocator's
 # records (the report's memory view reads those, not the graph)
@@ -451,12 +451,6 @@ def _build_stored(st: Store, trace_id: str) -> tuple[Graph, dict[str, pa.Table]]
     tables = activity_tables(st, trace_id)
     return graph_tables(tables, weight_ops_from_parquet(st.file("range", trace_id)),
                         devices=devices_of(st.trace_row(trace_id, ["devices"])["devices"]))
-
-
-def devices_of(text: str | None) -> list[dict] | None:
-    """The device properties a trace row holds (its ``devices`` column, JSON text)."""
-    import orjson
-    return orjson.loads(text) if text else None
 
 
 def load_many(store_root: Path | str, trace_ids: list[str]) -> tuple[list[str], dict[str, str]]:

@@ -353,6 +353,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def devices_of(text: str | None) -> list[dict] | None:
+    """The device properties a trace row holds (its ``devices`` column, JSON text that
+    ``trace_table`` wrote); None where the trace lists none."""
+    return orjson.loads(text) if text else None
+
+
 def trace_table(conv: Converted, file: str, file_bytes: int, job: str | None) -> pa.Table:
     import pyarrow as pa
 
