@@ -1081,10 +1081,10 @@ def _queue_edges(start, end, per_stream, launch_of):
     trace (``_blocked``). Returns (src, dst, inferred, calls that blocked)."""
     src, dst, inf, full = [], [], [], 0
     for ids in per_stream.values():
+        if len(ids) < LAUNCH_QUEUE_DEPTH - QUEUE_BLOCK_SPAN:  # never near the limit either way
+            continue
         call = launch_of[ids]
         cmd, first, last = _commands(call)
-        if len(first) < LAUNCH_QUEUE_DEPTH - QUEUE_BLOCK_SPAN:
-            continue
         j = first[call[first] >= 0]  # each launched command's first task
         if not len(j):  # none of the stream's tasks was launched in the trace
             continue
