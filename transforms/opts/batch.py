@@ -229,8 +229,8 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
     tiled = np.asarray([m not in ("memory", "comm") for m in m_idx], bool) & ~copy
     grid = launch_grid(g, ctx, idx[tiled])
     if grid is not None and dev is not None and dev.sm_count:
-        cap = dev.sm_count * occupancy.resident_blocks(ctx.device, grid["threads"], grid["regs"],
-                                                grid["smem"])
+        cap = dev.sm_count * occupancy.resident_blocks(ctx.device, grid["threads"],
+                                                       grid["regs"], grid["smem"])
         with np.errstate(divide="ignore", invalid="ignore"):
             growth = np.where(r_b[tiled] > 0, r_same[tiled] / r_b[tiled], 1.0)
         wave[tiled] = rf.wave_factor(grid["blocks"], cap, growth)
