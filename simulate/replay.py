@@ -10,7 +10,6 @@ that end.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daydream.base.errors import DaydreamError
+from daydream.base.memo import per_table, per_tables
 from daydream.graphstore.schema import (
     CPU_KINDS,
     EDGE_ANCHORS,
@@ -186,9 +186,9 @@ def to_simgraph(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Si
         edge = g["edge"]
     # what does not depend on the slack kept, decoded once per table (a graph is replayed
     # with and without slack: every prediction replays its baseline four times)
-    policy = _per_table("policy", unit, _policy_codes)
-    kind = _per_table("anchor", edge, _anchor_codes)
-    priority = _per_table("priority", task, _priorities)
+    policy = per_table("policy", unit, _policy_codes)
+    kind = per_table("anchor", edge, _anchor_codes)
+    priority = per_table("priority", task, _priorities)
     lag_col = edge_lags(edge, slack)
     dur_col = task_durations(task, slack)
     if restore is not None and len(restore):
@@ -196,7 +196,7 @@ def to_simgraph(g: dict[str, pa.Table], slack=True, inferred: bool = True) -> Si
         back[restore.to_numpy()] = True
         dur_col = pa.chunked_array([pc.if_else(pa.array(back), task["obs_dur_ns"].combine_chunks(),
                                                dur_col.combine_chunks())])
-    held = _per_table("held", edge, _held_if_running)
+    held = per_table("held", edge, _held_if_running)
     sg = _fast_simgraph(g, policy, kind, priority, lag_col, dur_col, held)
     if sg is not None:
         return sg
@@ -520,7 +520,7 @@ def _part_codes(g: dict[str, pa.Table], sg: SimGraph, seg_task: np.ndarray,
         pos = np.empty(len(d), np.int64)
         _passes.edge_of(sg.indptr, sg.dst, seg_src[d], seg_task[d], pos)
         edge = g["edge"]
-        rows = _per_table("csr_rows", edge, _csr_rows)
+        rows = per_table("csr_rows", edge, _csr_rows)
         if rows is not None:  # CSR positions -> table rows
             pos = np.where(pos >= 0, rows[np.maximum(pos, 0)], -1)
         hit = pos >= 0
@@ -667,7 +667,7 @@ def steady_step(g: dict[str, pa.Table], its: list[Iteration], anchors: np.ndarra
     used = [i.index for i in its if i.used]
     if not used:
         return float("nan")
-    whole, idx, row = _per_table("iteration_rows", g["iteration"], _iteration_rows)
+    whole, idx, row = per_table("iteration_rows", g["iteration"], _iteration_rows)
     if whole:  # no iteration markers: the window is the step
         return float(np.mean([getattr(i, attr) for i in its if i.used]))
     lab = _labels(g)
@@ -754,33 +754,11 @@ def last_end_task(g: dict[str, pa.Table], sched: Schedule, scan: _Scan) -> int:
     return int(done[0]) if len(done) else mine
 
 
-def _per_table(name: str, table: pa.Table, fn):
-    """``fn(table)`` computed once per table object (a replay of the same graph tables, as
-    every prediction's baseline and explained replays are, reads them again). An entry lives
-    as long as its table (a weak reference, so the memo keeps no graph alive), and a new table
-    at a reused id is never mistaken for it."""
-    return _per_tables(name, (table,), fn)
-
-
-def _per_tables(name: str, tables: tuple[pa.Table, ...], fn):
-    """``fn(*tables)`` computed once per combination of table objects (``_per_table``)."""
-    key = (name, *map(id, tables))
-    hit = _TABLE_MEMO.get(key)
-    if hit is None or any(r() is not t for r, t in zip(hit[0], tables, strict=True)):
-        if len(_TABLE_MEMO) >= 64:
-            _TABLE_MEMO.clear()
-        refs = tuple(weakref.ref(t, lambda _, k=key: _TABLE_MEMO.pop(k, None))
-                     for t in tables)
-        hit = _TABLE_MEMO[key] = (refs, fn(*tables))
-    return hit[1]
-
-
-_TABLE_MEMO: dict = {}
 
 
 def _task_kinds(g: dict[str, pa.Table]) -> np.ndarray:
     """Each task's kind code (KIND_CODE), decoded once per graph tables."""
-    return _per_table("kinds", g["task"], lambda t: _codes(t["kind"], KIND_CODE, "task kind"))
+    return per_table("kinds", g["task"], lambda t: _codes(t["kind"], KIND_CODE, "task kind"))
 
 
 def _labels(g: dict[str, pa.Table]) -> np.ndarray:
@@ -790,7 +768,7 @@ def _labels(g: dict[str, pa.Table]) -> np.ndarray:
         out = (it.fill_null(-1).to_numpy() if it.null_count else it.to_numpy()).astype(np.int64)
         out.setflags(write=False)  # shared by every replay of these tables
         return out
-    return _per_table("labels", g["task"], decode)
+    return per_table("labels", g["task"], decode)
 
 
 def _without_inferred(g: dict[str, pa.Table]) -> dict[str, pa.Table]:
@@ -799,8 +777,8 @@ def _without_inferred(g: dict[str, pa.Table]) -> dict[str, pa.Table]:
         return g
     # one table per edge table (to_simgraph and replay both ask), so what is memoized per
     # table is found again
-    return {**g, "edge": _per_table("without_inferred", edge,
-                                    lambda e: e.filter(pc.invert(e["inferred"])))}
+    return {**g, "edge": per_table("without_inferred", edge,
+                                   lambda e: e.filter(pc.invert(e["inferred"])))}
 
 
 def _gpu_and_backlog(g: dict[str, pa.Table]) -> tuple[np.ndarray, np.ndarray]:
@@ -808,7 +786,7 @@ def _gpu_and_backlog(g: dict[str, pa.Table]) -> tuple[np.ndarray, np.ndarray]:
     without a launch that belongs to no iteration and began before the window's last
     iteration ended (an orphan that follows a launched task on its stream carries that task's
     iteration, graphstore.load, and is that iteration's work). Computed once per graph
-    tables (``_per_tables``)."""
+    tables (``base.memo.per_tables``)."""
     def compute(task: pa.Table, edge: pa.Table, its: pa.Table):
         is_gpu, orphan = _gpu_and_orphans(g)
         if its.num_rows:
@@ -817,7 +795,7 @@ def _gpu_and_backlog(g: dict[str, pa.Table]) -> tuple[np.ndarray, np.ndarray]:
         for a in (is_gpu, orphan):  # shared by every replay of these tables
             a.setflags(write=False)
         return is_gpu, orphan
-    return _per_tables("gpu_and_backlog", (g["task"], g["edge"], g["iteration"]), compute)
+    return per_tables("gpu_and_backlog", (g["task"], g["edge"], g["iteration"]), compute)
 
 
 def _gpu_and_orphans(g: dict[str, pa.Table]) -> tuple[np.ndarray, np.ndarray]:
@@ -829,5 +807,5 @@ def _gpu_and_orphans(g: dict[str, pa.Table]) -> tuple[np.ndarray, np.ndarray]:
         return pc.filter(edge["dst"], pc.equal(edge["kind"].cast(pa.string()), "launch")
                          ).to_numpy()
     launched = np.zeros(len(is_gpu), bool)
-    launched[_per_table("launched", g["edge"], launched_of)] = True
+    launched[per_table("launched", g["edge"], launched_of)] = True
     return is_gpu, is_gpu & ~launched

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import math
 import re
-import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -59,6 +58,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daydream.base.errors import DaydreamError
+from daydream.base.memo import per_table
 from daydream.graphstore.params import DTYPE_BYTES, PARAM_INPUTS
 
 # bytes per element of the dtype names Kineto records, beyond graphstore.params' float types
@@ -337,26 +337,18 @@ def op_of_task(task_range: np.ndarray, ranges: pa.Table) -> np.ndarray:
     return np.asarray([find(r) if r >= 0 else -1 for r in task_range.tolist()], np.int64)
 
 
-# id(range table) -> (a weak reference to it, its index): ``_range_index``
-_RANGE_INDEX: dict[int, tuple[weakref.ref, tuple]] = {}
-
-
 def _range_index(ranges: pa.Table) -> tuple[list[int], list, dict[int, int], dict[int, int]]:
     """A range table's parents, input dims and row of each range id, and ``op_of_task``'s
-    answers so far: made once per table (its shapes leaving Arrow cost a DLRM rank some 3 ms),
-    where batch() asks twice a prediction and the specs of one trace share its table. Kept
-    while the table lives."""
-    key = id(ranges)
-    hit = _RANGE_INDEX.get(key)
-    if hit is not None and hit[0]() is ranges:
-        return hit[1]
-    ids = ranges["range_id"].to_pylist()
-    parent = pc.fill_null(ranges["parent"], -1).to_pylist()
-    dims = ranges["input_dims"].to_pylist() if "input_dims" in ranges.column_names else \
-        [None] * len(ids)
-    index = (parent, dims, {r: i for i, r in enumerate(ids)}, {})
-    _RANGE_INDEX[key] = (weakref.ref(ranges, lambda _, k=key: _RANGE_INDEX.pop(k, None)), index)
-    return index
+    answers so far: made once per table (``base.memo``; its shapes leaving Arrow cost a DLRM
+    rank some 3 ms), where batch() asks twice a prediction and the specs of one trace share
+    its table."""
+    def index(t: pa.Table) -> tuple:
+        ids = t["range_id"].to_pylist()
+        parent = pc.fill_null(t["parent"], -1).to_pylist()
+        dims = t["input_dims"].to_pylist() if "input_dims" in t.column_names else \
+            [None] * len(ids)
+        return parent, dims, {r: i for i, r in enumerate(ids)}, {}
+    return per_table("range_index", ranges, index)
 
 
 def batch_of(ranges: pa.Table, candidates: Iterable[int]) -> tuple[int | None, str]:
