@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -93,7 +94,11 @@ def _first_iteration(ranges: pa.Table, iterations: list[tuple[int, int]]) -> np.
 
 
 def step_memory(g, ranges: pa.Table | None) -> StepMemory | None:
-    """The step's memory from the range table's shapes (None: the trace records none)."""
+    """The step's memory from the range table's shapes (None: the trace records none).
+
+    The rows the model counts are picked by Arrow masks over the whole table (the first
+    iteration's, outermost of their kind); only those leave Arrow: a Python loop over every
+    range (some 1,700 on a DLRM rank) cost as much as the rest of an ``amp`` rewrite's notes."""
     if ranges is None or "input_dims" not in ranges.column_names or \
             pc.all(pc.is_null(ranges["input_dims"])).as_py():
         return None
@@ -102,55 +107,49 @@ def step_memory(g, ranges: pa.Table | None) -> StepMemory | None:
                        it["end_ns"].to_list(), strict=True))
     iters = [(s, e) for _, s, e in iters]
     first = _first_iteration(ranges, iters)
-    names = wk.pylist(ranges["name"])
-    dims = ranges["input_dims"].to_pylist()
-    types = ranges["input_types"].to_pylist() if "input_types" in ranges.column_names \
-        else [None] * len(names)
-    ids = ranges["range_id"].to_numpy()
-    parent = pc.fill_null(ranges["parent"], -1).to_numpy()
-    seq = ranges["sequence_number"].to_pylist() if "sequence_number" in \
-        ranges.column_names else [None] * len(names)
-    fwd_tid = ranges["fwd_thread_id"].to_pylist() if "fwd_thread_id" in \
-        ranges.column_names else [None] * len(names)
-    params = wk.param_shapes(ranges)
-    pos = {int(r): i for i, r in enumerate(ids)}
+    name = ranges["name"]
+    is_param = _mask(pc.is_in(name, pa.array(list(PARAM_INPUTS), pa.string())))
+    # differentiable forward ops: a sequence number, no forward thread id (Kineto writes one
+    # on backward ops)
+    diff = np.zeros(ranges.num_rows, bool)
+    if "sequence_number" in ranges.column_names:
+        fwd = (pc.or_kleene(pc.is_null(ranges["fwd_thread_id"]),
+                            pc.equal(ranges["fwd_thread_id"], 0))
+               if "fwd_thread_id" in ranges.column_names else True)
+        diff = _mask(pc.and_kleene(pc.is_valid(ranges["sequence_number"]), fwd))
+    saves = ~_mask(pc.is_in(name, pa.array(sorted(SAVES_NOTHING), pa.string())))
+    up = _parent_rows(ranges)
+    has_up = up >= 0
+    up = np.maximum(up, 0)
     # parameters: outermost parameter-owning ops of the first iteration
+    p_rows = np.flatnonzero(first & is_param & ~(has_up & is_param[up]))
+    # activations: outermost differentiable forward ops of the first iteration, less those
+    # whose gradient keeps none of their inputs
+    a_rows = np.flatnonzero(first & diff & ~(has_up & diff[up]) & saves)
     p_bytes = 0
-    for i in np.flatnonzero(first):
-        pi = PARAM_INPUTS.get(names[i])
-        if pi is None:
-            continue
-        j = pos.get(int(parent[i]))
-        if j is not None and names[j] in PARAM_INPUTS:
-            continue
-        ins = wk.tensors(dims[i], types[i])
-        p_bytes += sum(t.nbytes for k in pi if k < len(ins) and ins[k] for t in ins[k])
-    # activations: outermost differentiable forward ops (a sequence number, no forward
-    # thread id: Kineto writes one on backward ops)
-    diff = np.asarray([s is not None and (f is None or f == 0)
-                       for s, f in zip(seq, fwd_tid, strict=True)], bool)
-    saves = np.asarray([n not in SAVES_NOTHING for n in names], bool)
-    task_layer = _range_layers(g)
+    for n, d, t in _rows(ranges, p_rows, ("name", "input_dims", "input_types")):
+        ins = wk.tensors(d, t)
+        p_bytes += sum(x.nbytes for k in PARAM_INPUTS[n] if k < len(ins) and ins[k]
+                       for x in ins[k])
+    params = wk.param_shapes(ranges)
+    a_ids = ranges["range_id"].take(pa.array(a_rows, pa.int64())).to_pylist()
+    task_layer = _range_layers(g, a_ids)
     acts = 0
     per_layer: dict[str, int] = {}
     layer_in: dict[str, int] = {}
-    for i in np.flatnonzero(first & diff):
-        j = pos.get(int(parent[i]))
-        if j is not None and diff[j]:
-            continue
-        if not saves[i]:
-            continue
-        b = sum(t.nbytes for ts in wk.tensors(dims[i], types[i]) if ts for t in ts
-                if t.key() not in params and t.dims)
+    for rid, (d, t) in zip(a_ids, _rows(ranges, a_rows, ("input_dims", "input_types")),
+                           strict=True):
+        ins = wk.tensors(d, t)
+        b = sum(x.nbytes for ts in ins if ts for x in ts if x.key() not in params and x.dims)
         acts += b
-        layer = task_layer.get(int(ids[i]))
+        layer = task_layer.get(rid)
         if layer is not None:
             per_layer[layer] = per_layer.get(layer, 0) + b
             if layer not in layer_in:
-                first_in = next((ts[0] for ts in wk.tensors(dims[i], types[i]) if ts), None)
+                first_in = next((ts[0] for ts in ins if ts), None)
                 layer_in[layer] = first_in.nbytes if first_in is not None else 0
     training = bool((g.array("phase") == "backward").any())
-    opt = _optimizer(names)
+    opt = _optimizer(name)
     states = OPTIMIZER_STATES.get(opt, 0) if training else 0
     how = (f"parameters from {'the trace' if p_bytes else 'no'} weight shapes; "
            f"{'training' if training else 'no backward pass'}; optimizer "
@@ -159,18 +158,46 @@ def step_memory(g, ranges: pa.Table | None) -> StepMemory | None:
                       per_layer, layer_in, how)
 
 
-def _optimizer(names: list[str]) -> str | None:
-    for n in dict.fromkeys(names):
-        m = _OPT_RE.match(n or "")
-        if m:
-            return m.group(1).lower()
-    return None
+def _mask(a: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A boolean Arrow column as numpy, null as False."""
+    return pc.fill_null(a, False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
 
 
-def _range_layers(g) -> dict[int, str]:
-    """Range id -> layer, from the CPU tasks labelled with both."""
-    return {r: la for r, la in zip(g.task["range_id"].to_list(), g.task["layer"].to_list(),
-                                   strict=True) if r is not None and la is not None}
+def _parent_rows(ranges: pa.Table) -> np.ndarray:
+    """Per range, the row of its parent range in RANGES (-1: none, or not among them)."""
+    n = ranges.num_rows
+    ids = ranges["range_id"].to_numpy()
+    parent = pc.fill_null(ranges["parent"], -1).to_numpy()
+    if n and ids[0] == 0 and (np.diff(ids) == 1).all():  # ids are row numbers (ingest's)
+        return np.where((parent >= 0) & (parent < n), parent, -1)
+    pos = dict(zip(ids.tolist(), range(n), strict=True))
+    return np.fromiter((pos.get(p, -1) for p in parent.tolist()), np.int64, n)
+
+
+def _rows(ranges: pa.Table, rows: np.ndarray, columns: tuple[str, ...]):
+    """The values of COLUMNS (a missing one as None) at ROWS, as tuples."""
+    take = pa.array(rows, pa.int64())
+    cols = [wk.pylist(ranges[c].take(take)) if c in ranges.column_names else [None] * len(rows)
+            for c in columns]
+    return zip(*cols, strict=True)
+
+
+def _optimizer(name: pa.ChunkedArray) -> str | None:
+    """The optimizer of the first range named ``Optimizer.step#X.step``."""
+    hit = pc.match_substring_regex(name.cast(pa.string()) if pa.types.is_dictionary(name.type)
+                                   else name, _OPT_RE.pattern, ignore_case=True)
+    rows = np.flatnonzero(_mask(hit))
+    if not len(rows):
+        return None
+    return _OPT_RE.match(name[int(rows[0])].as_py()).group(1).lower()
+
+
+def _range_layers(g, range_ids: list[int]) -> dict[int, str]:
+    """Range id -> layer for RANGE_IDS, from the CPU tasks labelled with both (the last such
+    task's layer where several share a range)."""
+    t = g.task.select("range_id", "layer").filter(
+        pl.col("range_id").is_in(range_ids) & pl.col("layer").is_not_null())
+    return dict(zip(t["range_id"].to_list(), t["layer"].to_list(), strict=True))
 
 
 def device_bytes(ctx_device: dict | None) -> int | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import orjson
 import polars as pl
+import pyarrow.compute as pc
 import pytest
 
 from daydream.base import occupancy
@@ -451,6 +452,24 @@ def test_resnet50_parameters_and_memory(graphs, activity):
     assert m.grads_bytes == m.params_bytes
     assert m.optimizer_bytes == m.params_bytes  # SGD with momentum: one buffer per parameter
     assert m.activations_bytes > 0
+
+
+def test_memory_reads_ranges_whose_ids_are_not_row_numbers(graphs, activity):
+    """step_memory finds each range's parent by row where the ids are the row numbers, as
+    ingest writes them; a table whose ids are not (shifted here, parents with them) takes the
+    path through an id index, and must count the same step."""
+    g = Graph.from_tables(graphs["v100"])
+    ranges = activity["v100"]("range")
+    shifted = ranges.set_column(
+        ranges.schema.get_field_index("range_id"), "range_id",
+        pc.add(ranges["range_id"], 10**9)).set_column(
+        ranges.schema.get_field_index("parent"), "parent", pc.add(ranges["parent"], 10**9))
+    a, b = mem.step_memory(g, ranges), mem.step_memory(g, shifted)
+    assert a.activations_bytes > 0 and a.layer_activations
+    assert (a.params_bytes, a.activations_bytes, a.optimizer_bytes, a.how) == \
+        (b.params_bytes, b.activations_bytes, b.optimizer_bytes, b.how)
+    # the graph's tasks name the unshifted ranges: the shifted table's ops find no layer
+    assert not b.layer_activations
 
 
 def test_memory_what_ifs_by_hand():
