@@ -10,6 +10,7 @@ of those ops out of the stored Parquet file.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def _bytes(name: str, dims_json: str | None, types_json: str | None) -> int:
         if k < len(dims) and isinstance(dims[k], list) and dims[k] and all(
                 isinstance(x, int) for x in dims[k]):
             size = DTYPE_BYTES.get(types[k] if k < len(types) else "", 4)
-            total += int(np.prod(dims[k], dtype=np.int64)) * size
+            total += math.prod(dims[k]) * size  # (np.prod: 6 us a call, 40x)
     return total
 
 
