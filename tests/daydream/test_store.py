@@ -78,3 +78,23 @@ def test_killed_ingest_leaves_no_partial_trace(tmp_path):
     assert not any((st_path / ".staging").iterdir()) if (st_path / ".staging").exists() else True
     folders = {p.name for p in (st_path / "activity").iterdir()}
     assert folders == {f"trace_id={t}" for t in st.trace_ids()}
+
+
+def test_predicting_a_new_file_hashes_it_once(tmp_path, monkeypatch):
+    """`daydream predict FILE` hashes FILE to find its id and, when the store lacks it,
+    ingests it with that id: a 200 MB trace's hash costs some 0.4 s, which was paid twice."""
+    from daydream.ingest import batch_ingest, ids
+    from daydream.traces import resolve_trace
+
+    hashed: list[Path] = []
+    real = ids.content_id
+
+    def counting(path):
+        hashed.append(Path(path))
+        return real(path)
+    monkeypatch.setattr(ids, "content_id", counting)
+    monkeypatch.setattr(batch_ingest, "content_id", counting)
+    st = Store(tmp_path / "s")
+    tid = resolve_trace(str(SMALL[0]), st, ingest_missing=True)
+    assert st.has_trace(tid) and tid == real(SMALL[0])
+    assert hashed == [SMALL[0]]
