@@ -203,6 +203,22 @@ class Graph:
             self._memo[key] = compute(self)
         return self._memo[key]
 
+    def median_call_ns(self, name_part: str = "", blocking: bool | None = None) -> int | None:
+        """The median duration of the runtime calls (kind ``api``) whose name holds NAME_PART,
+        of those blocking or not where BLOCKING says, as an int (a median of two middle
+        values rounded down); None where there are none. Computed once per graph and
+        question, from its numpy columns: what a rewrite inserts a call at (a launch, a
+        copy, a sync) costs the trace's own median."""
+        def compute(g: Graph) -> int | None:
+            api = np.flatnonzero(g.array("kind") == "api")
+            if name_part:
+                names = g.array("name", "")[api].tolist()
+                api = api[np.fromiter((name_part in n for n in names), bool, len(names))]
+            if blocking is not None:
+                api = api[g.array("blocking")[api] == blocking]
+            return int(np.median(g.array("dur_ns")[api])) if len(api) else None
+        return self.once(f"median_call_ns:{name_part}:{blocking}", compute)
+
     def launch_pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(launch call, GPU task, lag ns) of each launch edge in edge order, as numpy,
         computed once per graph (``launches`` as arrays)."""

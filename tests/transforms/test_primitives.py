@@ -288,3 +288,31 @@ def test_arrays_carried_to_a_copy_are_its_own(graphs, key):
         fill(g2)  # and what the copy of a copy carries
         same(g2.insert(rows)[0])
         same(g2.scale(kernels[:g2.n_tasks] if len(kernels) == g2.n_tasks else None, 2.0))
+
+
+def test_median_call_ns_by_hand(g):
+    """The median own cost of the runtime calls a rewrite inserts: by name part and blocking,
+    an even count's two middle values averaged and rounded down, None where none match.
+    The alexnet graph's calls renamed and timed here by hand."""
+    api = np.flatnonzero(g.task["kind"].to_numpy() == "api")
+    assert len(api) >= 8
+    names = ["cudaLaunchKernel"] * 4 + ["cudaMemcpyAsync"] * 4 + ["cudaOther"] * (len(api) - 8)
+    durs = [2_000, 4_001, 6_000, 100_001, 1_000, 3_000, 5_000, 7_000] + [50] * (len(api) - 8)
+    blocking = [False] * 7 + [True] + [False] * (len(api) - 8)
+    name = g.task["name"].to_list()
+    dur = g.task["dur_ns"].to_numpy().copy()
+    blk = g.task["blocking"].to_numpy().copy()
+    for i, n, d, b in zip(api.tolist(), names, durs, blocking, strict=True):
+        name[i], dur[i], blk[i] = n, d, b
+    t = g.task.with_columns(pl.Series("name", name), pl.Series("dur_ns", dur),
+                            pl.Series("blocking", blk))
+    h = Graph(t, g.edge, g.unit, g.iteration, g.layer)
+    assert h.median_call_ns("LaunchKernel") == 5_000  # (4,001 + 6,000) / 2, rounded down
+    assert h.median_call_ns("Memcpy", blocking=False) == 3_000
+    assert h.median_call_ns(blocking=True) == 7_000
+    assert h.median_call_ns("Memcpy") == 4_000  # 1, 3, 5, 7 thousand
+    assert h.median_call_ns("LaunchCooperativeKernel") is None
+    t2 = t.with_columns(pl.when(pl.col("name") == "cudaLaunchKernel").then(101)
+                        .otherwise(pl.col("dur_ns")).alias("dur_ns"))
+    h2 = Graph(t2, g.edge, g.unit, g.iteration, g.layer)
+    assert h2.median_call_ns("LaunchKernel") == 101

@@ -541,8 +541,10 @@ def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
         raise DaydreamError(f"amp: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if layout not in ("nchw", "nhwc"):
         raise DaydreamError(f"amp: layout must be nchw or nhwc, got {layout!r}")
-    t = g.task.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-    kern = t.filter(pl.col("kind") == "kernel")
+    # the kernels' rows, with their task ids (positions) as "id": a numpy mask and a gather
+    # (a row index and a Polars filter over every task took 0.6 ms of a 4k-task graph)
+    kern_ids = np.flatnonzero(g.array("kind") == "kernel")
+    kern = g.task[kern_ids].with_columns(pl.Series("id", kern_ids, pl.Int64))
     if not kern.height:
         ctx.notes.append("amp: the trace has no GPU kernels (a CPU-only trace); autocast on "
                          "CUDA does not apply; unchanged")
@@ -616,9 +618,8 @@ def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
                    f"constants.AMP_TRANSPOSE (bytes per peak FLOP of their FP32 work: "
                    + ", ".join(f"{k} {v:.3g}" for k, v in AMP_TRANSPOSE["value"].items())
                    + ")")
-    full = t["dur_ns"].to_numpy().copy()
-    ids = kern["id"].to_numpy()
-    full[ids] = new
+    full = g.array("dur_ns").copy()
+    full[kern_ids] = new
     g = g.set_duration(np.ones(g.n_tasks, bool), full)
     parts = []
     for c, js in sorted(per_class.items()):
@@ -667,23 +668,13 @@ def _frame(rows: list[dict]) -> pl.DataFrame:
 
 def _host_costs(g: Graph) -> dict[str, int]:
     """Own costs the inserted calls take, measured in the trace: the median cudaLaunchKernel,
-    cudaMemcpyAsync and blocking call (after its wait). Found once per graph: both inserting
-    steps ask."""
-    return g.once("amp_host_costs", _measured_host_costs)
-
-
-def _measured_host_costs(g: Graph) -> dict[str, int]:
-    """The three medians in one Polars query (~0.5 ms on a 4k-task graph): numpy masks
-    needed the name column searched twice and three columns converted, twice as long, for a
-    graph whose columns no other step had converted."""
-    api, name, dur = pl.col("kind") == "api", pl.col("name"), pl.col("dur_ns")
-    found = g.task.select(
-        launch=dur.filter(api & name.str.contains("LaunchKernel", literal=True)).median(),
-        copy=dur.filter(api & name.str.contains("Memcpy", literal=True)
-                        & ~pl.col("blocking")).median(),
-        sync=dur.filter(api & pl.col("blocking")).median()).row(0, named=True)
+    cudaMemcpyAsync (not blocking) and blocking call (after its wait); AMP's figures where
+    the trace has no such call."""
+    found = {"launch": g.median_call_ns("LaunchKernel"),
+             "copy": g.median_call_ns("Memcpy", blocking=False),
+             "sync": g.median_call_ns(blocking=True)}
     fallback = {"launch": AMP["launch_ns"], "copy": AMP["launch_ns"], "sync": AMP["sync_ns"]}
-    return {k: int(v) if v is not None else int(fallback[k]["value"]) for k, v in found.items()}
+    return {k: v if v is not None else int(fallback[k]["value"]) for k, v in found.items()}
 
 
 def _launches(g: Graph) -> tuple[dict[int, int], dict[int, int]]:

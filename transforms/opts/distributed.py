@@ -35,7 +35,8 @@ def launch_calls(g: Graph, beside: list[int], first: int) -> tuple[list[dict], p
     edge to it. A GPU task without a launch would count as launched before the window."""
     call, gpu_task, _ = g.launch_pairs()
     api_of = dict(zip(gpu_task.tolist(), call.tolist(), strict=True))
-    cost = g.once("median_launch_call_ns", _median_launch_call_ns)
+    cost = g.median_call_ns("LaunchKernel")
+    cost = int(C["launch_ns"]["value"]) if cost is None else cost
     unit = g.array("unit_id")
     rows, src, dst = [], [], []
     for k, b in enumerate(beside):
@@ -53,18 +54,6 @@ def launch_calls(g: Graph, beside: list[int], first: int) -> tuple[list[dict], p
                          schema={"src": pl.Int64, "dst": pl.Int64, "kind": pl.Utf8,
                                  "anchor": pl.Utf8, "lag_ns": pl.Int64})
     return rows, edges
-
-
-def _median_launch_call_ns(g: Graph) -> int:
-    """The median cudaLaunchKernel (any call named ...LaunchKernel...) of G, else
-    DISTRIBUTED launch_ns: numpy over the task columns a rewrite has converted already (two
-    Polars filters over a 4k-task graph took a millisecond)."""
-    api = np.flatnonzero(g.array("kind") == "api")
-    names = g.array("name", "")[api].tolist()
-    calls = api[np.fromiter(("LaunchKernel" in n for n in names), bool, len(names))]
-    if not len(calls):
-        return int(C["launch_ns"]["value"])
-    return int(np.median(g.array("dur_ns")[calls]))
 
 
 def world_of(g: Graph, ctx: Context) -> int | None:
