@@ -183,13 +183,16 @@ def _rows(ranges: pa.Table, rows: np.ndarray, columns: tuple[str, ...]):
 
 
 def _optimizer(name: pa.ChunkedArray) -> str | None:
-    """The optimizer of the first range named ``Optimizer.step#X.step``."""
-    hit = pc.match_substring_regex(name.cast(pa.string()) if pa.types.is_dictionary(name.type)
-                                   else name, _OPT_RE.pattern, ignore_case=True)
-    rows = np.flatnonzero(_mask(hit))
-    if not len(rows):
-        return None
-    return _OPT_RE.match(name[int(rows[0])].as_py()).group(1).lower()
+    """The optimizer of the first range named ``Optimizer.step#X.step`` (_OPT_RE), looked
+    for among the names that hold "optimizer.step#" in any case (an Arrow search)."""
+    plain = name.cast(pa.string()) if pa.types.is_dictionary(name.type) else name
+    rows = np.flatnonzero(_mask(pc.match_substring(plain, "optimizer.step#",
+                                                   ignore_case=True)))
+    for n in plain.take(pa.array(rows, pa.int64())).to_pylist():
+        m = _OPT_RE.match(n)
+        if m:
+            return m.group(1).lower()
+    return None
 
 
 def _range_layers(g, range_ids: list[int]) -> dict[int, str]:
