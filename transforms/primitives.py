@@ -66,16 +66,6 @@ def _edge_defaults(ed: pl.DataFrame, *replace: pl.Series) -> pl.DataFrame:
                             for c, v in _EDGE_DEFAULTS] + list(replace))
 
 
-def _with_default(ed: pl.DataFrame, column: str) -> list:
-    """An edge column of ED as a list, nulls (or the whole column, where ED has none) as
-    ``_EDGE_DEFAULTS`` gives it: what ``_edge_defaults`` fills, without a Polars call."""
-    default = dict(_EDGE_DEFAULTS).get(column)
-    if column not in ed.columns and default is not None:
-        return [default] * ed.height
-    values = ed[column].to_list()
-    return values if default is None else [default if v is None else v for v in values]
-
-
 def _as_array(s: pl.Series, null=None) -> np.ndarray:
     """A task column as ``Graph.array`` gives it: read-only numpy, nulls as NULL (strings
     as objects)."""
@@ -541,10 +531,9 @@ class Graph:
                 return np.where(a < 0, ins_ids[np.clip(-1 - a, 0, k - 1)],
                                 newid[np.clip(a, 0, n - 1)])
             u_src, u_dst = m_("src"), m_("dst")
-            given = {"src": u_src.tolist(), "dst": u_dst.tolist()}
+            ed = _edge_defaults(edges, pl.Series("src", u_src), pl.Series("dst", u_dst))
             for c in e.columns:  # a column beyond the defaults: EDGES must give it
-                add[c] = add.get(c, [None] * m) + (
-                    given[c] if c in given else _with_default(edges, c))
+                add[c] = add.get(c, [None] * m) + ed[c].to_list()
             src, dst = np.concatenate([src, u_src]), np.concatenate([dst, u_dst])
         old = e.with_columns(pl.Series("src", src[:n_e]), pl.Series("dst", dst[:n_e]))
         added = pl.DataFrame([_column(c, add[c], dt) for c, dt in old.schema.items()])
