@@ -170,7 +170,7 @@ def _parent_rows(ranges: pa.Table) -> np.ndarray:
     parent = pc.fill_null(ranges["parent"], -1).to_numpy()
     if n and ids[0] == 0 and (np.diff(ids) == 1).all():  # ids are row numbers (ingest's)
         return np.where((parent >= 0) & (parent < n), parent, -1)
-    pos = dict(zip(ids.tolist(), range(n), strict=True))
+    pos = wk.range_rows(ranges)
     return np.fromiter((pos.get(p, -1) for p in parent.tolist()), np.int64, n)
 
 

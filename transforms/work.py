@@ -146,11 +146,17 @@ def has_tensors(dims_json: str | None) -> bool:
     return bool(dims_json) and any(ts for ts in tensors(dims_json, None))
 
 
-def param_shapes(ranges: pa.Table) -> set[tuple[int, ...]]:
+def param_shapes(ranges: pa.Table) -> frozenset[tuple[int, ...]]:
     """Shapes (size-1 dims dropped) of the weight and bias inputs of the trace's
-    parameter-owning ops, and their reverses (a transposed weight, ``addmm``'s ``mat2``)."""
+    parameter-owning ops, and their reverses (a transposed weight, ``addmm``'s ``mat2``).
+    Made once per range table (``base.memo``): batch and the memory notes of every spec of a
+    trace ask for them."""
     if ranges is None or "input_dims" not in ranges.column_names:
-        return set()
+        return frozenset()
+    return per_table("param_shapes", ranges, _param_shapes)
+
+
+def _param_shapes(ranges: pa.Table) -> frozenset[tuple[int, ...]]:
     # only the parameter-owning ops' rows leave Arrow (to_pylist costs a microsecond a value)
     ranges = ranges.filter(pc.is_in(ranges["name"], pa.array(list(PARAM_INPUTS), pa.string())))
     names = pylist(ranges["name"])
@@ -170,7 +176,7 @@ def param_shapes(ranges: pa.Table) -> set[tuple[int, ...]]:
                     if key:
                         out.add(key)
                         out.add(key[::-1])
-    return out
+    return frozenset(out)
 
 
 @dataclass(frozen=True)
@@ -344,19 +350,23 @@ def _range_index(ranges: pa.Table) -> tuple[list[int], list, dict[int, int], dic
     its table."""
     def index(t: pa.Table) -> tuple:
         ids = t["range_id"].to_pylist()
-        parent = pc.fill_null(t["parent"], -1).to_pylist()
+        parent = pc.fill_null(t["parent"], -1).to_pylist() if "parent" in t.column_names \
+            else [-1] * len(ids)
         dims = t["input_dims"].to_pylist() if "input_dims" in t.column_names else \
             [None] * len(ids)
         return parent, dims, {r: i for i, r in enumerate(ids)}, {}
     return per_table("range_index", ranges, index)
 
 
+def range_rows(ranges: pa.Table) -> dict[int, int]:
+    """Range id -> its row in RANGES, made once per table (``_range_index``)."""
+    return _range_index(ranges)[2]
+
+
 def batch_of(ranges: pa.Table, candidates: Iterable[int]) -> tuple[int | None, str]:
     """The traced batch: the leading dimension of the first tensor input of the ops
     CANDIDATES (range ids, in trace order), the most common one; and how it was found."""
-    ids = ranges["range_id"].to_numpy()
-    pos = {int(r): i for i, r in enumerate(ids)}
-    dims = ranges["input_dims"].to_pylist()
+    _, dims, pos, _ = _range_index(ranges)
     names = pylist(ranges["name"])
     seen: dict[int, int] = {}
     first: tuple[int, str] | None = None
@@ -402,8 +412,7 @@ def task_ops(task_kind: np.ndarray, task_range: np.ndarray, launch_api: np.ndarr
         return TaskOps(op, names, types)
     rid = np.asarray(task_range, np.int64)[np.asarray(launch_api, np.int64)]
     gpu = np.asarray(launch_gpu, np.int64)
-    ids = ranges["range_id"].to_numpy()
-    pos = {int(r): i for i, r in enumerate(ids)}
+    pos = range_rows(ranges)
     rn = pylist(ranges["name"])
     for t, r in zip(gpu, rid, strict=True):
         i = pos.get(int(r))
@@ -413,7 +422,7 @@ def task_ops(task_kind: np.ndarray, task_range: np.ndarray, launch_api: np.ndarr
         return TaskOps(op, names, types)
     op[gpu] = op_of_task(rid, ranges)
     rt = ranges["input_types"].to_pylist() if "input_types" in ranges.column_names else \
-        [None] * len(ids)
+        [None] * ranges.num_rows
     for t in np.flatnonzero(op >= 0):
         i = pos[int(op[t])]
         names[t], types[t] = rn[i], rt[i]

@@ -164,7 +164,7 @@ def predict(g: Graph, ctx: Context, size: int, traced: int = 0,
         notes.append("batch: the trace's GPU is not in the GPU table (transforms/hardware.py): "
                       "no roofline, each kernel's work scales with its op's bytes")
     # -- the work of every op at b and at N
-    params = wk.param_shapes(ranges) if ranges is not None else set()
+    params = wk.param_shapes(ranges) if ranges is not None else frozenset()
     if seq_arg is not None:
         plain = not any(traced_seq in shape for shape in params)
         seq_arg = (traced_seq, r, plain)
