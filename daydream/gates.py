@@ -15,7 +15,10 @@ API and every ``predict --all`` worker report the same gates: ``check`` gives a 
 - ``floor``: no prediction beats the work left in the rewritten graph: its step is at least
   the busiest CPU thread's own work per used iteration (the floor when only the GPU got
   faster) and the busiest GPU stream's busy time per used iteration (the floor when only the
-  CPU got faster), less ``FLOOR_TOL``. Both floors are reported.
+  CPU got faster), less ``FLOOR_TOL``. Both floors are reported, and beside them the threads
+  that never work at once (``chained_threads``: the main thread waiting in backward() while
+  the autograd thread works), whose work adds up: information on what a faster GPU cannot
+  shorten, not a gate, since two threads may also have missed each other by chance.
 - ``applies``: an optimization that says it does not apply (a note with "does not apply")
   changes nothing (the prediction equals the baseline); and a chain that changed nothing says
   why (one of its notes says "unchanged" or "does not apply").
@@ -60,10 +63,14 @@ def is_in(col: pa.ChunkedArray, values: tuple[str, ...]) -> np.ndarray:
                         False).to_numpy(zero_copy_only=False)
 
 
-def floors(tables: dict[str, pa.Table], rep) -> dict:
+def floors(tables: dict[str, pa.Table], rep, recorded: tuple | None = None) -> dict:
     """The busiest CPU thread's own work and the busiest GPU stream's own work per used
     iteration of REP (ms): the tasks' own costs (``dur_ns``) in TABLES, without the waiting
-    the graph keeps as slack (a collective waiting for its peers does no work)."""
+    the graph keeps as slack (a collective waiting for its peers does no work). And the
+    threads that never work at once (``chained_threads``) with their work added up: chosen
+    where their times are the trace's, in RECORDED (the baseline's tables and replay; TABLES
+    where not given: a rewrite places inserted tasks at their anchors' times, not on one
+    timeline), their work taken from TABLES."""
     mask, n = _used(rep, tables)
     unit = tables["task"]["unit_id"].to_numpy(zero_copy_only=False)
     work = tables["task"]["dur_ns"].to_numpy(zero_copy_only=False).astype(np.float64)
@@ -78,7 +85,82 @@ def floors(tables: dict[str, pa.Table], rep) -> dict:
         u = int(np.argmax(per))
         out[f"{key}_ms"] = float(per[u]) / n / 1e6
         out[f"{key}_unit"] = names.get(u, str(u))
+        if key == "cpu":
+            chain = _chain_names(*(recorded or (tables, rep)))
+            picked = [u for u in range(len(per)) if names.get(u) in chain]
+            if len(picked) > 1:
+                out["chain_ms"] = float(per[picked].sum()) / n / 1e6
+                out["chain_units"] = [names[u] for u in
+                                      sorted(picked, key=lambda u: (-per[u], u))]
     return out
+
+
+def _chain_names(tables: dict[str, pa.Table], rep) -> frozenset[str]:
+    """The names of the threads that never work at once in TABLES' used iterations of REP;
+    once per task table and used iterations (``base.memo``): every spec of a trace has the
+    same baseline."""
+    from daydream.base.memo import per_tables
+    used = ",".join(str(i.index) for i in rep.iterations if i.used)
+    return per_tables(f"chained_threads:{used}", (tables["task"], tables["unit"]),
+                      lambda *_: _chain_of(tables, rep))
+
+
+def _chain_of(tables: dict[str, pa.Table], rep) -> frozenset[str]:
+    """``_chain_names``, computed."""
+    mask, _ = _used(rep, tables)
+    sel = mask & is_in(tables["task"]["kind"], CPU_KINDS)
+    t = tables["task"]
+    unit = t["unit_id"].to_numpy(zero_copy_only=False)[sel]
+    work = t["dur_ns"].to_numpy(zero_copy_only=False)[sel].astype(np.int64)
+    start = t["start_ns"].to_numpy(zero_copy_only=False)[sel]
+    if not len(unit):
+        return frozenset()
+    names = dict(zip(tables["unit"]["unit_id"].to_pylist(), tables["unit"]["name"].to_pylist(),
+                     strict=False))
+    chain = chained_threads(unit, start, work, np.bincount(unit, weights=work))
+    return frozenset(names[u] for u in chain if u in names) if len(chain) > 1 else frozenset()
+
+
+# A thread joins the chain when at most this share of its own work overlaps the chain's: the
+# share bench/bounds.py allows the threads it takes one after another
+CHAIN_OVERLAP = 0.01
+
+
+def chained_threads(unit: np.ndarray, start: np.ndarray, work: np.ndarray,
+                    per: np.ndarray) -> list[int]:
+    """The threads whose own work (each task's [start, start + work), ns) never overlaps:
+    from the busiest (PER: work per unit), each next busiest thread whose work overlaps the
+    chain's by at most CHAIN_OVERLAP of its own. The main thread and the autograd thread
+    hand work to each other (one waits in backward() while the other works), so no schedule
+    of their work is shorter than its sum."""
+    keep = work > 0
+    unit, start, work = unit[keep], start[keep], work[keep]
+    chain: list[int] = []
+    cs = ce = np.zeros(0, np.int64)
+    for u in np.argsort(-per, kind="stable"):
+        if per[u] <= 0:
+            break
+        m = unit == u
+        s, e = start[m], start[m] + work[m]
+        ms, me = _merge(np.concatenate((cs, s)), np.concatenate((ce, e)))
+        overlap = int((e - s).sum()) - (int((me - ms).sum()) - int((ce - cs).sum()))
+        if overlap <= CHAIN_OVERLAP * int((e - s).sum()):
+            chain.append(int(u))
+            cs, ce = ms, me
+    return chain
+
+
+def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [s, e) as sorted disjoint intervals."""
+    if not len(s):
+        return s, e
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(len(s), bool)
+    new[1:] = s[1:] > reach[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx)
 
 
 def grown(base_tables: dict[str, pa.Table], base, tables: dict[str, pa.Table], pred,
@@ -144,7 +226,7 @@ def check(spec: str | None, notes: list[str], baseline_ms: float | None,
         out.append({"name": "slowdown_named", "ok": why.startswith("; tasks"),
                     "note": f"{spec} predicts {baseline_ms:.2f} -> {predicted_ms:.2f} ms"
                     + why})
-    f = floors(tables, pred)
+    f = floors(tables, pred, (base_tables, base))
     if predicted_ms and f:
         floor = max(f.get("cpu_ms", 0.0), f.get("gpu_ms", 0.0))
         ok = predicted_ms >= floor * (1 - FLOOR_TOL)
@@ -152,7 +234,10 @@ def check(spec: str | None, notes: list[str], baseline_ms: float | None,
                     "note": (f"predicted {predicted_ms:.2f} ms vs the work left per iteration: "
                              f"CPU {f.get('cpu_ms', 0):.2f} ms ({f.get('cpu_unit')}), GPU "
                              f"{f.get('gpu_ms', 0):.2f} ms ({f.get('gpu_unit')})"
-                             + ("" if ok else ": the prediction beats the floor"))})
+                             + ("" if ok else ": the prediction beats the floor")
+                             + (f"; threads that never work at once, one after another: "
+                                f"{f['chain_ms']:.2f} ms ({' + '.join(f['chain_units'])})"
+                                if "chain_ms" in f else ""))})
     if baseline_ms and predicted_ms:
         same = abs(predicted_ms - baseline_ms) <= SAME_TOL * baseline_ms
         said = "does not apply" in text

@@ -91,3 +91,37 @@ def test_grown_holds_no_string_per_task():
     finally:
         tracemalloc.stop()
     assert peak < 20 << 20, f"{peak >> 20} MB for {n} tasks"  # per task strings: 200 MB
+
+
+def test_chained_threads_by_hand():
+    """Hand-made tasks (ns): thread 0 works 0-10 and 30-40; thread 1 works 10-30 (it takes
+    over while 0 waits: a handoff); thread 2 works 5-9, inside 0's work; thread 3 works
+    40-41, after everything. From the busiest (0 and 1, 20 ns each, in unit order): 0 joins,
+    1 overlaps it by nothing and joins, 2 overlaps wholly and stays out, 3 joins."""
+    import numpy as np
+
+    from daydream.gates import chained_threads
+    unit = np.array([0, 0, 1, 2, 3])
+    start = np.array([0, 30, 10, 5, 40])
+    work = np.array([10, 10, 20, 4, 1])
+    per = np.bincount(unit, weights=work)
+    assert chained_threads(unit, start, work, per) == [0, 1, 3]
+    # one ns of overlap in 20 (5%) is more than CHAIN_OVERLAP allows: thread 1 stays out
+    start[2] = 9
+    assert chained_threads(unit, start, work, per) == [0, 3]
+
+
+def test_the_floor_gate_names_the_threads_that_hand_work_to_each_other(tmp_path):
+    """recsys_v100_rank1_of2 at GPU x0.5: its main thread and autograd thread never work at
+    once (0.02 ms of overlap in 5 steps, read from the raw trace: tests/daydream/
+    test_gpu_bound.py), so the gate reports them one after another; by the judge's rule the
+    two sum to 59-66 ms a step (bench/bounds.py), the busiest alone to under 38 ms, and the
+    graph counts at least that much of their work. A prediction cannot be shorter."""
+    half = "scale(select=\"kind IN ('kernel','memcpy','memset','comm')\",factor=0.5)"
+    d = api.predict(str(DATA / "kineto" / "recsys_v100_rank1_of2.json.gz"), tmp_path,
+                    opts=[half])
+    f = next(g for g in d.gates if g.name == "floor")
+    assert sorted(f.floor["chain_units"]) == ["thread 2568503:2568503",
+                                              "thread 2568503:2575472"]
+    assert f.floor["cpu_ms"] < 40 and 59 <= f.floor["chain_ms"] <= d.predicted_ms
+    assert "one after another" in f.note
