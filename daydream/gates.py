@@ -133,34 +133,23 @@ def chained_threads(unit: np.ndarray, start: np.ndarray, work: np.ndarray,
     chain's by at most CHAIN_OVERLAP of its own. The main thread and the autograd thread
     hand work to each other (one waits in backward() while the other works), so no schedule
     of their work is shorter than its sum."""
+    from daydream.breakdown import union_ns
     keep = work > 0
     unit, start, work = unit[keep], start[keep], work[keep]
     chain: list[int] = []
     cs = ce = np.zeros(0, np.int64)
+    chain_ns = 0
     for u in np.argsort(-per, kind="stable"):
         if per[u] <= 0:
             break
         m = unit == u
-        s, e = start[m], start[m] + work[m]
-        ms, me = _merge(np.concatenate((cs, s)), np.concatenate((ce, e)))
-        overlap = int((e - s).sum()) - (int((me - ms).sum()) - int((ce - cs).sum()))
-        if overlap <= CHAIN_OVERLAP * int((e - s).sum()):
+        s, e = np.concatenate((cs, start[m])), np.concatenate((ce, start[m] + work[m]))
+        both_ns = union_ns(s, e)
+        own_ns = int(work[m].sum())
+        if own_ns - (both_ns - chain_ns) <= CHAIN_OVERLAP * own_ns:  # the overlap is small
             chain.append(int(u))
-            cs, ce = ms, me
+            cs, ce, chain_ns = s, e, both_ns
     return chain
-
-
-def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [s, e) as sorted disjoint intervals."""
-    if not len(s):
-        return s, e
-    o = np.argsort(s, kind="stable")
-    s, e = s[o], e[o]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), bool)
-    new[1:] = s[1:] > reach[:-1]
-    idx = np.flatnonzero(new)
-    return s[idx], np.maximum.reduceat(e, idx)
 
 
 def grown(base_tables: dict[str, pa.Table], base, tables: dict[str, pa.Table], pred,
