@@ -88,7 +88,7 @@ class PoolRunner(Runner):
         # and outlives them: a Linux parent-death signal is bound to that thread)
         self._pool = ProcessPoolExecutor(max_workers=workers,
                                          mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=exit_with_parent, initargs=(os.getpid(),))
+                                         initializer=_worker_start, initargs=(os.getpid(),))
         self._futs: dict[Future, Any] = {}
 
     def submit(self, tag, fn, *args) -> None:
@@ -237,6 +237,18 @@ def exit_with_parent(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _worker_start(parent: int) -> None:
+    """What a local pool worker runs first: it ends with its driver (``exit_with_parent``),
+    and when the pool lets it go, at once (``base.ending.end_without_teardown``, an exit
+    handler of its own: it runs after the worker's last result is sent, and after
+    multiprocessing's finalizers, which a spawned process runs before its exit handlers)."""
+    exit_with_parent(parent)
+    import atexit
+
+    from daydream.base.ending import end_without_teardown
+    atexit.register(end_without_teardown)
 
 
 def _failed(e: BaseException) -> dict:

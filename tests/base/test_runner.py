@@ -233,3 +233,41 @@ def test_started_early_has_the_workers_asked_for():
     finally:
         r.close()
     assert started_early(1, None) is None
+
+
+class _SaysWhenFreed:
+    """Writes its path when it is freed: at the interpreter's teardown, for one held by a
+    module of a process that ends the usual way."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __del__(self) -> None:
+        Path(self.path).write_text("freed")
+
+
+_held: list[_SaysWhenFreed] = []
+
+
+def _hold_until_exit(path: str) -> int:
+    """A task: an object held by this module, which only a teardown frees."""
+    _held.append(_SaysWhenFreed(path))
+    return os.getpid()
+
+
+def test_a_pool_worker_ends_without_the_interpreters_teardown(tmp_path):
+    """A local pool worker let go by ``close`` ends at once (base.ending.end_without_teardown,
+    run as its exit handler), not through the interpreter's teardown, which the driver's
+    close would wait for (0.1 s for a worker that had predicted a fleet): what only that
+    teardown does (free what modules hold) is never done, and the worker has ended, with
+    status 0, by the time close returns."""
+    from daydream.base.runner import PoolRunner
+
+    runner = PoolRunner(1)
+    with runner:
+        runner.submit("a", _hold_until_exit, str(tmp_path / "freed"))
+        [(tag, pid)] = list(runner.next_done())
+        procs = list(runner._pool._processes.values())
+    assert tag == "a" and pid != os.getpid()
+    assert [p.exitcode for p in procs] == [0]
+    assert not (tmp_path / "freed").exists()

@@ -313,6 +313,55 @@ def test_ingest_through_main_prints_and_stores_what_the_typer_command_does(tmp_p
         assert ("bad.json" in err) == (bad in files)
 
 
+def test_predict_through_main_prints_and_stores_what_the_typer_command_does(tmp_path):
+    """`python -m daydream predict` ends its process without the interpreter's teardown
+    (daydream/__main__.py), as ingest does: what it printed into a pipe, its exit status and
+    the predictions it stored are what the typer command gives, for a fleet (with a spawned
+    worker), one trace, and commands that fail."""
+    import shutil
+    import subprocess
+    import sys
+
+    from daydream.graphstore import sql_query
+
+    base = tmp_path / "base"
+    files = [DATA / "kineto" / n for n in ("event_sync_single_stream.json.gz",
+                                            "event_sync_multi_stream.json.gz")]
+    p = subprocess.run([sys.executable, "-m", "daydream", "ingest", *map(str, files),
+                        "--store", str(base), "-j", "1"], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    one = p.stdout.split()[0]  # a stored trace id
+    cases = {"all": ["--all", "--opt", "amp", "--opt", "cuda_graphs", "--workers", "2",
+                     "--format", "csv"],
+             "one": [one, "--opt", "amp", "--format", "csv"],
+             "bad_spec": ["--all", "--opt", "no_such_optimization"],
+             "no_graph": ["--all", "--opt", "amp", "--store", str(tmp_path / "empty")]}
+    for case, args in cases.items():
+        got = []
+        for how, cmd in (("main", ["-m", "daydream"]), ("typer", ["-c", TYPER_ONLY])):
+            root = tmp_path / f"{how}-{case}"
+            shutil.copytree(base, root)
+            p = subprocess.run([sys.executable, *cmd, "predict", *args, "--store", str(root)]
+                               if "--store" not in args else
+                               [sys.executable, *cmd, "predict", *args],
+                               capture_output=True, text=True, cwd=ROOT)
+            stored = sql_query.run_sql(root, "SELECT trace_id, spec, predicted_ms FROM "
+                                       "prediction ORDER BY ALL").to_pylist() \
+                if case == "all" else None
+            got.append((p.returncode, p.stdout.replace(str(root), "STORE"),
+                        p.stderr.replace(str(root), "STORE"), stored))
+        assert got[0] == got[1], case
+        code, out, err, stored = got[0]
+        assert code == (0 if case in ("all", "one") else 1), (case, err)
+        if case == "all":
+            assert len(stored) == 4 and out.count("\n") >= 5
+        elif case == "one":
+            assert "amp" in out
+        else:
+            assert err.startswith("error: ") and "Traceback" not in err
+
+
 def _sample(p) -> str:
     """A value of parameter P's type, as a command line gives it."""
     return {int: "3", Path: "some/path", str: "x y"}[p.type]
