@@ -342,9 +342,8 @@ def test_predict_through_main_prints_and_stores_what_the_typer_command_does(tmp_
         for how, cmd in (("main", ["-m", "daydream"]), ("typer", ["-c", TYPER_ONLY])):
             root = tmp_path / f"{how}-{case}"
             shutil.copytree(base, root)
-            p = subprocess.run([sys.executable, *cmd, "predict", *args, "--store", str(root)]
-                               if "--store" not in args else
-                               [sys.executable, *cmd, "predict", *args],
+            store = [] if "--store" in args else ["--store", str(root)]
+            p = subprocess.run([sys.executable, *cmd, "predict", *args, *store],
                                capture_output=True, text=True, cwd=ROOT)
             stored = sql_query.run_sql(root, "SELECT trace_id, spec, predicted_ms FROM "
                                        "prediction ORDER BY ALL").to_pylist() \
