@@ -31,6 +31,13 @@ class Runner:
 
     workers = 1
 
+    @property
+    def in_flight(self) -> int:
+        """How many tasks a caller keeps submitted before it collects finished ones: each
+        worker busy with one and one queued behind it (memory stays bounded over thousands of
+        tasks, and an interrupt loses little work)."""
+        return 2 * self.workers
+
     def submit(self, tag: Any, fn: Callable, *args) -> None:
         raise NotImplementedError
 
@@ -134,6 +141,15 @@ class SharedRunner(PoolRunner):
         if warm is not None:  # the workers start now, beside the driver's reading
             for _ in range(workers - 1):
                 self._pool.submit(warm)
+
+    @property
+    def in_flight(self) -> int:
+        """The pool's workers busy and queued as ``Runner.in_flight`` has them, and one task
+        here: the caller collects after each task it ran here and refills the pool's queue
+        before it runs dry. With two here per collection, a single worker's queue (two tasks
+        of the same size) ran dry as often as not: it was idle 0.9 of 3.1 s predicting 100
+        DLRM traces, 0.56 of 2.4 s ingesting 100 BERT-small ones."""
+        return 2 * (self.workers - 1) + 1
 
     def next_inline(self) -> bool:
         return len(self._futs) >= 2 * (self.workers - 1)

@@ -264,7 +264,7 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
         runner = None
     if runner is None:
         runner = make_runner(workers, ray, tasks=len(items), share=warm_worker)
-    limit = 2 * runner.workers
+    limit = runner.in_flight
     try:
         with runner:
             queue = iter(_chunks(root, items))

@@ -219,9 +219,7 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
             runner = None
         if runner is None:
             runner = make_runner(jobs, ray, tasks=n, share=None if big else warm)
-        # never more in flight than the workers can take, plus one each queued: memory stays
-        # bounded over thousands of files and an interrupt loses little work
-        limit = 2 * runner.workers
+        limit = runner.in_flight
         with runner:
             queue = iter(items)
             while True:

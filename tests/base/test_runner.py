@@ -172,7 +172,7 @@ def test_shared_runner_runs_tasks_here_and_in_its_worker(tmp_path):
     with runner:
         todo = iter(range(40))
         while True:
-            while runner.pending() < 2 * runner.workers:
+            while runner.pending() < runner.in_flight:
                 k = next(todo, None)
                 if k is None:
                     break
@@ -188,6 +188,52 @@ def test_shared_runner_runs_tasks_here_and_in_its_worker(tmp_path):
     worker = {p for p in got.values() if p != os.getpid()}
     assert len(worker) == 1
     assert int(warm_file.read_text()) in worker  # the warm-up ran in that worker
+
+
+def _counting_runner():
+    """A SharedRunner of two workers that records how many tasks ran in this process
+    between two collections of finished ones (``next_done``)."""
+    from daydream.base.runner import SharedRunner
+
+    class Counting(SharedRunner):
+        def __init__(self) -> None:
+            super().__init__(2)
+            self.here_between: list[int] = []
+            self._here_now = 0
+
+        def submit(self, tag, fn, *args) -> None:
+            self._here_now += self.next_inline()
+            super().submit(tag, fn, *args)
+
+        def next_done(self):
+            self.here_between.append(self._here_now)
+            self._here_now = 0
+            yield from super().next_done()
+
+    return Counting()
+
+
+def test_drivers_collect_after_each_task_they_run_themselves(tmp_path):
+    """Batch ingest and predict --all, given a SharedRunner, run one task in this process
+    between two collections (``Runner.in_flight``), so that the spawned worker's queue (two
+    tasks) is refilled before it runs dry; two here at a time left it idle for a quarter of
+    a fleet's run."""
+    from daydream import api, fleet
+    from daydream.ingest.batch_ingest import ingest
+    from daydream.ingest.store import Store
+    from tests.daydream.variants import make_variants
+
+    files = make_variants([DATA / "kineto" / "mi250_toy_train_rocm.json.gz"], 12, tmp_path / "in")
+    r = _counting_runner()
+    rep = ingest(files, Store(tmp_path / "a"), runner=r)
+    assert rep.count("ingested") == 12
+    assert max(r.here_between) == 1 and sum(r.here_between) > 0, r.here_between
+    root = tmp_path / "b"
+    api.ingest(files, root, jobs=1, strict=True)
+    r = _counting_runner()
+    rep = fleet.predict_all(root, ["amp"], runner=r)
+    assert rep.count("predicted") == 12
+    assert max(r.here_between) == 1 and sum(r.here_between) > 0, r.here_between
 
 
 def test_shared_runner_is_not_used_for_isolated_work():
