@@ -127,7 +127,8 @@ class PoolRunner(Runner):
 
 class SharedRunner(PoolRunner):
     """``workers`` in all: this process and ``workers - 1`` spawned ones. A task goes to the
-    pool while the pool has fewer than two queued per process, else it runs here, at once.
+    pool while the pool has fewer than two queued per spawned process, else it runs here, at
+    once.
     For a batch whose tasks are small beside a process's start (a fleet's predictions, ~10
     ms each, against ~0.3 s for a worker to import the pipeline, ~0.7 s where numba loads its
     kernels, not compiled ahead of time): the
