@@ -514,37 +514,48 @@ class Loader:
     opened read-write briefly and rarely and readers get their turn in between. Traces are
     committed to the activity store first: one killed before its graph is written has no graph,
     and the next ingest (``missing``) builds it. A batch is written when it holds ``batch``
-    graphs or ``max_rows`` rows, or ``every_s`` after the last: DuckDB's cost per trace halves
-    once a batch's rows span some three of its row groups (a fleet's BERT-small graphs, 8,000
-    rows each, in fresh databases: 8-9 ms per trace in batches of 40-80, 4.1-4.8 ms in batches
-    of 96-256; 512 of them in batches of 64, 4.0 s of CPU, of 128, 2.2 s), so a batch is 256
-    graphs at most, not 64.
+    graphs or ``max_rows`` rows, or ``every_s`` after the last: a transaction costs some 35 ms
+    whatever it holds (a batch of one BERT-small graph, 8,000 rows, in a store of 100 took
+    39 ms; of 49, 5.4 ms a graph), so a batch is 256 graphs at most, not one.
 
     A batch is written on a thread of its own (``base.store.shared_between_threads`` lets the
     driver commit traces meanwhile) while the next fills, and ``flush`` writes the last one:
-    the fleet's work that waits for the last graph is that batch alone. ``expected``, the
-    graphs the ingest will bring, makes the first batch half of them where that is fewer than
-    ``batch`` (100 BERT-small graphs written at the end took 0.47 s after the last conversion;
-    the first 50 written beside the others' conversions leave half of that)."""
+    the fleet's work that waits for the last graph is that batch alone. So, given
+    ``expected`` (the graphs the ingest will bring), batches halve: the first is half of them
+    (where that is fewer than ``batch``), each next one half of those still to come, never
+    under ``MIN_BATCH`` (100 BERT-small graphs: 50, 25, 13, 8, and 4 left for ``flush``; the
+    command ended 0.14-0.16 s after the last conversion, and 0.31-0.34 s where ``flush``
+    wrote the other 50)."""
+
+    MIN_BATCH = 8
 
     def __init__(self, store: Store, batch: int = 256, every_s: float = 5.0,
                  max_rows: int = 2_000_000, expected: int | None = None) -> None:
         self.store = store
         self.batch, self.every_s, self.max_rows = batch, every_s, max_rows
+        self.expected = expected
         if expected is not None:
             self.batch = max(1, min(batch, -(-expected // 2)))
+        self._floor = min(self.MIN_BATCH, self.batch)
+        self._handed = 0  # graphs handed to the writer so far
         self._queue: dict[str, dict[str, pa.Table] | Path] = {}
         self._rows = 0
         self._last = time.monotonic()
         self._writing: Future | None = None
         self.loaded: set[str] = set()
 
+    def _limit(self) -> int:
+        """The graphs the batch being filled is written at."""
+        if self.expected is None or not self._handed:
+            return self.batch
+        return max(self._floor, min(self.batch, -(-(self.expected - self._handed) // 2)))
+
     def add(self, trace_id: str, tables: dict[str, pa.Table] | Path) -> None:
         """Queue a graph: its tables, or the folder :func:`stage_graph` wrote it to."""
         self._queue[trace_id] = tables
         if not isinstance(tables, Path):
             self._rows += sum(t.num_rows for t in tables.values())
-        if (len(self._queue) >= self.batch or self._rows >= self.max_rows
+        if (len(self._queue) >= self._limit() or self._rows >= self.max_rows
                 or time.monotonic() - self._last >= self.every_s):
             self._write(behind=True)
 
@@ -559,6 +570,7 @@ class Loader:
         if not self._queue:
             return []
         batch, self._queue, self._rows = self._queue, {}, 0
+        self._handed += len(batch)
         if not behind:
             return self._commit(batch)
         self._writing = _later(True, self._commit, batch)

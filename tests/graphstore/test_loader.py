@@ -58,6 +58,49 @@ def test_a_batch_is_written_behind_and_flush_writes_the_rest(tmp_path: Path) -> 
     assert n == {IDS[0]: 14, IDS[1]: 3, IDS[2]: 14, IDS[3]: 3, IDS[4]: 14}
 
 
+def test_batches_halve_so_that_few_graphs_wait_for_flush(tmp_path: Path) -> None:
+    """With 100 graphs expected: batches of 50, then half of those still to come (25, 13),
+    never under MIN_BATCH (8), and the 4 left written by flush; every graph written once."""
+    st = Store(tmp_path / "s")
+    loader = Loader(st, expected=100)
+    sizes: list[int] = []
+    commit = loader._commit
+
+    def counted(batch):
+        sizes.append(len(batch))
+        return commit(batch)
+
+    loader._commit = counted
+    ids = [f"{k:020x}" for k in range(1, 101)]
+    g = graph(trace_b)
+    with shared_between_threads(st.root):
+        for tid in ids:
+            loader.add(tid, g)
+        loader.flush()
+    assert sizes == [50, 25, 13, 8, 4]
+    assert db.trace_ids(st.root) == ids
+
+
+def test_a_writer_adds_row_groups_of_row_group_rows(tmp_path: Path) -> None:
+    """A graph of 40,000 tasks (hand-made: trace B's tasks repeated) is inserted in row groups
+    of ROW_GROUP_ROWS (16,384): three, where DuckDB's default (122,880) makes one."""
+    import pyarrow as pa
+    st = Store(tmp_path / "s")
+    g = graph(trace_b)
+    task = g["task"]
+    reps = -(-40_000 // task.num_rows)
+    big = pa.concat_tables([task] * reps).slice(0, 40_000)
+    big = big.set_column(big.schema.get_field_index("task_id"), "task_id",
+                         pa.array(range(40_000), pa.int64()))
+    g = {**g, "task": big, "edge": g["edge"].slice(0, 0)}
+    db.write_traces(st.root, {IDS[0]: g})
+    with db.connect(st.root) as con:
+        groups = con.execute("SELECT count(DISTINCT row_group_id) FROM pragma_storage_info('task')"
+                             ).fetchone()[0]
+    assert groups == 3
+    assert db.ROW_GROUP_ROWS == 16_384
+
+
 def test_an_error_of_a_batch_written_behind_is_raised_by_the_next_call(tmp_path: Path
                                                                         ) -> None:
     st = Store(tmp_path / "s")
