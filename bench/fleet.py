@@ -171,23 +171,16 @@ def _reference_loop_s() -> float:
     return best
 
 
-_LOOP = ("import time\nt = time.perf_counter()\ns = 0\nfor i in range(10_000_000):\n"
-         "    s += i\nprint(time.perf_counter() - t)")
-
-
 def _reference_loop_all_cores_s() -> float:
-    """Seconds of ``_reference_loop_s``'s loop run on every core at once (one process each,
-    the slowest), best of 3: how fast this machine runs work that fills its cores, as a
-    fleet's commands do. It moves apart from the one-core figure: within half an hour of one
-    session, the same ingest of 100 traces on 2 cores took 2.3 s and 2.9 s (4.0 and 5.2 CPU
-    seconds) while the one-core loop stayed at 0.27 s."""
-    import subprocess
-    best = float("inf")
-    for _ in range(3):
-        procs = [subprocess.Popen([sys.executable, "-c", _LOOP], stdout=subprocess.PIPE,
-                                  text=True) for _ in range(os.cpu_count() or 1)]
-        best = min(best, max(float(p.communicate()[0]) for p in procs))
-    return best
+    """``_reference_loop_s`` run on every core at once (one process each, the slowest): how
+    fast this machine runs work that fills its cores, as a fleet's commands do. It moves
+    apart from the one-core figure: within half an hour of one session, the same ingest of
+    100 traces on 2 cores took 2.3 s and 2.9 s (4.0 and 5.2 CPU seconds) while the one-core
+    loop stayed at 0.27 s."""
+    code = "from bench.fleet import _reference_loop_s; print(_reference_loop_s())"
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
+                              text=True) for _ in range(os.cpu_count() or 1)]
+    return max(float(p.communicate()[0]) for p in procs)
 
 
 def section(n: int = 1000, workers: tuple[int, ...] = (1, 2)) -> list[str]:

@@ -536,7 +536,6 @@ class Loader:
         self.expected = expected
         if expected is not None:
             self.batch = max(1, min(batch, -(-expected // 2)))
-        self._floor = min(self.MIN_BATCH, self.batch)
         self._handed = 0  # graphs handed to the writer so far
         self._queue: dict[str, dict[str, pa.Table] | Path] = {}
         self._rows = 0
@@ -545,10 +544,12 @@ class Loader:
         self.loaded: set[str] = set()
 
     def _limit(self) -> int:
-        """The graphs the batch being filled is written at."""
-        if self.expected is None or not self._handed:
+        """The graphs the batch being filled is written at (the first: ``batch``, half the
+        expected ones)."""
+        if self.expected is None:
             return self.batch
-        return max(self._floor, min(self.batch, -(-(self.expected - self._handed) // 2)))
+        half = -(-(self.expected - self._handed) // 2)
+        return max(min(self.MIN_BATCH, self.batch), min(self.batch, half))
 
     def add(self, trace_id: str, tables: dict[str, pa.Table] | Path) -> None:
         """Queue a graph: its tables, or the folder :func:`stage_graph` wrote it to."""
