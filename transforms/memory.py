@@ -39,7 +39,6 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -198,9 +197,10 @@ def _optimizer(name: pa.ChunkedArray) -> str | None:
 def _range_layers(g, range_ids: list[int]) -> dict[int, str]:
     """Range id -> layer for RANGE_IDS, from the CPU tasks labelled with both (the last such
     task's layer where several share a range)."""
-    t = g.task.select("range_id", "layer").filter(
-        pl.col("range_id").is_in(range_ids) & pl.col("layer").is_not_null())
-    return dict(zip(t["range_id"].to_list(), t["layer"].to_list(), strict=True))
+    rid = g.array("range_id", -1)
+    layer = g.array("layer")
+    rows = np.flatnonzero(np.isin(rid, np.asarray(range_ids, np.int64)) & (layer != None))  # noqa: E711
+    return dict(zip(rid[rows].tolist(), layer[rows].tolist(), strict=True))
 
 
 def device_bytes(ctx_device: dict | None) -> int | None:

@@ -29,6 +29,8 @@ import pyarrow.compute as pc
 from daydream.base.errors import DaydreamError
 from daydream.graphstore.schema import GPU_KINDS, POLICIES
 
+# The graph's tables, in the order a Graph takes them.
+TABLES = ("task", "edge", "unit", "iteration", "layer")
 # Where an anchor attaches on its source and destination.
 _SRC_POINT = {"end_start": "end", "start_start": "start", "end_end": "end"}
 _DST_POINT = {"end_start": "start", "start_start": "start", "end_end": "end"}
@@ -48,8 +50,18 @@ def _plain(t: pa.Table) -> pa.Table:
     for i, f in enumerate(t.schema):  # only those columns: a table cast costs every column
         if pa.types.is_dictionary(f.type):
             t = t.set_column(i, pa.field(f.name, f.type.value_type, f.nullable),
-                             t.column(i).cast(f.type.value_type))
+                             _plain_column(t.column(i)))
     return t
+
+
+def _plain_column(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """An ENUM column (an Arrow dictionary) as plain strings; any other as it is."""
+    return col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
+
+
+def _mask(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A boolean Arrow column as numpy, null as False."""
+    return pc.fill_null(col, False).to_numpy(zero_copy_only=False)
 
 
 def isin(values: np.ndarray, allowed) -> np.ndarray:
@@ -85,75 +97,148 @@ def _as_array(s: pl.Series, null=None) -> np.ndarray:
     return out
 
 
-def _column(name: str, values: list, dtype: pl.DataType) -> pl.Series:
-    """VALUES as a column of DTYPE: cast where Polars reads them as another type (as a
-    frame's ``cast`` to the table's schema would)."""
-    s = pl.Series(name, values, strict=False)
-    return s if s.dtype == dtype else s.cast(dtype)
+def _arrow_array(col: pa.ChunkedArray, name: str, null=None) -> np.ndarray:
+    """``_as_array`` of an Arrow task column: a dictionary column (an ENUM) decoded through
+    its dictionary, one Python string per value it names rather than per row."""
+    if pa.types.is_dictionary(col.type):
+        parts = []
+        for ch in col.chunks:
+            values = np.array([*ch.dictionary.to_pylist(), null], object)
+            idx = ch.indices.cast(pa.int64())
+            if ch.null_count:
+                idx = pc.fill_null(idx, len(ch.dictionary))
+            parts.append(values[idx.to_numpy()])
+        out = np.concatenate(parts) if len(parts) != 1 else parts[0]
+        if not parts:
+            out = np.empty(0, object)
+    elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        out = col.to_numpy()  # objects: str, None for null
+        if null is not None and col.null_count:
+            out[out == None] = null  # noqa: E711 (elementwise)
+    elif col.null_count:
+        if null is None:
+            raise DaydreamError(f"task column {name!r} has nulls: give NULL")
+        out = pc.fill_null(col, null).to_numpy()
+    else:
+        out = col.to_numpy()
+    out.setflags(write=False)
+    return out
+
+
+def _arrow_cast(values: pa.Array, to: pa.DataType) -> pa.Array:
+    """VALUES (a column of new rows) as the graph schema's type TO (an ENUM column's
+    dictionary from its strings; floats to an integer column truncated, as Polars casts)."""
+    if values.type == to:
+        return values
+    if pa.types.is_floating(values.type) and pa.types.is_integer(to):
+        values = pc.trunc(values)
+    return values.cast(to)
+
+
+class _Held:
+    """One graph table in the forms made of it so far: an Arrow table with the graph schema,
+    a Polars frame, or both. Graphs that share the table share this, so a form made for one
+    of them is there for all."""
+
+    __slots__ = ("arrow", "frame")
+
+    def __init__(self, table: pa.Table | pl.DataFrame):
+        self.arrow = table if isinstance(table, pa.Table) else None
+        self.frame = None if isinstance(table, pa.Table) else table
 
 
 class Graph:
-    """One trace's graph; immutable by convention (primitives return new graphs)."""
+    """One trace's graph; immutable by convention (primitives return new graphs).
 
-    def __init__(self, task: pl.DataFrame, edge: pl.DataFrame, unit: pl.DataFrame,
-                 iteration: pl.DataFrame, layer: pl.DataFrame,
-                 schemas: dict[str, pa.Schema] | None = None):
-        self.task, self.edge, self.unit = task, edge, unit
-        self.iteration, self.layer = iteration, layer
+    Each table is held as an Arrow table with the graph schema (as read, or as a primitive
+    that works on arrays wrote it), as a Polars frame (as a primitive that works on frames
+    wrote it, or an optimization read it), or both (``_Held``): each form is made from the
+    other when first asked for, once for all the graphs that share the table. A rewrite that
+    scales and inserts (``amp``, ``cuda_graphs``) thus goes from the tables read to the
+    tables replayed without converting the large ones between the libraries: on a 4k-task
+    graph a conversion each way cost some 1 ms, three times per trace in a fleet's
+    ``predict --all``."""
+
+    def __init__(self, task: pl.DataFrame | pa.Table, edge: pl.DataFrame | pa.Table,
+                 unit: pl.DataFrame | pa.Table, iteration: pl.DataFrame | pa.Table,
+                 layer: pl.DataFrame | pa.Table, schemas: dict[str, pa.Schema] | None = None):
+        self._held = {k: _Held(v) for k, v in zip(TABLES, (task, edge, unit, iteration, layer),
+                                                   strict=True)}
         self._schemas = schemas or {}
         # what is computed from this graph and asked for more than once (a graph never changes:
         # transforms.profiler's per-thread counts, read by the estimate and by no_profiler)
         self._memo: dict = {}
-        # each table as read by from_tables: (its frame, the Arrow table it came from)
-        self._read: dict[str, tuple[pl.DataFrame, pa.Table]] = {}
 
-    # -- conversion ---------------------------------------------------------------------------
+    # -- the tables -----------------------------------------------------------------------------
+    def frame(self, table: str) -> pl.DataFrame:
+        """TABLE as a Polars frame (ENUM columns as plain strings, see ``_plain``)."""
+        h = self._held[table]
+        if h.frame is None:
+            h.frame = pl.from_arrow(_plain(h.arrow))
+        return h.frame
+
+    def arrow(self, table: str) -> pa.Table:
+        """TABLE as an Arrow table with the schema the graph was read with (only the columns
+        whose type differs are cast: a table's cast casts every one)."""
+        h = self._held[table]
+        if h.arrow is None:
+            t = h.frame.to_arrow()
+            s = self._schemas.get(table)
+            if s is not None:
+                t = pa.Table.from_arrays(
+                    [t[f.name] if t.schema.field(f.name).type == f.type
+                     else t[f.name].cast(f.type) for f in s], schema=s)
+            h.arrow = t
+        return h.arrow
+
+    task = property(lambda self: self.frame("task"))
+    edge = property(lambda self: self.frame("edge"))
+    unit = property(lambda self: self.frame("unit"))
+    iteration = property(lambda self: self.frame("iteration"))
+    layer = property(lambda self: self.frame("layer"))
+
     @classmethod
     def from_tables(cls, tables: dict[str, pa.Table]) -> Graph:
-        missing = [k for k in ("task", "edge", "unit", "iteration", "layer") if k not in tables]
+        missing = [k for k in TABLES if k not in tables]
         if missing:
             raise DaydreamError(f"graph tables missing: {', '.join(missing)}")
-        frames = {k: pl.from_arrow(_plain(tables[k])) for k in ("task", "edge", "unit",
-                                                                "iteration", "layer")}
-        g = cls(**frames, schemas={k: tables[k].schema for k in frames})
-        g._read = {k: (frames[k], tables[k]) for k in frames}
-        return g
+        return cls(*(tables[k] for k in TABLES), schemas={k: tables[k].schema for k in TABLES})
 
     def tables(self) -> dict[str, pa.Table]:
         """Arrow tables with the schemas the graph was read with (a table no primitive has
         replaced: the one it was read from)."""
-        out = {}
-        for k in ("task", "edge", "unit", "iteration", "layer"):
-            frame = getattr(self, k)
-            read = self._read.get(k)
-            if read is not None and read[0] is frame:
-                out[k] = read[1]
-                continue
-            t = frame.to_arrow()
-            s = self._schemas.get(k)
-            # only the columns whose type differs are cast (a table's cast casts every one)
-            out[k] = t if s is None else pa.Table.from_arrays(
-                [t[f.name] if t.schema.field(f.name).type == f.type else t[f.name].cast(f.type)
-                 for f in s], schema=s)
-        return out
+        return {k: self.arrow(k) for k in TABLES}
 
     def _with(self, arrays: dict | None = None, **kw) -> Graph:
-        """A copy with some tables replaced: for the primitives of this class only (an
-        optimization changes a graph through them, so the invariants above hold).
+        """A copy with some tables replaced (each a Polars frame or an Arrow table with the
+        graph schema): for the primitives of this class only (an optimization changes a graph
+        through them, so the invariants above hold). The tables not replaced are shared in
+        every form this graph holds them in.
 
         ARRAYS: the copy's task columns as numpy (``array``) that its primitive derived from
         this graph's (``_arrays``), rather than convert them again: the next step of a
         rewrite asks for kind, phase, iteration ... of each graph it makes, and a string
         column's conversion costs ~0.15 ms on a 4k-task graph. The launch pairs are carried
         where the edge table is kept. Nothing of ``once`` is: it may read any column."""
-        d = {k: getattr(self, k) for k in ("task", "edge", "unit", "iteration", "layer")}
-        d.update(kw)
-        g = Graph(**d, schemas=self._schemas)
-        g._read = self._read
-        g._memo.update(arrays or {})
+        g = Graph.__new__(Graph)
+        g._held = {k: _Held(kw[k]) if k in kw else h for k, h in self._held.items()}
+        g._schemas = self._schemas
+        g._memo = dict(arrays or {})
         if "edge" not in kw and "launch_pairs" in self._memo:
             g._memo["launch_pairs"] = self._memo["launch_pairs"]
         return g
+
+    def _task_column(self, name: str, values: np.ndarray) -> Graph:
+        """A copy whose task column NAME (an integer column) holds VALUES, in the form the
+        task table is held in (Arrow where it is: a column set costs microseconds)."""
+        t = self._held["task"].arrow
+        if t is not None:
+            i = t.schema.get_field_index(name)
+            f = t.schema.field(i)
+            new = t.set_column(i, f, pa.array(values, f.type))
+        else:
+            new = self._held["task"].frame.with_columns(pl.Series(name, values, pl.Int64))
+        return self._with(self._arrays((name,)), task=new)
 
     def _arrays(self, changed: tuple[str, ...] = ()) -> dict:
         """The task columns converted so far (``array``), less those named CHANGED: what a
@@ -172,7 +257,8 @@ class Graph:
 
     @property
     def n_tasks(self) -> int:
-        return self.task.height
+        h = self._held["task"]
+        return h.arrow.num_rows if h.arrow is not None else h.frame.height
 
     def array(self, column: str, null=None) -> np.ndarray:
         """A task column as a read-only numpy array, nulls as NULL (strings are objects),
@@ -183,8 +269,23 @@ class Graph:
         key = ("array", column, null)
         out = self._memo.get(key)
         if out is None:
-            out = self._memo[key] = _as_array(self.task[column], null)
+            h = self._held["task"]
+            out = self._memo[key] = (_as_array(h.frame[column], null) if h.arrow is None
+                                     else _arrow_array(h.arrow[column], column, null))
         return out
+
+    def rows(self, ids: np.ndarray) -> pl.DataFrame:
+        """The task rows at IDS as a Polars frame, gathered from the form held: from Arrow,
+        only those rows are converted (an optimization's kernels, not every task)."""
+        h = self._held["task"]
+        if h.frame is not None:
+            return h.frame[ids]
+        return pl.from_arrow(_plain(h.arrow.take(pa.array(ids, pa.int64()))))
+
+    def values(self, column: str) -> list:
+        """A task column as a Python list (None for null), read from the form held."""
+        h = self._held["task"]
+        return h.frame[column].to_list() if h.arrow is None else h.arrow[column].to_pylist()
 
     def once(self, key: str, compute: Callable[[Graph], object]):
         """``compute(self)``, computed once per graph under KEY (a graph never changes): for a
@@ -214,8 +315,12 @@ class Graph:
         computed once per graph (``launches`` as arrays)."""
         out = self._memo.get("launch_pairs")
         if out is None:
-            e = self.edge
-            la = (e["kind"].cast(pl.String) == "launch").fill_null(False).to_numpy()
+            e = self._held["edge"].arrow  # a form held (a conversion costs more than this)
+            if e is None:
+                e = self._held["edge"].frame
+                la = (e["kind"].cast(pl.String) == "launch").fill_null(False).to_numpy()
+            else:
+                la = _mask(pc.equal(_plain_column(e["kind"]), "launch"))
             out = tuple(e[c].to_numpy()[la] for c in ("src", "dst", "lag_ns"))
             for a in out:
                 a.setflags(write=False)
@@ -265,19 +370,17 @@ class Graph:
         f = np.broadcast_to(np.asarray(factor, np.float64), (self.n_tasks,))
         if np.any(f[mask] < 0) or not np.all(np.isfinite(f[mask])):
             raise DaydreamError("scale factor must be a finite number >= 0")
-        dur = self.task["dur_ns"].to_numpy().copy()
+        dur = self.array("dur_ns").astype(np.int64)  # a copy
         dur[mask] = np.maximum(np.rint(dur[mask] * f[mask]), 0).astype(np.int64)
-        return self._with(self._arrays(("dur_ns",)),
-                          task=self.task.with_columns(pl.Series("dur_ns", dur, pl.Int64)))
+        return self._task_column("dur_ns", dur)
 
     def set_duration(self, pred: Predicate, dur_ns) -> Graph:
         """Durations of the selected tasks set to ``dur_ns`` (number or array over all tasks)."""
         mask = self.select(pred)
         new = np.broadcast_to(np.asarray(dur_ns), (self.n_tasks,)).astype(np.int64)
-        dur = self.task["dur_ns"].to_numpy().copy()
+        dur = self.array("dur_ns").astype(np.int64)  # a copy
         dur[mask] = np.maximum(new[mask], 0)
-        return self._with(self._arrays(("dur_ns",)),
-                          task=self.task.with_columns(pl.Series("dur_ns", dur, pl.Int64)))
+        return self._task_column("dur_ns", dur)
 
     def set_bytes(self, pred: Predicate, nbytes) -> Graph:
         """Bytes moved (``bytes``) by the selected tasks, a number or an array over all tasks
@@ -458,29 +561,26 @@ class Graph:
         # place defaults to before, splice to true
         after = (np.array([p == "after" for p in t["place"].to_list()], bool)
                  if "place" in t.columns else np.zeros(k, bool))
-        # a job graph's tasks carry their rank (graphstore.job): an inserted task joins at's
-        # (only the columns taken from AT leave the table: a gather of every column of the
-        # anchors' rows was a tenth of a small insert)
-        base = self.task.select([c for c in ("start_ns", "phase", "iteration", "layer", "rank")
-                                 if c in self.task.columns])[at]
-        fill = {c: base[c] for c in ("phase", "iteration", "layer", "rank") if c in base.columns}
-        row = {}
-        for c, dt in self.task.schema.items():
-            if c == "task_id":
-                row[c] = pl.Series(c, np.zeros(k, np.int64))
-            elif c == "start_ns":
-                row[c] = base["start_ns"]
-            elif c in t.columns:
-                row[c] = t[c] if t[c].dtype == dt else t[c].cast(dt)
-            elif c in fill:
-                row[c] = fill[c]
-            elif c in ("obs_dur_ns", "slack_ns"):
-                row[c] = pl.Series(c, np.zeros(k, np.int64))
-            elif c == "blocking":
-                row[c] = pl.Series(c, np.zeros(k, bool))
+        # the new rows as Arrow columns of the graph schema; a job graph's tasks carry their
+        # rank (graphstore.job): an inserted task joins at's, as its phase, iteration and layer
+        old_t = self.arrow("task")
+        take_at = pa.array(at)
+        given = t.to_arrow()  # one conversion of the rows given (a call per column cost more)
+        cols = []
+        for f in old_t.schema:
+            c = f.name
+            if c == "start_ns":
+                col = old_t[c].take(take_at).combine_chunks()
+            elif c in t.columns and c != "task_id":
+                col = _arrow_cast(given[c].combine_chunks(), f.type)
+            elif c in ("phase", "iteration", "layer", "rank"):
+                col = old_t[c].take(take_at).combine_chunks()
+            elif c in ("task_id", "obs_dur_ns", "slack_ns", "blocking"):
+                col = pa.array(np.zeros(k, bool if c == "blocking" else np.int64), f.type)
             else:
-                row[c] = pl.Series(c, [None] * k, dt)
-        newrows = pl.DataFrame([row[c].alias(c) for c in row])
+                col = pa.nulls(k, f.type)
+            cols.append(col)
+        newrows = pa.Table.from_arrays(cols, schema=old_t.schema)
         # order: existing tasks at 2*id (scaled), new ones beside their anchor, ties by input order
         pos = np.concatenate([np.arange(n, dtype=np.float64) * 2,
                               at * 2.0 + np.where(after, 1.0, -1.0)])
@@ -491,19 +591,22 @@ class Graph:
         # OLD's rows and the new ones stacked, then gathered in ORDER: on a 4k-task graph
         # ~0.25 ms, where slicing OLD's runs and concatenating them with the new rows took
         # 0.3-0.7 ms, more the more runs the new rows cut
-        allt = self.task.vstack(newrows).rechunk()[order].with_columns(
-            pl.Series("task_id", np.arange(n + k, dtype=np.int64)))
-        src = newid[self.edge["src"].to_numpy()]
-        dst = newid[self.edge["dst"].to_numpy()]
-        e = self.edge
+        allt = pa.concat_tables([old_t, newrows]).take(order)
+        i = allt.schema.get_field_index("task_id")
+        allt = allt.set_column(i, allt.schema.field(i),
+                               pa.array(np.arange(n + k, dtype=np.int64), allt.schema[i].type))
+        e = self.arrow("edge")
+        src = newid[e["src"].to_numpy()]
+        dst = newid[e["dst"].to_numpy()]
         ins_ids = newid[n:]
         # splice into the unit order, new tasks in id order so that several placed before
         # one task chain up in input order
-        unit = self.task["unit_id"].to_numpy()
+        unit = self.array("unit_id")
         tu = t["unit_id"].to_numpy()
         splice = (t["splice"].to_numpy().astype(bool) if "splice" in t.columns
                   else np.ones(k, bool))
-        ukind = dict(zip(self.unit["unit_id"].to_list(), self.unit["kind"].to_list(), strict=False))
+        u = self.arrow("unit")
+        ukind = dict(zip(u["unit_id"].to_pylist(), u["kind"].to_pylist(), strict=False))
         okind = {"thread": "thread", "stream": "stream"}
         unit_new = np.empty(n + k, np.int64)
         unit_new[newid[:n]] = unit
@@ -520,9 +623,9 @@ class Graph:
             src, dst, kinds = self._splice(src, dst, todo, newid, ins_ids, at, tu, after,
                                            unit_new, ukind, okind)
         # the edges added, column by column: one per spliced task (unit order, no lag), then
-        # EDGES' (``_EDGE_DEFAULTS`` where they give none); as Python lists, then one frame:
-        # a small insert's cost is its Polars calls, not its rows
-        n_e, m = e.height, len(kinds)
+        # EDGES' (``_EDGE_DEFAULTS`` where they give none); as Python lists, then one table:
+        # a small insert's cost is its calls, not its rows
+        n_e, m = e.num_rows, len(kinds)
         add = {c: [v] * m for c, v in _EDGE_DEFAULTS}
         add.update(src=src[n_e:].tolist(), dst=dst[n_e:].tolist(), kind=kinds)
         if edges is not None and edges.height:
@@ -531,19 +634,34 @@ class Graph:
                 return np.where(a < 0, ins_ids[np.clip(-1 - a, 0, k - 1)],
                                 newid[np.clip(a, 0, n - 1)])
             u_src, u_dst = m_("src"), m_("dst")
-            ed = _edge_defaults(edges, pl.Series("src", u_src), pl.Series("dst", u_dst))
-            for c in e.columns:  # a column beyond the defaults: EDGES must give it
-                add[c] = add.get(c, [None] * m) + ed[c].to_list()
+            ends = {"src": u_src.tolist(), "dst": u_dst.tolist()}
+            defaults = dict(_EDGE_DEFAULTS)
+            for c in e.column_names:  # a column beyond the defaults: EDGES must give it
+                if c in ends:
+                    vals = ends[c]
+                elif c in edges.columns:
+                    d = defaults.get(c)
+                    vals = edges[c].to_list()
+                    vals = vals if d is None else [d if v is None else v for v in vals]
+                elif c in defaults:
+                    vals = [defaults[c]] * edges.height
+                else:
+                    raise DaydreamError(f"insert: the new edges give no {c!r}")
+                add[c] = add.get(c, [None] * m) + vals
             src, dst = np.concatenate([src, u_src]), np.concatenate([dst, u_dst])
-        old = e.with_columns(pl.Series("src", src[:n_e]), pl.Series("dst", dst[:n_e]))
-        added = pl.DataFrame([_column(c, add[c], dt) for c, dt in old.schema.items()])
+        old = e
+        for c, v in (("src", src[:n_e]), ("dst", dst[:n_e])):
+            i = old.schema.get_field_index(c)
+            old = old.set_column(i, old.schema.field(i), pa.array(v, old.schema[i].type))
+        added = pa.Table.from_arrays([_arrow_cast(pa.array(add[f.name]), f.type)
+                                      for f in old.schema], schema=old.schema)
         # in (src, dst) order, ties in table order (a stable sort, as every primitive keeps it)
-        edge = old.vstack(added).rechunk()[np.lexsort((dst, src))]
+        edge = pa.concat_tables([old, added]).take(np.lexsort((dst, src)))
         # the columns converted so far, each the old rows' and the new ones' in ORDER
         arrays = {}
         for key, a in self._arrays(("task_id",)).items():
             try:
-                new = _as_array(newrows[key[1]], key[2])
+                new = _arrow_array(newrows[key[1]], key[1], key[2])
             except DaydreamError:  # a null in a new row where none is asked for: left to
                 continue           # array() to say when asked
             arrays[key] = np.concatenate([a, new])[order]

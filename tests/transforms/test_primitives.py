@@ -316,3 +316,39 @@ def test_median_call_ns_by_hand(g):
                         .otherwise(pl.col("dur_ns")).alias("dur_ns"))
     h2 = Graph(t2, g.edge, g.unit, g.iteration, g.layer)
     assert h2.median_call_ns("LaunchKernel") == 101
+
+
+@pytest.mark.parametrize("key", ["alexnet", "v100"])
+def test_a_chain_of_scales_and_inserts_converts_no_table_and_gives_the_frames_tables(graphs,
+                                                                                     key):
+    """Scale, set_duration and insert work on the Arrow tables read (``Graph._Held``): a chain
+    of them (what ``amp`` and ``cuda_graphs`` make) gives the tables replayed without making
+    a Polars frame of the task or edge table, and those tables are the ones the same chain
+    gives on a graph held as Polars frames (the form the other primitives write)."""
+    arrow = Graph.from_tables(graphs[key])
+    frames = Graph(*(arrow.frame(k) for k in ("task", "edge", "unit", "iteration", "layer")),
+                   schemas={k: t.schema for k, t in graphs[key].items()})
+    arrow = Graph.from_tables(graphs[key])  # nothing converted
+    kernels = arrow.array("kind") == "kernel"
+    k = int(np.flatnonzero(kernels)[3])
+    unit = arrow.array("unit_id")
+    rows = pl.DataFrame({"at": [k, k, 1], "place": ["before", "after", "after"],
+                         "kind": ["kernel", "api", "api"],
+                         "unit_id": [int(unit[k]), int(unit[1]), 0],
+                         "name": ["new", None, "call"], "dur_ns": [5, 6, 7],
+                         "iteration": [None, 1, None]})
+    edges = pl.DataFrame({"src": [1, -3], "dst": [-1, -1], "lag_ns": [10, None]})
+
+    def chain(gr: Graph) -> Graph:
+        gr = gr.scale(kernels, 0.5).set_duration(np.flatnonzero(kernels)[:2], 9)
+        gr, _ = gr.insert(rows, edges)
+        return gr.scale(gr.array("kind") == "api", 0.0)
+
+    out_a, out_f = chain(arrow), chain(frames)
+    assert out_a._held["task"].frame is None and out_a._held["edge"].frame is None
+    ta, tf = out_a.tables(), out_f.tables()
+    for name in ("task", "edge"):
+        assert ta[name].schema == graphs[key][name].schema
+        assert ta[name].to_pylist() == tf[name].to_pylist(), name
+    assert [i.simulated_ns for i in replay(ta).iterations] == \
+        [i.simulated_ns for i in replay(tf).iterations]

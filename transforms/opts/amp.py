@@ -335,7 +335,7 @@ def kernel_dtypes(g: Graph, kern: pl.DataFrame, prec: list[KernelPrecision], ops
     (parameters, gradients, optimizer, integer or FP64 data). LAUNCHES: ``_launches(g)``
     where the caller has it."""
     launch, _ = _launches(g) if launches is None else launches
-    rid_of = g.task["range_id"].to_list()  # by task id (ids are positions)
+    rid_of = g.values("range_id")  # by task id (ids are positions)
     unit_of = g.array("unit_id")
     start_of = g.array("start_ns")
     ids = kern["id"].to_list()
@@ -544,7 +544,7 @@ def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
     # the kernels' rows, with their task ids (positions) as "id": a numpy mask and a gather
     # (a row index and a Polars filter over every task took 0.6 ms of a 4k-task graph)
     kern_ids = np.flatnonzero(g.array("kind") == "kernel")
-    kern = g.task[kern_ids].with_columns(pl.Series("id", kern_ids, pl.Int64))
+    kern = g.rows(kern_ids).with_columns(pl.Series("id", kern_ids, pl.Int64))
     if not kern.height:
         ctx.notes.append("amp: the trace has no GPU kernels (a CPU-only trace); autocast on "
                          "CUDA does not apply; unchanged")
@@ -733,7 +733,7 @@ def _cast_rows(g: Graph, ctx: Context, ops: Ops, pk: dict, t0: float,
     kern = np.flatnonzero((g.array("kind") == "kernel") & (it_of >= 0)
                           & ((phase_of == PHASES[0]) | (phase_of == PHASES[1])))
     launch, lag = launches
-    rid_of = g.task["range_id"].to_list()  # by task id (ids are positions)
+    rid_of = g.values("range_id")  # by task id (ids are positions)
     weighted = re.compile(r"conv|linear|addmm|prelu|_cell")
     first: dict[tuple[int, int], tuple[int, int]] = {}  # (iteration, op range) -> (kernel, api)
     lastb: dict[tuple[int, int], tuple[int, int]] = {}
@@ -864,12 +864,12 @@ def _loss_scaling_rows(g: Graph, ctx: Context, pk: dict, t0: float,
     # contention (held only while its source runs, yet a dependency to the cycle check), and
     # an earlier rewrite may make one around removed tasks (``Graph.remove``, kind
     # 'inserted' where the path mixed kinds: inferred when a wait on its path was)
-    e = g.edge
-    bad = e["inferred"].to_numpy().copy()
+    e = g.arrow("edge")
+    bad = e["inferred"].to_numpy()
     if bad.any():
         src_api = api_of[e["src"].to_numpy()]
         dst_api = api_of[e["dst"].to_numpy()]
-        bad &= (src_api > dst_api) & (src_api != np.iinfo(np.int64).max)
+        bad = bad & (src_api > dst_api) & (src_api != np.iinfo(np.int64).max)
         if bad.any():
             g = g.drop_edges(bad)
             ctx.notes.append(f"amp: {int(bad.sum())} inferred cross-stream edges whose source "
