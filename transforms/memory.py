@@ -101,9 +101,9 @@ def step_memory(g, ranges: pa.Table | None) -> StepMemory | None:
     if ranges is None or "input_dims" not in ranges.column_names or \
             pc.all(pc.is_null(ranges["input_dims"])).as_py():
         return None
-    it = g.iteration  # in iteration order (a small table: no Polars sort)
-    iters = sorted(zip(it["iteration"].to_list(), it["start_ns"].to_list(),
-                       it["end_ns"].to_list(), strict=True))
+    it = g.arrow("iteration")  # a small table: no Polars sort
+    iters = sorted(zip(it["iteration"].to_pylist(), it["start_ns"].to_pylist(),
+                       it["end_ns"].to_pylist(), strict=True))
     iters = [(s, e) for _, s, e in iters]
     first = _first_iteration(ranges, iters)
     name = ranges["name"]

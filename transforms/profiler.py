@@ -41,7 +41,7 @@ class PerThread:
         return PerThread(*(getattr(self, f.name)[keep] for f in fields(self)))
 
 
-def _int(s: pl.Series) -> np.ndarray:
+def _int(s: pl.Series | pa.ChunkedArray) -> np.ndarray:
     return s.to_numpy().astype(np.int64, copy=False)
 
 
@@ -52,9 +52,11 @@ def _op_counts(g: Graph, ranges: pa.Table | None, unit: np.ndarray, it: np.ndarr
     that several units share counts for each). Numpy over the columns: a small trace's
     joins and group-bys cost more in Polars calls than the work."""
     ops = np.zeros(len(unit), np.int64)
-    if ranges is None or not ranges.num_rows or g.iteration.height == 0 or not len(unit):
+    its = g.arrow("iteration")  # small tables: read as Arrow, as the graph holds them
+    units = g.arrow("unit")
+    if ranges is None or not ranges.num_rows or its.num_rows == 0 or not len(unit):
         return ops
-    if "rank" in g.unit.columns:  # a job: ranks' ranges would need their own pid spaces
+    if "rank" in units.column_names:  # a job: ranks' ranges would need their own pid spaces
         return ops
     kind = ranges.column("kind")
     if pa.types.is_dictionary(kind.type):
@@ -64,19 +66,18 @@ def _op_counts(g: Graph, ranges: pa.Table | None, unit: np.ndarray, it: np.ndarr
         return ops
     r = ranges.filter(pa.array(cpu))
     rstart = r.column("start_ns").to_numpy()
-    by_start = np.argsort(_int(g.iteration["start_ns"]), kind="stable")
-    starts, ends = (_int(g.iteration[c])[by_start] for c in ("start_ns", "end_ns"))
+    by_start = np.argsort(_int(its["start_ns"]), kind="stable")
+    starts, ends = (_int(its[c])[by_start] for c in ("start_ns", "end_ns"))
     k = np.searchsorted(starts, rstart, "right") - 1
     kc = np.clip(k, 0, len(ends) - 1)
     ok = (k >= 0) & (rstart < ends[kc])
-    r_it = g.iteration["iteration"].to_numpy()[by_start][kc]
+    r_it = its["iteration"].to_numpy()[by_start][kc]
     rpid = r.column("pid").to_numpy(zero_copy_only=False)
     rtid = r.column("tid").to_numpy(zero_copy_only=False)
     index = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(unit.tolist(), it.tolist(),
                                                                  strict=True))}
-    u = g.unit
-    for uk, uid, pid, tid in zip(*(u[c].to_list() for c in ("kind", "unit_id", "pid", "tid")),
-                                 strict=True):
+    for uk, uid, pid, tid in zip(*(units[c].to_pylist() for c in ("kind", "unit_id", "pid",
+                                                                   "tid")), strict=True):
         if uk != "thread" or tid is None or pid is None:
             continue
         on = ok & (rpid == pid) & (rtid == tid)

@@ -244,3 +244,31 @@ def test_a_worker_predicts_without_duckdb(store):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True,
                          input=pickle.dumps((str(store), tid, packed, SPECS)), cwd=ROOT)
     assert out.stdout.decode().strip() == "ok"
+
+
+def test_a_fleet_prediction_of_amp_and_cuda_graphs_makes_no_polars_frame(tmp_path,
+                                                                         monkeypatch):
+    """A worker's amp and cuda_graphs predictions of a real training trace (DLRM rank 0: op
+    ranges with shapes, backward, an optimizer, so both rewrite fully) go from the graph
+    tables read to the tables replayed without converting any table to Polars
+    (``transforms.primitives.Graph``: on a 3.9k-task graph those conversions cost some 2 ms
+    of a trace's 40)."""
+    from daydream.graphstore.read import read_graphs
+    from daydream.transforms.primitives import Graph
+    f = DATA / "kineto" / "dlrm_8ranks" / "rank0.kineto.json.gz"
+    root = tmp_path / "s"
+    assert not api.ingest([f], root, jobs=1).failed
+    tid = api.open_store(root).trace_ids()[0]
+    made = []
+    frame = Graph.frame
+
+    def recorded(self, table):
+        if self._held[table].frame is None:
+            made.append(table)
+        return frame(self, table)
+    monkeypatch.setattr(Graph, "frame", recorded)
+    r = fleet.predict_trace(str(root), tid, read_graphs(root, [tid])[0], SPECS)
+    assert r["ok"] and not r["errors"] and [x["spec"] for x in r["rows"]] == SPECS, r
+    notes = "\n".join(x["notes"] for x in r["rows"])
+    assert "GradScaler in" in notes and "graph launches" in notes  # both rewrote the graph
+    assert made == []

@@ -689,11 +689,11 @@ def param_bytes_estimate(g: Graph, ctx: Context, bw_eff: float) -> tuple[float, 
     update makes over parameter-sized tensors, constants.FUSED_OPTIMIZER_PASSES)."""
     if ctx.param_bytes:
         return float(ctx.param_bytes), "--param-bytes"
-    lay = g.layer
-    if "param_bytes" in lay.columns:
-        s = lay["param_bytes"].drop_nulls()
-        if s.len() and s.sum() > 0:
-            return float(s.sum()), "the layers' recorded weight shapes"
+    lay = g.arrow("layer")
+    if "param_bytes" in lay.column_names:
+        total = pc.sum(lay["param_bytes"]).as_py()  # nulls skipped; None where all are
+        if total and total > 0:
+            return float(total), "the layers' recorded weight shapes"
     t = g.task
     wu = t.filter(pl.col("kind") == "kernel", pl.col("phase") == "weight_update",
                   pl.col("iteration").is_not_null())
@@ -759,7 +759,7 @@ def _cast_rows(g: Graph, ctx: Context, ops: Ops, pk: dict, t0: float,
     per = pbytes / max(n_fwd / its, 1)
     cast_ns = int(round(t0 + per * AMP["cast_bytes_per_param_byte"]["value"] / bw_eff * 1e9))
     host = _host_costs(g)
-    unit = g.task["unit_id"].to_numpy()
+    unit = g.array("unit_id")
     for (kid, api), where in ([(v, "before") for v in first.values()] +
                               [(v, "after") for v in lastb.values()]):
         k = len(rows)
@@ -799,7 +799,7 @@ def _loss_scaling_rows(g: Graph, ctx: Context, pk: dict, t0: float,
     bw_eff = pk["bw"] * AMP["achieved_bandwidth"]["value"]
     pbytes, src = param_bytes_estimate(g, ctx, bw_eff)
     unscale_ns = int(round(t0 + pbytes * 2 / bw_eff * 1e9))
-    unit = g.task["unit_id"].to_numpy()
+    unit = g.array("unit_id")
     # the first and last launched optimizer kernels, and the first launched backward kernel
     # (launch calls' ids are in start order): GradScaler's work goes beside them in launch
     # order, never before work launched earlier
