@@ -98,8 +98,10 @@ def cmd_breakdown(store: str, *specs: str) -> dict:
     pipeline.context = timed("reading", pipeline.context)
     pipeline.simulate_graph = timed("replays", pipeline.simulate_graph)
     pipeline.apply = timed("rewriting", pipeline.apply)
-    primitives.Graph.from_tables = timed("converting", primitives.Graph.from_tables)
-    primitives.Graph.tables = timed("converting", primitives.Graph.tables)
+    # a table converted between the libraries where a rewrite reads a Polars frame or the
+    # simulator an Arrow table (each form made once, when first asked for)
+    primitives.Graph.frame = timed("converting", primitives.Graph.frame)
+    primitives.Graph.arrow = timed("converting", primitives.Graph.arrow)
     pipeline.result = timed("report", pipeline.result)
     fleet._read_chunk = timed("reading", fleet._read_chunk)
     fleet.pack_graph = timed("reading", fleet.pack_graph)
@@ -222,8 +224,9 @@ def section(scale: str = "full") -> list[str]:
              "then each spec), best of 3 after a warm-up, ms of CPU per prediction (the trace's "
              "work divided by its specs). Reading: the graph read from DuckDB and packed (by the "
              "driver) and unpacked, the trace row, activity tables a spec asks for; "
-             "converting: the graph from Arrow to Polars tables for the rewrite and back for "
-             "the simulator; rewriting: the optimization; "
+             "converting: a table converted between Arrow and Polars where a rewrite reads a "
+             "Polars frame or the simulator an Arrow table a primitive wrote as a frame "
+             "(`Graph.frame`, `Graph.arrow`); rewriting: the optimization; "
              "replays: every simulation (the baseline and its explained replay, the "
              "interval's low end, and per spec the prediction with slack kept and at zero; "
              "reading is one trace's, whose DuckDB query a fleet's chunk of 64 traces "
