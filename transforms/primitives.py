@@ -108,9 +108,8 @@ def _arrow_array(col: pa.ChunkedArray, name: str, null=None) -> np.ndarray:
             if ch.null_count:
                 idx = pc.fill_null(idx, len(ch.dictionary))
             parts.append(values[idx.to_numpy()])
-        out = np.concatenate(parts) if len(parts) != 1 else parts[0]
-        if not parts:
-            out = np.empty(0, object)
+        out = (np.concatenate(parts) if len(parts) > 1 else parts[0] if parts
+               else np.empty(0, object))
     elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
         out = col.to_numpy()  # objects: str, None for null
         if null is not None and col.null_count:

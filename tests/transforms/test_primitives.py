@@ -352,3 +352,25 @@ def test_a_chain_of_scales_and_inserts_converts_no_table_and_gives_the_frames_ta
         assert ta[name].to_pylist() == tf[name].to_pylist(), name
     assert [i.simulated_ns for i in replay(ta).iterations] == \
         [i.simulated_ns for i in replay(tf).iterations]
+
+
+def test_array_of_arrow_columns_of_several_chunks_or_none(graphs):
+    """``Graph.array`` of Arrow columns as they come: an ENUM column in several chunks with
+    their own dictionaries (a concat of tables), or in none (an empty table), gives what the
+    same column as a Polars frame gives, nulls as asked."""
+    import pyarrow as pa
+    t = graphs["alexnet"]["task"]
+    half = t.num_rows // 2
+    kind = t["kind"].to_pylist()
+    kinds = pa.chunked_array([pa.array(kind[:half]).dictionary_encode(),
+                              pa.array(kind[half:] + [None]).dictionary_encode()])
+    layer = pa.chunked_array([pa.array(t["layer"].to_pylist() + [None], pa.string())])
+    two = Graph(pa.table({"kind": kinds, "layer": layer}), *([pl.DataFrame()] * 4))
+    frame = pl.from_arrow(pa.table({"kind": kinds.cast(pa.string()), "layer": layer}))
+    for col, null in (("kind", None), ("kind", "?"), ("layer", None), ("layer", "")):
+        want = frame[col].to_list()
+        want = [null if v is None else v for v in want] if null is not None else want
+        assert two.array(col, null).tolist() == want, (col, null)
+    empty = pa.Table.from_arrays([pa.chunked_array([], pa.dictionary(pa.uint8(), pa.string()))],
+                                 names=["kind"])
+    assert Graph(empty, *([pl.DataFrame()] * 4)).array("kind").tolist() == []
