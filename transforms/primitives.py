@@ -124,6 +124,12 @@ def _arrow_array(col: pa.ChunkedArray, name: str, null=None) -> np.ndarray:
     return out
 
 
+def _set(t: pa.Table, name: str, values: np.ndarray) -> pa.Table:
+    """T with its column NAME replaced by VALUES, in the column's type."""
+    i = t.schema.get_field_index(name)
+    return t.set_column(i, t.schema.field(i), pa.array(values, t.schema.field(i).type))
+
+
 def _arrow_cast(values: pa.Array, to: pa.DataType) -> pa.Array:
     """VALUES (a column of new rows) as the graph schema's type TO (an ENUM column's
     dictionary from its strings; floats to an integer column truncated, as Polars casts)."""
@@ -232,9 +238,7 @@ class Graph:
         task table is held in (Arrow where it is: a column set costs microseconds)."""
         t = self._held["task"].arrow
         if t is not None:
-            i = t.schema.get_field_index(name)
-            f = t.schema.field(i)
-            new = t.set_column(i, f, pa.array(values, f.type))
+            new = _set(t, name, values)
         else:
             new = self._held["task"].frame.with_columns(pl.Series(name, values, pl.Int64))
         return self._with(self._arrays((name,)), task=new)
@@ -273,13 +277,14 @@ class Graph:
                                      else _arrow_array(h.arrow[column], column, null))
         return out
 
-    def rows(self, ids: np.ndarray) -> pl.DataFrame:
-        """The task rows at IDS as a Polars frame, gathered from the form held: from Arrow,
-        only those rows are converted (an optimization's kernels, not every task)."""
+    def rows(self, ids: np.ndarray, columns: Sequence[str]) -> pl.DataFrame:
+        """The task rows at IDS, their COLUMNS, as a Polars frame gathered from the form
+        held: from Arrow, only those rows and columns are converted (an optimization's
+        kernels, not every task)."""
         h = self._held["task"]
         if h.frame is not None:
-            return h.frame[ids]
-        return pl.from_arrow(_plain(h.arrow.take(pa.array(ids, pa.int64()))))
+            return h.frame.select(columns)[ids]
+        return pl.from_arrow(_plain(h.arrow.select(columns).take(pa.array(ids, pa.int64()))))
 
     def values(self, column: str) -> list:
         """A task column as a Python list (None for null), read from the form held."""
@@ -568,11 +573,9 @@ class Graph:
         cols = []
         for f in old_t.schema:
             c = f.name
-            if c == "start_ns":
-                col = old_t[c].take(take_at).combine_chunks()
-            elif c in t.columns and c != "task_id":
+            if c in t.columns and c not in ("task_id", "start_ns"):
                 col = _arrow_cast(given[c].combine_chunks(), f.type)
-            elif c in ("phase", "iteration", "layer", "rank"):
+            elif c in ("start_ns", "phase", "iteration", "layer", "rank"):
                 col = old_t[c].take(take_at).combine_chunks()
             elif c in ("task_id", "obs_dur_ns", "slack_ns", "blocking"):
                 col = pa.array(np.zeros(k, bool if c == "blocking" else np.int64), f.type)
@@ -590,10 +593,8 @@ class Graph:
         # OLD's rows and the new ones stacked, then gathered in ORDER: on a 4k-task graph
         # ~0.25 ms, where slicing OLD's runs and concatenating them with the new rows took
         # 0.3-0.7 ms, more the more runs the new rows cut
-        allt = pa.concat_tables([old_t, newrows]).take(order)
-        i = allt.schema.get_field_index("task_id")
-        allt = allt.set_column(i, allt.schema.field(i),
-                               pa.array(np.arange(n + k, dtype=np.int64), allt.schema[i].type))
+        allt = _set(pa.concat_tables([old_t, newrows]).take(order), "task_id",
+                    np.arange(n + k, dtype=np.int64))
         e = self.arrow("edge")
         src = newid[e["src"].to_numpy()]
         dst = newid[e["dst"].to_numpy()]
@@ -648,10 +649,7 @@ class Graph:
                     raise DaydreamError(f"insert: the new edges give no {c!r}")
                 add[c] = add.get(c, [None] * m) + vals
             src, dst = np.concatenate([src, u_src]), np.concatenate([dst, u_dst])
-        old = e
-        for c, v in (("src", src[:n_e]), ("dst", dst[:n_e])):
-            i = old.schema.get_field_index(c)
-            old = old.set_column(i, old.schema.field(i), pa.array(v, old.schema[i].type))
+        old = _set(_set(e, "src", src[:n_e]), "dst", dst[:n_e])
         added = pa.Table.from_arrays([_arrow_cast(pa.array(add[f.name]), f.type)
                                       for f in old.schema], schema=old.schema)
         # in (src, dst) order, ties in table order (a stable sort, as every primitive keeps it)

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,7 +40,7 @@ class PerThread:
         return PerThread(*(getattr(self, f.name)[keep] for f in fields(self)))
 
 
-def _int(s: pl.Series | pa.ChunkedArray) -> np.ndarray:
+def _int(s: pa.ChunkedArray) -> np.ndarray:
     return s.to_numpy().astype(np.int64, copy=False)
 
 

@@ -544,7 +544,8 @@ def amp(g: Graph, ctx: Context, *, dtype: str = "fp16", casts: bool = True,
     # the kernels' rows, with their task ids (positions) as "id": a numpy mask and a gather
     # (a row index and a Polars filter over every task took 0.6 ms of a 4k-task graph)
     kern_ids = np.flatnonzero(g.array("kind") == "kernel")
-    kern = g.rows(kern_ids).with_columns(pl.Series("id", kern_ids, pl.Int64))
+    kern = g.rows(kern_ids, ("name", "dur_ns", "phase", "iteration")).with_columns(
+        pl.Series("id", kern_ids, pl.Int64))
     if not kern.height:
         ctx.notes.append("amp: the trace has no GPU kernels (a CPU-only trace); autocast on "
                          "CUDA does not apply; unchanged")
