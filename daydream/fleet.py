@@ -265,14 +265,14 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
     if runner is None:
         runner = make_runner(workers, ray, tasks=len(items), share=warm_worker)
     limit = runner.in_flight
+    reader = _Reader(st, _chunks(root, items))
     try:
         with runner:
-            queue = iter(_chunks(root, items))
             ready: list[tuple[str, dict]] = []
             while True:
                 while runner.pending() < limit:
                     if not ready:
-                        ready = _read_chunk(st, next(queue, []))
+                        ready = reader.next()
                         if not ready:
                             break
                     tid, g = ready.pop(0)
@@ -286,8 +286,10 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
                 for tid, res in runner.next_done():
                     finish(tid, res)
                 if len(buf) >= FLUSH_ROWS or time.monotonic() - last >= FLUSH_S:
+                    reader.settle()  # one connection to the database at a time
                     flush()
     finally:
+        reader.close()
         flush()  # what finished before an interrupt is kept: the rerun resumes after it
     rep.table = results(root, traces, specs)
     return rep
@@ -325,6 +327,48 @@ def _chunks(root: Path, tids: list[str]) -> list[list[str]]:
         out[-1].append(tid)
         tasks += n
     return out
+
+
+class _Reader:
+    """The loader's chunks of graphs (``_chunks``), each read on a thread while the one before
+    it is predicted: DuckDB reads without the interpreter's lock, and a read in the loop (64
+    DLRM graphs, ~0.15 s) left both this process and a worker, whose queue of two ran dry
+    meanwhile, without work, twice in a 100-trace run. ``settle`` waits for a read under way
+    (before this process writes to the database); ``close`` drops what is left."""
+
+    def __init__(self, st: Store, chunks: list[list[str]]) -> None:
+        self._st = st
+        self._chunks = iter(chunks)
+        self._pool = None
+        self._ahead = None
+        self._first = next(self._chunks, [])
+
+    def next(self) -> list[tuple[str, dict]]:
+        """The next chunk's (trace, graph tables), [] at the end; starts reading the one
+        after it."""
+        if self._first is not None:
+            got = _read_chunk(self._st, self._first)
+            self._first = None
+        elif self._ahead is not None:
+            got, self._ahead = self._ahead.result(), None
+        else:
+            return []
+        after = next(self._chunks, None)
+        if after is not None:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="daydream-read")
+            self._ahead = self._pool.submit(_read_chunk, self._st, after)
+        return got
+
+    def settle(self) -> None:
+        if self._ahead is not None:
+            self._ahead.exception()  # waits; an error is raised where the chunk is asked for
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
 
 def _read_chunk(st: Store, tids: list[str]) -> list[tuple[str, dict]]:

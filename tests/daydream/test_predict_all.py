@@ -272,3 +272,58 @@ def test_a_fleet_prediction_of_amp_and_cuda_graphs_makes_no_polars_frame(tmp_pat
     notes = "\n".join(x["notes"] for x in r["rows"])
     assert "GradScaler in" in notes and "graph launches" in notes  # both rewrote the graph
     assert made == []
+
+
+def test_later_chunks_are_read_ahead_on_a_thread_never_beside_a_write(fresh, monkeypatch):
+    """The loader reads the first chunk of graphs in this process's thread and each later one
+    on a thread while the one before it is predicted (``fleet._Reader``); results are
+    written only when no read is under way, and a read that fails raises its error here,
+    with nothing read after it and the rows stored before kept."""
+    import threading
+    import time as time_
+
+    monkeypatch.setattr(fleet, "READ_FIRST", 1)
+    monkeypatch.setattr(fleet, "READ_CHUNK", 2)
+    monkeypatch.setattr(fleet, "FLUSH_ROWS", 1)  # a write after every trace
+    read, wrote = fleet._read_chunk, db.write_results
+    reads: list[tuple[str, list[str]]] = []
+    reading = threading.Event()
+    beside: list[str] = []
+
+    def slow_read(st, tids):
+        reading.set()
+        try:
+            time_.sleep(0.05)  # long enough for a write in the loop to fall inside it
+            reads.append((threading.current_thread().name, list(tids)))
+            return read(st, tids)
+        finally:
+            reading.clear()
+
+    def write(*a, **k):
+        if reading.is_set():
+            beside.append("a write while a chunk was read")
+        return wrote(*a, **k)
+    monkeypatch.setattr(fleet, "_read_chunk", slow_read)
+    monkeypatch.setattr(db, "write_results", write)
+    ids = api.open_store(fresh).trace_ids()
+    rep = fleet.predict_all(fresh, ["amp"], workers=1)
+    assert rep.count("predicted") == len(ids) and not rep.failed
+    assert [t for _, tids in reads for t in tids] == sorted(ids)
+    assert [len(t) for _, t in reads] == [1, 2, 2, 1]
+    main = threading.main_thread().name
+    assert reads[0][0] == main and all(n.startswith("daydream-read") for n, _ in reads[1:])
+    assert beside == []
+
+    calls = []
+
+    def failing(st, tids):
+        calls.append(tids)
+        if len(calls) == 2:
+            raise DaydreamError("graph of trace x: unreadable")
+        return read(st, tids)
+    monkeypatch.setattr(fleet, "_read_chunk", failing)
+    with pytest.raises(DaydreamError, match="unreadable"):
+        fleet.predict_all(fresh, ["cuda_graphs"], workers=1)
+    assert len(calls) == 2  # not read on after the error
+    got = sql_query.run_sql(fresh, "SELECT spec, count(*) FROM prediction GROUP BY ALL")
+    assert dict(zip(*got.to_pydict().values(), strict=True)).get("amp") == len(ids)
