@@ -20,7 +20,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
 from typing import Any
 
 from daydream.base.errors import DaydreamError
@@ -278,6 +284,29 @@ def _failed(e: BaseException) -> dict:
     ``ok`` and, when not ok, ``error``)."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return {"ok": False, "error": f"worker failed: {type(e).__name__}: {msg}"}
+
+
+class Later:
+    """A call made when its result is asked for: what ``later`` gives where no thread is
+    worth it (errors then come in the order they did with no thread at all)."""
+
+    def __init__(self, fn: Callable, args: tuple) -> None:
+        self.fn, self.args = fn, args
+
+    def result(self):
+        return self.fn(*self.args)
+
+
+def later(threaded: bool, fn: Callable, *args) -> Future | Later:
+    """``fn(*args)`` started on a thread of its own where ``threaded``, else made when its
+    result is asked for."""
+    if not threaded:
+        return Later(fn, args)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=fn.__name__.strip("_"))
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def preload(*targets: str) -> None:

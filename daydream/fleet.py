@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +28,7 @@ import pyarrow as pa
 
 from daydream import pipeline
 from daydream.base.errors import DaydreamError
-from daydream.base.runner import Runner, make_runner
+from daydream.base.runner import Later, Runner, later, make_runner
 from daydream.graphstore import db, sql_query
 from daydream.graphstore.prediction import PredictionResult
 from daydream.graphstore.schema import PREDICTION
@@ -289,7 +290,7 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
                     reader.settle()  # one connection to the database at a time
                     flush()
     finally:
-        reader.close()
+        reader.settle()
         flush()  # what finished before an interrupt is kept: the rerun resumes after it
     rep.table = results(root, traces, specs)
     return rep
@@ -330,45 +331,32 @@ def _chunks(root: Path, tids: list[str]) -> list[list[str]]:
 
 
 class _Reader:
-    """The loader's chunks of graphs (``_chunks``), each read on a thread while the one before
-    it is predicted: DuckDB reads without the interpreter's lock, and a read in the loop (64
-    DLRM graphs, ~0.15 s) left both this process and a worker, whose queue of two ran dry
-    meanwhile, without work, twice in a 100-trace run. ``settle`` waits for a read under way
-    (before this process writes to the database); ``close`` drops what is left."""
+    """The loader's chunks of graphs (``_chunks``), the first read here when asked for and each
+    later one on a thread while the one before it is predicted (``base.runner.later``):
+    DuckDB reads without the interpreter's lock, and a read in the loop (64 DLRM graphs,
+    ~0.15 s) left both this process and a worker, whose queue of two ran dry meanwhile,
+    without work, twice in a 100-trace run. ``settle`` waits for a read under way (before
+    this process writes to the database)."""
 
     def __init__(self, st: Store, chunks: list[list[str]]) -> None:
         self._st = st
         self._chunks = iter(chunks)
-        self._pool = None
-        self._ahead = None
-        self._first = next(self._chunks, [])
+        self._ahead: Future | Later | None = later(False, _read_chunk, st,
+                                                    next(self._chunks, []))
 
     def next(self) -> list[tuple[str, dict]]:
         """The next chunk's (trace, graph tables), [] at the end; starts reading the one
         after it."""
-        if self._first is not None:
-            got = _read_chunk(self._st, self._first)
-            self._first = None
-        elif self._ahead is not None:
-            got, self._ahead = self._ahead.result(), None
-        else:
+        if self._ahead is None:
             return []
+        got = self._ahead.result()
         after = next(self._chunks, None)
-        if after is not None:
-            if self._pool is None:
-                from concurrent.futures import ThreadPoolExecutor
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="daydream-read")
-            self._ahead = self._pool.submit(_read_chunk, self._st, after)
+        self._ahead = None if after is None else later(True, _read_chunk, self._st, after)
         return got
 
     def settle(self) -> None:
-        if self._ahead is not None:
+        if isinstance(self._ahead, Future):
             self._ahead.exception()  # waits; an error is raised where the chunk is asked for
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
 
 
 def _read_chunk(st: Store, tids: list[str]) -> list[tuple[str, dict]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from daydream.base.compiled import kernel
 from daydream.base.errors import DaydreamError
+from daydream.base.runner import later
 from daydream.graphstore import db, labels
 from daydream.graphstore.build import (
     EK_LAUNCH,
@@ -105,12 +106,12 @@ def graph_tables(tables: dict[str, pa.Table],
     (``devices_of``)."""
     work_rows = sum(tables[t].num_rows for t in ("kernel", "memcpy", "memset", "api", "range")
                     if t in tables)
-    found = _later(THREADED_TASKS <= work_rows <= THREADED_TASKS_MAX, _labels, tables, weights)
+    found = later(THREADED_TASKS <= work_rows <= THREADED_TASKS_MAX, _labels, tables, weights)
     g = build(tables, latency, devices)
     large = THREADED_TASKS <= g.n_tasks <= THREADED_TASKS_MAX
     # the cycle check (compiled, without the GIL) runs beside the labelling, which follows no
     # edge; its error still comes first, as when it ran before
-    acyclic = _later(large, check_acyclic, g.n_tasks, g.src, g.dst, g.anchor, g.name,
+    acyclic = later(large, check_acyclic, g.n_tasks, g.src, g.dst, g.anchor, g.name,
                      g.start_ns, g.obs_dur_ns)
     try:
         launch = g.ekind == EK_LAUNCH
@@ -183,29 +184,6 @@ def _labels(tables: dict[str, pa.Table], weights: pa.Table | Callable[[], pa.Tab
             layer_t = layer_t.set_column(layer_t.schema.get_field_index("param_bytes"),
                                          layer_t.schema.field("param_bytes"), col)
     return its, rl, layer_t
-
-
-class _Later:
-    """A call made when its result is asked for: what ``_later`` gives where no thread is
-    worth it (errors then come in the order they did with no thread at all)."""
-
-    def __init__(self, fn: Callable, args: tuple) -> None:
-        self.fn, self.args = fn, args
-
-    def result(self):
-        return self.fn(*self.args)
-
-
-def _later(threaded: bool, fn: Callable, *args) -> Future | _Later:
-    """``fn(*args)`` started on a thread of its own where ``threaded``, else made when its
-    result is asked for."""
-    if not threaded:
-        return _Later(fn, args)
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=fn.__name__.strip("_"))
-    try:
-        return pool.submit(fn, *args)
-    finally:
-        pool.shutdown(wait=False)
 
 
 def _isin_sorted(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
@@ -574,7 +552,7 @@ class Loader:
         self._handed += len(batch)
         if not behind:
             return self._commit(batch)
-        self._writing = _later(True, self._commit, batch)
+        self._writing = later(True, self._commit, batch)
         return []
 
     def wait(self) -> None:

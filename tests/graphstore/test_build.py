@@ -678,7 +678,7 @@ def test_launch_of_unseen_work_waits_on_its_stream(tmp_path):
 
 def test_a_graph_labelled_on_threads_is_the_graph_labelled_inline(monkeypatch):
     """A large graph's labels are found on a thread while it is built, and its task names
-    decoded on another while its tasks are labelled (graphstore.load._later): its tables are
+    decoded on another while its tasks are labelled (base.runner.later): its tables are
     the same, row by row, as when both are made inline (every graph below THREADED_TASKS)."""
     from daydream.graphstore import load as gload
     from tests.conftest import DATA
