@@ -273,7 +273,14 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
             while True:
                 while runner.pending() < limit:
                     if not ready:
-                        ready = reader.next()
+                        try:
+                            ready = reader.next()
+                        except Exception:
+                            # what the workers are predicting is collected (and written
+                            # below) before the read's error stops the fleet: a rerun would
+                            # otherwise compute it again
+                            _drain(runner, finish)
+                            raise
                         if not ready:
                             break
                     tid, g = ready.pop(0)
@@ -294,6 +301,13 @@ def predict_all(store_root: str | Path, specs: list[str], *, where: str | None =
         flush()  # what finished before an interrupt is kept: the rerun resumes after it
     rep.table = results(root, traces, specs)
     return rep
+
+
+def _drain(runner: Runner, finish: Callable[[str, dict], None]) -> None:
+    """Wait for every task RUNNER holds and hand each result to FINISH."""
+    while runner.pending():
+        for tid, res in runner.next_done():
+            finish(tid, res)
 
 
 def _rebuild_stale(root: Path, traces: list[str], rep: FleetReport) -> dict[str, str]:

@@ -328,3 +328,27 @@ def test_later_chunks_are_read_ahead_on_a_thread_never_beside_a_write(fresh, mon
     assert len(calls) == 2  # not read on after the error
     got = sql_query.run_sql(fresh, "SELECT spec, count(*) FROM prediction GROUP BY ALL")
     assert dict(zip(*got.to_pydict().values(), strict=True)).get("amp") == len(ids)
+
+
+def test_a_failed_read_keeps_the_predictions_already_under_way(fresh, monkeypatch):
+    """A chunk of graphs that cannot be read stops the fleet with its error, but what the
+    workers were already predicting is collected and stored first: a rerun does not compute
+    it again. With two workers the first chunk (three traces) goes two to the worker's queue
+    and one into this process; the second chunk's read fails while the worker's two are
+    still out."""
+    monkeypatch.setattr(fleet, "READ_FIRST", 3)
+    monkeypatch.setattr(fleet, "READ_CHUNK", 2)
+    read = fleet._read_chunk
+    calls: list[list[str]] = []
+
+    def failing(st, tids):
+        calls.append(list(tids))
+        if len(calls) == 2:
+            raise DaydreamError("graph of trace x: unreadable")
+        return read(st, tids)
+    monkeypatch.setattr(fleet, "_read_chunk", failing)
+    with pytest.raises(DaydreamError, match="unreadable"):
+        fleet.predict_all(fresh, ["amp"], workers=2)
+    stored = sql_query.run_sql(fresh, "SELECT trace_id FROM prediction ORDER BY ALL")
+    assert len(calls) == 2
+    assert stored.column(0).to_pylist() == sorted(calls[0])
