@@ -274,6 +274,20 @@ def test_a_fleet_prediction_of_amp_and_cuda_graphs_makes_no_polars_frame(tmp_pat
     assert made == []
 
 
+def _second_read_fails(monkeypatch, read) -> list[list[str]]:
+    """The loader's chunk reads made through READ, the second raising: the chunks asked for,
+    in order."""
+    calls: list[list[str]] = []
+
+    def failing(st, tids):
+        calls.append(list(tids))
+        if len(calls) == 2:
+            raise DaydreamError("graph of trace x: unreadable")
+        return read(st, tids)
+    monkeypatch.setattr(fleet, "_read_chunk", failing)
+    return calls
+
+
 def test_later_chunks_are_read_ahead_on_a_thread_never_beside_a_write(fresh, monkeypatch):
     """The loader reads the first chunk of graphs in this process's thread and each later one
     on a thread while the one before it is predicted (``fleet._Reader``); results are
@@ -315,14 +329,7 @@ def test_later_chunks_are_read_ahead_on_a_thread_never_beside_a_write(fresh, mon
     assert reads[0][0] == main and all(n.startswith("slow_read") for n, _ in reads[1:])
     assert beside == []
 
-    calls = []
-
-    def failing(st, tids):
-        calls.append(tids)
-        if len(calls) == 2:
-            raise DaydreamError("graph of trace x: unreadable")
-        return read(st, tids)
-    monkeypatch.setattr(fleet, "_read_chunk", failing)
+    calls = _second_read_fails(monkeypatch, read)
     with pytest.raises(DaydreamError, match="unreadable"):
         fleet.predict_all(fresh, ["cuda_graphs"], workers=1)
     assert len(calls) == 2  # not read on after the error
@@ -338,15 +345,7 @@ def test_a_failed_read_keeps_the_predictions_already_under_way(fresh, monkeypatc
     still out."""
     monkeypatch.setattr(fleet, "READ_FIRST", 3)
     monkeypatch.setattr(fleet, "READ_CHUNK", 2)
-    read = fleet._read_chunk
-    calls: list[list[str]] = []
-
-    def failing(st, tids):
-        calls.append(list(tids))
-        if len(calls) == 2:
-            raise DaydreamError("graph of trace x: unreadable")
-        return read(st, tids)
-    monkeypatch.setattr(fleet, "_read_chunk", failing)
+    calls = _second_read_fails(monkeypatch, fleet._read_chunk)
     with pytest.raises(DaydreamError, match="unreadable"):
         fleet.predict_all(fresh, ["amp"], workers=2)
     stored = sql_query.run_sql(fresh, "SELECT trace_id FROM prediction ORDER BY ALL")
