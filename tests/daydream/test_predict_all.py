@@ -342,7 +342,8 @@ def test_a_failed_read_keeps_the_predictions_already_under_way(fresh, monkeypatc
     workers were already predicting is collected and stored first: a rerun does not compute
     it again. With two workers the first chunk (three traces) goes two to the worker's queue
     and one into this process; the second chunk's read fails while the worker's two are
-    still out."""
+    still out (the spawned worker is still starting, some 0.5 s, when this process's one
+    is done), so on the code before the drain only this process's one was stored."""
     monkeypatch.setattr(fleet, "READ_FIRST", 3)
     monkeypatch.setattr(fleet, "READ_CHUNK", 2)
     calls = _second_read_fails(monkeypatch, fleet._read_chunk)
