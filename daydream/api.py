@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str):
     """The collector's entry points (``collect``, ``collect_steps``, ``collect_command``) and
-    ``expand`` (ingest.batch_ingest: the converters), imported on first use (PEP 562)."""
+    ``expand`` (ingest.files), imported on first use (PEP 562)."""
     if name == "expand":
-        from daydream.ingest.batch_ingest import expand
+        from daydream.ingest.files import expand
         return expand
     if name in ("collect", "collect_steps"):
         from daydream.collect import api as _collect

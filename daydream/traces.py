@@ -42,8 +42,8 @@ def ingest(paths: Iterable[str | Path], store: str | Path | None = None, *,
     and writes the graphs to DuckDB in batches. Then builds any stored trace's missing graph.
     ``runner``: the workers, started already (``base.runner.started_early`` with
     :func:`warm_worker`), closed here."""
-    from daydream.ingest.batch_ingest import expand
     from daydream.ingest.batch_ingest import ingest as ingest_files
+    from daydream.ingest.files import expand
     from daydream.ingest.ids import content_ids_in_background
 
     files = expand(paths)
@@ -236,8 +236,8 @@ def resolve_trace(trace: str, store: Store, *, ingest_missing: bool = False) -> 
 
 def ingest_folder(path: Path, st: Store) -> list[str]:
     """Ingest a folder of rank traces (execution traces beside them skipped); their ids."""
-    from daydream.ingest.batch_ingest import expand
     from daydream.ingest.batch_ingest import ingest as ingest_files
+    from daydream.ingest.files import expand
     files = [f for f in expand([path]) if ".et." not in Path(f).name]
     rep = ingest_files(files, st, jobs=None, strict=True)
     build_graphs(st, rep, strict=True)
@@ -247,7 +247,7 @@ def ingest_folder(path: Path, st: Store) -> list[str]:
 def skipped(paths: Iterable[str | Path]) -> list[tuple[str, str]]:
     """The files in the folders of PATHS that ingest leaves out, each with why: PyTorch
     execution traces (``.et.json``), and files whose names no trace format uses."""
-    from daydream.ingest.batch_ingest import EXCLUDED_SUFFIXES, TRACE_PATTERNS
+    from daydream.ingest.files import EXCLUDED_SUFFIXES, TRACE_PATTERNS
     out = []
     for raw in paths:
         p = Path(raw)

@@ -8,7 +8,6 @@ with its error and the others go on, unless ``strict`` is set.
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
 import shutil
 from collections.abc import Callable, Iterable
@@ -18,20 +17,10 @@ from pathlib import Path
 
 from daydream.base.errors import DaydreamError
 from daydream.base.runner import Runner, make_runner
-from daydream.ingest import source
 from daydream.ingest.convert import read_trace
+from daydream.ingest.files import expand, is_big
 from daydream.ingest.ids import content_id
 from daydream.ingest.store import Store, write_staged
-
-# File names a folder is searched for. Named files are always tried, whatever their name.
-TRACE_PATTERNS = ("*.json", "*.json.gz", "*.sqlite", "*.cupti", "*.cupti.gz")
-# PyTorch execution traces sit beside profiler traces (param's et_replay) but are not traces
-# of activity; folder expansion leaves them out.
-EXCLUDED_SUFFIXES = (".et.json", ".et.json.gz")
-# A trace of more JSON than this (a gzipped one counted inflated) has its graph built after its
-# conversion, from the stored tables (see ``ingest``); a smaller one where it was converted,
-# from the tables in memory (the two together fit: some 1.3 GB for 217 MB of JSON).
-BIG_BYTES = 256 << 20
 
 
 @dataclass
@@ -60,33 +49,6 @@ class IngestReport:
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
-
-
-def expand(paths: Iterable[str | Path]) -> list[Path]:
-    """Files named by paths: files as given, folders searched recursively, globs expanded."""
-    out: list[Path] = []
-    seen: set[Path] = set()
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            found = []
-            for pat in TRACE_PATTERNS:
-                found.extend(q for q in p.rglob(pat) if q.is_file())
-            found = [q for q in found if not q.name.endswith(EXCLUDED_SUFFIXES)]
-            cands = sorted(found)
-        elif p.exists():
-            cands = [p]
-        else:
-            matches = sorted(Path(m) for m in glob.glob(str(raw), recursive=True))
-            if not matches:
-                raise DaydreamError("no such file, folder or matching glob", file=str(raw))
-            cands = [m for m in matches if m.is_file()]
-        for c in cands:
-            key = c.resolve()
-            if key not in seen:
-                seen.add(key)
-                out.append(c)
-    return out
 
 
 def _give_back_memory() -> None:
@@ -212,7 +174,7 @@ def ingest(paths: Iterable[str | Path], store: Store, *, jobs: int | None = None
         # tables, with the conversion's memory given back first (_give_back_memory), so the
         # two peaks never add up; a worker process to convert it in would cost its start
         # (imports, compiled kernels: a second or more) for the same effect.
-        big = {tid for f, tid in items if source.json_bytes(f) > BIG_BYTES}
+        big = {tid for f, tid in items if is_big(f)}
         n = len(items)
         if runner is not None and (n < 2 or big):
             runner.close()

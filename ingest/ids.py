@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import mmap
-import os
 import threading
 from concurrent.futures import Future
 from pathlib import Path
@@ -65,15 +64,18 @@ def _hash_on_thread(paths: list[Path], first: list[Future] | None = None) -> Fut
 
 
 def hash_ahead(args: list[str]) -> None:
-    """Start hashing the regular files among ``args`` now, for
-    :func:`content_ids_in_background` to take up when it is asked for them."""
-    files = []
+    """Start hashing the files ``args`` name (``ingest.files.expand``: folders searched, globs
+    expanded) now, for :func:`content_ids_in_background` to take up when it is asked for
+    them."""
+    from daydream.base.errors import DaydreamError
+    from daydream.ingest.files import expand
+    found: dict[Path, None] = {}
     for a in args:
         try:
-            if os.path.isfile(a):
-                files.append(Path(a))
-        except (OSError, ValueError):  # a name the system cannot take: typer's to report
+            found.update(dict.fromkeys(expand([a])))
+        except (DaydreamError, OSError, ValueError):  # names nothing: the ingest's to report
             pass
+    files = list(found)
     if not files:
         return
     fut = _hash_on_thread(files)

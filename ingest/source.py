@@ -18,6 +18,7 @@ from isal import igzip, isal_zlib
 
 from daydream.base.errors import TraceFormatError
 from daydream.ingest.cupti_format import MAGIC as CUPTI_MAGIC  # raw record files (collect/)
+from daydream.ingest.files import gzip_isize
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -25,15 +26,6 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # Inflate in memory up to this size; larger files go through a temporary file and mmap, so
 # memory holds pages of the file rather than a second copy of it.
 IN_MEMORY_LIMIT = 256 << 20
-
-
-def json_bytes(path: Path) -> int:
-    """The size of a trace once inflated: a gzipped file's trailer tells it (mod 2**32, so
-    never taken below the file's own size), any other file is its size."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    return max(size, _isize(path)) if gz and size >= 18 else size
 
 
 def sniff(path: Path) -> str:
@@ -104,7 +96,7 @@ def load_bytes(path: Path) -> np.ndarray:
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         return np.frombuffer(mm, np.uint8)
     try:
-        if os.path.getsize(path) * 8 < IN_MEMORY_LIMIT and _isize(path) < IN_MEMORY_LIMIT:
+        if os.path.getsize(path) * 8 < IN_MEMORY_LIMIT and gzip_isize(path) < IN_MEMORY_LIMIT:
             with open(path, "rb") as f:
                 return np.frombuffer(igzip.decompress(f.read()), np.uint8)
         return _inflate_to_tempfile(path)
@@ -113,13 +105,6 @@ def load_bytes(path: Path) -> np.ndarray:
                                file=str(path)) from None
     except (OSError, zlib.error, igzip.BadGzipFile) as e:
         raise TraceFormatError(f"damaged gzip: {e}", file=str(path)) from None
-
-
-def _isize(path: Path) -> int:
-    """Uncompressed size hint from the gzip trailer (mod 2**32)."""
-    with open(path, "rb") as f:
-        f.seek(-4, os.SEEK_END)
-        return int.from_bytes(f.read(4), "little")
 
 
 def _inflate_to_tempfile(path: Path) -> np.ndarray:
@@ -242,7 +227,7 @@ def open_inflating(path: Path) -> Inflating | None:
         if f.read(2) != GZIP_MAGIC:
             return None
     comp = os.path.getsize(path)
-    size = _isize(path)
+    size = gzip_isize(path)
     if size < comp // 2 or size == 0:
         return None
     return Inflating(path, size)

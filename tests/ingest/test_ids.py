@@ -45,8 +45,12 @@ def test_files_hashed_ahead_are_hashed_once(tmp_path, monkeypatch):
     unasked = tmp_path / "unasked.json"
     unasked.write_bytes(b"{}")
     missing = tmp_path / "missing.json"
-    # what is not a file (an option's value, a folder, a missing name) is not hashed ahead
+    # a folder's trace files are hashed ahead (ingest.files.expand: `daydream ingest DIR`),
+    # each once however often named; what names nothing (an option's value, a missing
+    # name) is not, and does not stop the rest
     ids.hash_ahead([str(GOOD), str(unasked), str(tmp_path), "--store", str(missing)])
+    ids._AHEAD[other].result(timeout=60)  # found in the folder, hashed before it is asked for
+    assert sorted(calls) == sorted([GOOD, unasked, other])
     got = ids.content_ids_in_background([GOOD, other, missing]).result(timeout=60)
     assert set(got) == {GOOD, other, missing}  # only what was asked for
     assert got[GOOD] == _blake(GOOD.read_bytes()) and got[other] == _blake(other.read_bytes())
