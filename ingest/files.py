@@ -20,6 +20,8 @@ EXCLUDED_SUFFIXES = (".et.json", ".et.json.gz")
 # conversion, from the stored tables (see ``batch_ingest.ingest``); a smaller one where it was
 # converted, from the tables in memory (the two together fit: some 1.3 GB for 217 MB of JSON).
 BIG_BYTES = 256 << 20
+# the first two bytes of a gzip file
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 def expand(paths: Iterable[str | Path]) -> list[Path]:
@@ -52,19 +54,24 @@ def expand(paths: Iterable[str | Path]) -> list[Path]:
 def gzip_isize(path: Path) -> int:
     """Uncompressed size hint from the gzip trailer (mod 2**32)."""
     with open(path, "rb") as f:
-        f.seek(-4, os.SEEK_END)
-        return int.from_bytes(f.read(4), "little")
+        return _trailer_isize(f)
+
+
+def _trailer_isize(f) -> int:
+    """``gzip_isize`` of the open file F."""
+    f.seek(-4, os.SEEK_END)
+    return int.from_bytes(f.read(4), "little")
 
 
 def json_bytes(path: Path) -> int:
     """The size of a trace once inflated: a gzipped file's trailer tells it (mod 2**32, so
-    never taken below the file's own size), any other file is its size."""
+    never taken below the file's own size), any other file is its size. One open of the
+    file: ``converted_beside`` asks it of every file before the workers start."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        if size < 18 or f.read(2) != b"\x1f\x8b":
+        if size < 18 or f.read(2) != GZIP_MAGIC:
             return size
-        f.seek(-4, os.SEEK_END)
-        return max(size, int.from_bytes(f.read(4), "little"))
+        return max(size, _trailer_isize(f))
 
 
 def is_big(path: Path) -> bool:

@@ -18,9 +18,8 @@ from isal import igzip, isal_zlib
 
 from daydream.base.errors import TraceFormatError
 from daydream.ingest.cupti_format import MAGIC as CUPTI_MAGIC  # raw record files (collect/)
-from daydream.ingest.files import gzip_isize
+from daydream.ingest.files import GZIP_MAGIC, gzip_isize
 
-GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 # Inflate in memory up to this size; larger files go through a temporary file and mmap, so
