@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 
 from bench import manifest  # noqa: E402
 from daydream.base import occupancy  # noqa: E402
-from daydream.graphstore.build import COMM_RE, UNEXPLAINED_NS, WAIT_TOL_NS  # noqa: E402
+from daydream.graphstore.build import UNEXPLAINED_NS, WAIT_TOL_NS, is_comm_name  # noqa: E402
 from daydream.ingest.convert import read_trace  # noqa: E402
 
 FIT = "contention.drain"
@@ -51,7 +51,7 @@ def drain_ratios(path: Path) -> list[dict]:
     start, dur = col(k, "start_ns"), col(k, "dur_ns")
     end = start + dur
     names = k["name"].to_pylist()
-    comm = np.array([bool(COMM_RE.search(n or "")) for n in names])
+    comm = np.array([is_comm_name(n or "") for n in names])
     blocks, threads = occupancy.launch_size(*(col(k, c) for c in (
         "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")))
     blk = occupancy.block_ns(conv.devices, dev.astype(np.int64), dur, blocks, threads,

@@ -102,6 +102,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daydream.base.columns import numpy_filled
 from daydream.graphstore.schema import GPU_KINDS, ITERATION, LAYER, PHASES, GTable
 
 FORWARD, BACKWARD, WEIGHT_UPDATE, DATA_LOADING, OTHER = (PHASES.index(p) for p in (
@@ -184,7 +185,7 @@ def _filled(s: pl.Series, value: int) -> np.ndarray:
     """An integer column as numpy with its nulls set to ``value``, through Arrow: a Polars
     Series method (fill_null, is_not_null) runs as a query of its own, ~0.1 ms, a dozen of
     which were a tenth of a small trace's labels."""
-    return pc.fill_null(s.to_arrow(), value).to_numpy()
+    return numpy_filled(s.to_arrow(), value)
 
 
 def _not_null(s: pl.Series) -> np.ndarray:
@@ -456,7 +457,7 @@ def _gpu_end_launched(tables: dict[str, pa.Table], pid: int, lo: int, hi: int) -
 
 def _int_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """An integer column as numpy values (0 where null) and a mask of the non-null ones."""
-    return (pc.fill_null(col, 0).to_numpy(), col.is_valid().to_numpy())
+    return numpy_filled(col, 0), col.is_valid().to_numpy()
 
 
 def _trace_span(tables: dict[str, pa.Table]) -> tuple[int, int] | None:
@@ -966,7 +967,7 @@ def _cpu_twins(r: pl.DataFrame, names: _Names, kinds: _Names) -> tuple[np.ndarra
     cpu = np.flatnonzero(kinds.differs("gpu_user_annotation") & has)
     rows = np.concatenate([cpu, gpu])
     # one code per distinct name (a dictionary may hold a value twice)
-    same = pc.fill_null(pc.dictionary_encode(names.values.to_arrow()).indices, -1).to_numpy()
+    same = numpy_filled(pc.dictionary_encode(names.values.to_arrow()).indices, -1)
     pair, _, _ = _compact(_filled(r["external_id"], 0)[rows], same[names.codes[rows]])
     cpu_pair, gpu_pair = pair[:len(cpu)], pair[len(cpu):]
     twin = np.full(len(rows), -1, np.int64)
@@ -1055,15 +1056,16 @@ def find_layers(tables: dict[str, pa.Table], labels: pa.Table,
                      "param_bytes": pa.nulls(len(at), pa.int64())}, schema=LAYER_SCHEMA)
 
 
-_LAST_PART = re.compile(r"([^.]+)\Z")  # a module path's last name (\Z: the very end)
 _INSTANCE_NUMBER = re.compile(r"_\d+\Z")
 
 
 def _module_type(path: str) -> str | None:
     """A module layer's type: the last name of its path without Kineto's instance number
-    (``ResNet_0.Conv2d_3`` -> ``Conv2d``); None where the path ends in a dot."""
-    m = _LAST_PART.search(path)
-    return None if m is None else _INSTANCE_NUMBER.sub("", m.group(1), count=1)
+    (``ResNet_0.Conv2d_3`` -> ``Conv2d``); None where the path ends in a dot. The last name is
+    cut at the last dot: a search for it (``[^.]+\\Z``) tried every position of the path, 22
+    us for a BERT layer's, 3% of a small trace's conversion over its 84 layers."""
+    last = path.rpartition(".")[2]
+    return _INSTANCE_NUMBER.sub("", last, count=1) if last else None
 
 
 def mapped_share(task: pa.Table) -> dict:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from daydream.base.columns import numpy_filled
 from daydream.base.compiled import kernel
 from daydream.base.errors import DaydreamError
 from daydream.base.runner import later
@@ -311,7 +312,7 @@ def _task_labels(g: Graph, rl: pa.Table, launch: np.ndarray, iteration: np.ndarr
     # both as dictionary columns: codes per task, each label stored once
     if rl.num_rows:
         d = rl["layer"].combine_chunks().dictionary_encode()
-        codes = np.append(d.indices.fill_null(-1).to_numpy(), -1)[row]  # null: -1
+        codes = np.append(numpy_filled(d.indices, -1), -1)[row]  # null: -1
         lay = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32), mask=codes < 0),
                                              d.dictionary)
         pha = _gaps_take_phase(g, rl["phase"], row, iteration)

@@ -26,6 +26,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daydream.base.columns import numpy_filled
 from daydream.base.errors import TraceFormatError
 from daydream.ingest import kineto_scan as ks
 from daydream.ingest import source
@@ -396,7 +397,7 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
     ph = np.where(ipres[:n, ks.I_PH] == 1, ints[ks.I_PH, :n], 0)
     cat = _decode_dict(batch.str_col(ks.S_CAT, n), stats)
     cat_values = cat.dictionary.to_pylist()
-    cat_idx = cat.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+    cat_idx = numpy_filled(cat.indices, -1)
 
     # route id per category dictionary entry, for X and for flow phases
     x_route = np.full(len(cat_values) + 1, _TABLE_IDS["unknown"], np.int64)
@@ -435,7 +436,7 @@ def _route(batch: _Batch, n: int, base: int, parts: dict, stats: Stats,
     name = _decode_dict(batch.str_col(ks.S_NAME, n), stats)
     mem_code = pc.index(name.dictionary, MEMORY_EVENT).as_py()
     if mem_code >= 0:
-        codes = name.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        codes = numpy_filled(name.indices, -1)
         table[is_instant & (codes == mem_code)] = _TABLE_IDS["memory"]
     stats.add("instant_events_skipped", int((table == _TABLE_IDS["instant"]).sum()),
               severity="info", detail="instant events other than the allocator's records, and "
@@ -631,7 +632,7 @@ def _thread_ids(batch: _Batch, n: int, stats: Stats) -> tuple[np.ndarray, np.nda
             d = batch.str_col(col, n)
             words = d.dictionary.to_pylist()
             mapped = np.array([_string_id(w) for w in words] or [0], np.int64)
-            idx = d.indices.fill_null(0).to_numpy(zero_copy_only=False)
+            idx = numpy_filled(d.indices, 0)
             vals = np.where(has_str, mapped[idx], vals)
         out.append(vals)
     return out[0], out[1]
@@ -750,7 +751,7 @@ def _finish(parts: dict, stats: Stats, meta: dict, events: int, fname: str) -> C
     api_corr = _distinct(tables["api"]["correlation"].drop_null().to_numpy())
     for tname in ("kernel", "memcpy", "memset"):
         corr = tables[tname]["correlation"]
-        c = corr.fill_null(-1).to_numpy(zero_copy_only=False)
+        c = numpy_filled(corr, -1)
         missing = int((~_member(c, api_corr)).sum())
         stats.add(f"{tname}_without_launch", missing, severity="warning",
                   detail="no runtime/driver call with its correlation id in the trace "
@@ -864,8 +865,8 @@ def _api_kind(api: pa.Table) -> pa.Array:
                               cat_d.dictionary.to_pylist()] or [False])
     name_is_driver = np.array([n.startswith("cu") and not n.startswith("cuda") for n in
                                name_d.dictionary.to_pylist()] or [False])
-    ci = cat_d.indices.fill_null(0).to_numpy(zero_copy_only=False)
-    ni = name_d.indices.fill_null(0).to_numpy(zero_copy_only=False)
+    ci = numpy_filled(cat_d.indices, 0)
+    ni = numpy_filled(name_d.indices, 0)
     drv = cat_is_driver[ci] | name_is_driver[ni]
     return pa.DictionaryArray.from_arrays(pa.array(drv.astype(np.int32)),
                                           pa.array(["runtime", "driver"]))
@@ -923,9 +924,9 @@ def _flows(t: pa.Table | None, stats: Stats) -> pa.Table:
     cat = t["cat"].combine_chunks()
     kinds = [_FLOW_KINDS.get(c, "unknown") for c in cat.dictionary.to_pylist()]
     kind_code = np.array([0 if k == "launch" else 1 for k in kinds] or [0], np.int64)
-    ci = cat.indices.fill_null(0).to_numpy(zero_copy_only=False)
+    ci = numpy_filled(cat.indices, 0)
     kind = kind_code[ci]
-    fid = t["flow_id"].fill_null(-1).to_numpy(zero_copy_only=False)
+    fid = numpy_filled(t["flow_id"], -1)
     phase = np.asarray(t["phase"])
     pid = np.asarray(t["pid"])
     tid = np.asarray(t["tid"])

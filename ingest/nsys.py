@@ -51,6 +51,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daydream.base.columns import numpy_filled
 from daydream.base.errors import DaydreamError, TraceFormatError
 from daydream.ingest.converted import Converted
 from daydream.ingest.nesting import nest_ranges
@@ -154,10 +155,6 @@ def _tid(global_tid: pa.Array) -> pa.Array:
     return pc.bit_wise_and(global_tid, _ID_MASK)
 
 
-def _to_numpy(arr: pa.Array, fill: int) -> np.ndarray:
-    return pc.fill_null(arr, fill).to_numpy(zero_copy_only=False)
-
-
 def _true_count(mask: pa.Array) -> int:
     return pc.sum(mask).as_py() or 0
 
@@ -246,7 +243,7 @@ class _Reader:
         """Make correlation ids unique across processes (see module doc)."""
         if len(self.processes) < 2 or len(correlation) == 0:
             return correlation
-        ordinal = np.searchsorted(self.processes, _to_numpy(process, 0)).astype(np.int64)
+        ordinal = np.searchsorted(self.processes, numpy_filled(process, 0)).astype(np.int64)
         return pc.add(correlation, pa.array(ordinal << _CORRELATION_BITS))  # null stays null
 
     # ---- names and enums -----------------------------------------------------------------------
@@ -263,7 +260,7 @@ class _Reader:
     def _positions(self, ids: pa.Array) -> np.ndarray:
         """Row of each StringIds id in ``self._words``; -1 for null ids and for ids StringIds
         does not hold (those are counted)."""
-        q = _to_numpy(ids, -1)
+        q = numpy_filled(ids, -1)
         pos = np.minimum(np.searchsorted(self._ids, q), max(len(self._ids) - 1, 0))
         found = pc.is_valid(ids).to_numpy(zero_copy_only=False)
         found &= self._ids[pos] == q if len(self._ids) else False

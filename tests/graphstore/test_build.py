@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from daydream.base.errors import DaydreamError
-from daydream.graphstore.build import build
+from daydream.graphstore.build import build, is_comm_name
 from daydream.graphstore.check import check_acyclic
 from daydream.graphstore.latency import Latency
 from daydream.graphstore.schema import EDGE_ANCHORS, EDGE_KINDS, GPU_KINDS, TASK_KINDS
@@ -756,3 +756,16 @@ def test_thread_edges_from_the_sweeps_rows_are_those_of_a_sort_by_unit():
         want = sorted(zip(want_prev.tolist(), want_next.tolist(),
                           (start[want_next] - end[want_prev]).tolist(), strict=True))
         assert got == want and len(got) == nthr * (per - 1), rising
+
+
+@pytest.mark.parametrize("name, comm", [
+    ("ncclKernel_AllReduce_RING_LL_Sum_float", True),
+    ("ncclDevKernel_AllGather_RING_LL", True),
+    ("rcclKernel_AllReduce", True),                       # AMD's library
+    ("void NCCL_something_kernel<float>()", True),         # any case
+    ("ampere_sgemm_128x64_nn", False),
+    ("void at::native::vectorized_elementwise_kernel<4>", False),
+    ("", False),                                           # a kernel without a name
+])
+def test_collective_kernels_by_name(name, comm):
+    assert is_comm_name(name) is comm

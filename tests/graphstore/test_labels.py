@@ -29,6 +29,7 @@ from daydream.graphstore.labels import (
     STEP_RE,
     _innermost,
     _may_name_phase,
+    _module_type,
     _Names,
     find_iterations,
     find_layers,
@@ -631,3 +632,16 @@ def test_asof_rows_is_polars_backward_asof_by_group():
                               "j": np.arange(nr)}).sort(["t", "tie"])
         j = _asof(left, right, on="t", by=["a", "b"]).sort("i")
         assert got.tolist() == j["j"].fill_null(-1).to_list()
+
+
+@pytest.mark.parametrize("path, expected", [
+    ("ResNet_0.Conv2d_3", "Conv2d"),
+    ("BertForMaskedLM_0.BertModel_0.BertEncoder_0.ModuleList_0.BertLayer_11.Linear_2", "Linear"),
+    ("Linear_12", "Linear"),           # no dot: the whole path is the last name
+    ("Model_0.Block_1_2", "Block_1"),  # only the instance number at the very end goes
+    ("Model_0.Block", "Block"),        # no instance number
+    ("Model_0.", None),                # ends in a dot: no last name
+    ("", None),
+])
+def test_module_type_is_the_last_name_without_its_instance_number(path, expected):
+    assert _module_type(path) == expected
