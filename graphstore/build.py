@@ -175,10 +175,7 @@ class _Names:
 
 def _col(t: pa.Table, name: str, fill: int = -1) -> np.ndarray:
     """An integer column as a writable int64 array, nulls as ``fill`` (one copy)."""
-    c = t[name]
-    if c.null_count:
-        c = c.fill_null(fill)
-    return c.to_numpy().astype(np.int64)
+    return numpy_filled(t[name], fill).astype(np.int64)
 
 
 def _dict(t: pa.Table, name: str = "name") -> tuple[np.ndarray, np.ndarray]:

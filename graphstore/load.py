@@ -113,7 +113,7 @@ def graph_tables(tables: dict[str, pa.Table],
     # the cycle check (compiled, without the GIL) runs beside the labelling, which follows no
     # edge; its error still comes first, as when it ran before
     acyclic = later(large, check_acyclic, g.n_tasks, g.src, g.dst, g.anchor, g.name,
-                     g.start_ns, g.obs_dur_ns)
+                    g.start_ns, g.obs_dur_ns)
     try:
         launch = g.ekind == EK_LAUNCH
         gpu = np.flatnonzero(_on_gpu(g.kind))
