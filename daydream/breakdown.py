@@ -12,6 +12,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daydream.base.columns import numpy_filled
 from daydream.graphstore.schema import GPU_KINDS
 
 # The classes a GPU task is compared by rest on the one kernel classification
@@ -60,7 +61,7 @@ def work_frame(tables: dict[str, pa.Table], rep, ranks: int = 1, **extra
         "kind": kind.to_numpy(zero_copy_only=False).astype(str),
         "name": task["name"].to_pylist(),
         "layer": task["layer"].to_pylist(),
-        "iteration": task["iteration"].fill_null(-1).to_numpy(),
+        "iteration": numpy_filled(task["iteration"], -1),
         "work_ms": np.asarray(work, np.float64) / 1e6, **extra})
     df = df.filter(pl.col("iteration").is_in(used))
     df = df.with_columns(pl.col("kind").is_in(list(GPU_KINDS)).alias("gpu"))
@@ -125,7 +126,7 @@ def by_gpu_operator(tables: dict[str, pa.Table], rep, ranges: pa.Table | None,
         else edge["kind"]
     launch = edge.filter(pc.equal(kind, "launch"))
     ops = task_ops(task["kind"],
-                   pc.fill_null(task["range_id"], -1).to_numpy(),
+                   numpy_filled(task["range_id"], -1),
                    launch["src"].to_numpy(), launch["dst"].to_numpy(), ranges)
     df, per = work_frame(tables, rep, ranks, operator=ops.name)
     g = (df.filter(pl.col("gpu")).with_columns(pl.col("operator").fill_null(NO_OPERATOR))

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daydream.base.columns import is_in, numpy_filled
 from daydream.graphstore.schema import CPU_KINDS, GPU_KINDS
 
 SLOWDOWN_TOL = 0.01  # a slower step by more than 1% of the baseline fails no_slowdown
@@ -46,21 +47,8 @@ def spec_names(spec: str | None) -> list[str]:
 def _used(rep, tables: dict[str, pa.Table]) -> tuple[np.ndarray, int]:
     """Mask of the tasks of the replay's used iterations, and how many there are."""
     used = [i.index for i in rep.iterations if i.used]
-    it = tables["task"]["iteration"].fill_null(-1).to_numpy(zero_copy_only=False)
+    it = numpy_filled(tables["task"]["iteration"], -1)
     return np.isin(it, used), max(len(used), 1)
-
-
-def is_in(col: pa.ChunkedArray, values: tuple[str, ...]) -> np.ndarray:
-    """Whether each value of a string (or dictionary) column is one of VALUES (null: no), a
-    dictionary column through its dictionary (a string per task, and np.isin's sort of them,
-    cost a millisecond a small trace's prediction)."""
-    arr = col.combine_chunks()
-    if pa.types.is_dictionary(arr.type):
-        lut = np.array([w in values for w in arr.dictionary.to_pylist()] + [False], bool)
-        return lut[pc.fill_null(arr.indices.cast(pa.int64()), -1).to_numpy(
-            zero_copy_only=False)]
-    return pc.fill_null(pc.is_in(arr, value_set=pa.array(values, arr.type)),
-                        False).to_numpy(zero_copy_only=False)
 
 
 def floors(tables: dict[str, pa.Table], rep, recorded: tuple | None = None) -> dict:

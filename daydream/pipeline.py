@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from daydream import gates, jobs
+from daydream.base.columns import is_in, numpy_filled
 from daydream.base.errors import DaydreamError
 from daydream.graphstore.job import JobGraph, Member, build_job, device_ranks, job_activity
 from daydream.graphstore.prediction import (
@@ -527,7 +528,7 @@ def phase_ms(tables: dict[str, pa.Table], rep: Replay | JobReplay, ranks: int = 
     iteration (and per rank, for a job graph of RANKS ranks)."""
     task = tables["task"]
     used = [i.index for i in rep.iterations if i.used]
-    in_used = np.isin(task["iteration"].fill_null(-1).to_numpy(), used)
+    in_used = np.isin(numpy_filled(task["iteration"], -1), used)
     # work, not the time a task held its unit while it waited (a sync, an idle thread)
     held = (rep.work_ns if rep.work_ns is not None
             else rep.schedule.end_ns - rep.schedule.start_ns)
@@ -536,7 +537,7 @@ def phase_ms(tables: dict[str, pa.Table], rep: Replay | JobReplay, ranks: int = 
         phase = phase.cast(pa.string())
     phase = pc.fill_null(phase, "other").combine_chunks().dictionary_encode()
     codes = phase.indices.to_numpy(zero_copy_only=False)
-    gpu = gates.is_in(task["kind"], GPU_KINDS)
+    gpu = is_in(task["kind"], GPU_KINDS)
     per = 1e6 * max(len(used), 1) * max(ranks, 1)
     out = {}
     for code, name in sorted(enumerate(phase.dictionary.to_pylist()), key=lambda x: x[1]):

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daydream.base.columns import numpy_filled
 from daydream.base.errors import DaydreamError
 from daydream.base.memo import per_table, per_tables
 from daydream.graphstore.schema import (
@@ -236,7 +237,7 @@ def _anchor_codes(edge: pa.Table) -> np.ndarray:
 def _priorities(task: pa.Table) -> np.ndarray:
     n, prio = task.num_rows, task["priority"]
     return (np.zeros(n, np.int64) if prio.null_count == n  # untouched pages: no cost
-            else prio.fill_null(0).to_numpy())
+            else numpy_filled(prio, 0))
 
 
 @dataclass
@@ -625,7 +626,7 @@ def _time_by(col: pa.ChunkedArray, path: np.ndarray, ns: np.ndarray, top: int,
         if not pa.types.is_dictionary(d.type):
             d = d.dictionary_encode()
         names = d.dictionary.to_pylist() + [None]
-        idx = d.indices.fill_null(len(names) - 1).to_numpy()
+        idx = numpy_filled(d.indices, len(names) - 1)
     else:
         idx, names = coded
     sums, seen = _passes.group_sums(idx.astype(np.int64, copy=False), ns, len(names))
@@ -765,7 +766,7 @@ def _labels(g: dict[str, pa.Table]) -> np.ndarray:
     """Each task's iteration, -1 for none."""
     def decode(task: pa.Table) -> np.ndarray:
         it = task["iteration"]
-        out = (it.fill_null(-1).to_numpy() if it.null_count else it.to_numpy()).astype(np.int64)
+        out = numpy_filled(it, -1).astype(np.int64)
         out.setflags(write=False)  # shared by every replay of these tables
         return out
     return per_table("labels", g["task"], decode)

@@ -19,6 +19,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from daydream.base.columns import numpy_filled
+
 CHUNK = 50_000
 # Zero-length tasks that only anchor a graph's start (graphstore.build, graphstore.job): not
 # work, so no event and no track of their own.
@@ -89,7 +91,7 @@ def write_timeline(path: Path | str, g: dict[str, pa.Table],
             phases = _col(task, "phase")
             layers = _col(task, "layer")
             units = task["unit_id"].to_numpy()
-            iters = task["iteration"].fill_null(-1).to_numpy(zero_copy_only=False)
+            iters = numpy_filled(task["iteration"], -1)
             unit_names = _col(unit, "name")
             marker = np.isin(np.asarray(names, object), MARKERS)
             keep = ~marker

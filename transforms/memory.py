@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daydream.base.columns import is_in, matching, numpy_filled
 from daydream.graphstore.params import PARAM_INPUTS
 from daydream.transforms import hardware as hw
 from daydream.transforms import work as wk
@@ -107,7 +108,7 @@ def step_memory(g, ranges: pa.Table | None) -> StepMemory | None:
     iters = [(s, e) for _, s, e in iters]
     first = _first_iteration(ranges, iters)
     name = ranges["name"]
-    is_param = _mask(pc.is_in(name, pa.array(list(PARAM_INPUTS), pa.string())))
+    is_param = is_in(name, PARAM_INPUTS)
     # differentiable forward ops: a sequence number, no forward thread id (Kineto writes one
     # on backward ops)
     diff = np.zeros(ranges.num_rows, bool)
@@ -116,7 +117,7 @@ def step_memory(g, ranges: pa.Table | None) -> StepMemory | None:
                             pc.equal(ranges["fwd_thread_id"], 0))
                if "fwd_thread_id" in ranges.column_names else True)
         diff = _mask(pc.and_kleene(pc.is_valid(ranges["sequence_number"]), fwd))
-    saves = ~_mask(pc.is_in(name, pa.array(sorted(SAVES_NOTHING), pa.string())))
+    saves = ~is_in(name, SAVES_NOTHING)
     up = _parent_rows(ranges)
     has_up = up >= 0
     up = np.maximum(up, 0)
@@ -159,14 +160,14 @@ def step_memory(g, ranges: pa.Table | None) -> StepMemory | None:
 
 def _mask(a: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """A boolean Arrow column as numpy, null as False."""
-    return pc.fill_null(a, False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
+    return numpy_filled(a, False).astype(bool, copy=False)
 
 
 def _parent_rows(ranges: pa.Table) -> np.ndarray:
     """Per range, the row of its parent range in RANGES (-1: none, or not among them)."""
     n = ranges.num_rows
     ids = ranges["range_id"].to_numpy()
-    parent = pc.fill_null(ranges["parent"], -1).to_numpy()
+    parent = numpy_filled(ranges["parent"], -1)
     if n and ids[0] == 0 and (np.diff(ids) == 1).all():  # ids are row numbers (ingest's)
         return np.where((parent >= 0) & (parent < n), parent, -1)
     pos = wk.range_rows(ranges)
@@ -182,16 +183,12 @@ def _rows(ranges: pa.Table, rows: np.ndarray, columns: tuple[str, ...]):
 
 
 def _optimizer(name: pa.ChunkedArray) -> str | None:
-    """The optimizer of the first range named ``Optimizer.step#X.step`` (_OPT_RE), looked
-    for among the names that hold "optimizer.step#" in any case (an Arrow search)."""
-    plain = name.cast(pa.string()) if pa.types.is_dictionary(name.type) else name
-    rows = np.flatnonzero(_mask(pc.match_substring(plain, "optimizer.step#",
-                                                   ignore_case=True)))
-    for n in plain.take(pa.array(rows, pa.int64())).to_pylist():
-        m = _OPT_RE.match(n)
-        if m:
-            return m.group(1).lower()
-    return None
+    """The optimizer of the first range named ``Optimizer.step#X.step`` (_OPT_RE), each
+    distinct name matched once (``base.columns.matching``)."""
+    rows = np.flatnonzero(matching(name, _OPT_RE.match))
+    if not len(rows):
+        return None
+    return _OPT_RE.match(name[int(rows[0])].as_py()).group(1).lower()
 
 
 def _range_layers(g, range_ids: list[int]) -> dict[int, str]:
@@ -322,13 +319,13 @@ def measured(records: pa.Table | None, iterations: pa.Table | None = None
         return []
     ts = records["ts_ns"].to_numpy()
     dev = records["device"].to_numpy().astype(np.int64)
-    rank = (pc.fill_null(records["rank"], -1).to_numpy().astype(np.int64)
+    rank = (numpy_filled(records["rank"], -1).astype(np.int64)
             if "rank" in records.column_names else np.full(len(ts), -1, np.int64))
     nbytes = records["bytes"].to_numpy()
     alloc_ok = records["allocated_bytes"].is_valid().to_numpy(zero_copy_only=False)
     res_ok = records["reserved_bytes"].is_valid().to_numpy(zero_copy_only=False)
-    alloc = pc.fill_null(records["allocated_bytes"], 0).to_numpy()
-    res = pc.fill_null(records["reserved_bytes"], 0).to_numpy()
+    alloc = numpy_filled(records["allocated_bytes"], 0)
+    res = numpy_filled(records["reserved_bytes"], 0)
     out = []
     for r, d in sorted(set(zip(rank.tolist(), dev.tolist(), strict=True))):
         sel = np.flatnonzero((rank == r) & (dev == d))

@@ -26,6 +26,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daydream.base.columns import numpy_filled
 from daydream.base.errors import DaydreamError
 from daydream.graphstore.schema import GPU_KINDS, POLICIES
 
@@ -42,6 +43,9 @@ Predicate = "pl.Expr | str | np.ndarray | Sequence[int] | None"
 # optimization's model, at no latency and with no slack (nothing in the trace to explain).
 _EDGE_DEFAULTS = (("kind", "inserted"), ("anchor", "end_start"), ("lag_ns", 0),
                   ("slack_ns", 0), ("binding", False), ("inferred", False))
+# the task columns an inserted task takes from the task it is placed at (``Graph.insert``),
+# where its row does not give them (start_ns: always)
+_AT_COLUMNS = frozenset({"start_ns", "phase", "iteration", "layer", "rank"})
 
 
 def _plain(t: pa.Table) -> pa.Table:
@@ -61,7 +65,7 @@ def _plain_column(col: pa.ChunkedArray) -> pa.ChunkedArray:
 
 def _mask(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """A boolean Arrow column as numpy, null as False."""
-    return pc.fill_null(col, False).to_numpy(zero_copy_only=False)
+    return numpy_filled(col, False)
 
 
 def isin(values: np.ndarray, allowed) -> np.ndarray:
@@ -571,11 +575,12 @@ class Graph:
         take_at = pa.array(at)
         given = t.to_arrow()  # one conversion of the rows given (a call per column cost more)
         cols = []
+        given_cols = frozenset(t.columns) - {"task_id", "start_ns"}
         for f in old_t.schema:
             c = f.name
-            if c in t.columns and c not in ("task_id", "start_ns"):
+            if c in given_cols:
                 col = _arrow_cast(given[c].combine_chunks(), f.type)
-            elif c in ("start_ns", "phase", "iteration", "layer", "rank"):
+            elif c in _AT_COLUMNS:
                 col = old_t[c].take(take_at).combine_chunks()
             elif c in ("task_id", "obs_dur_ns", "slack_ns", "blocking"):
                 col = pa.array(np.zeros(k, bool if c == "blocking" else np.int64), f.type)
@@ -657,10 +662,14 @@ class Graph:
         # the columns converted so far, each the old rows' and the new ones' in ORDER
         arrays = {}
         for key, a in self._arrays(("task_id",)).items():
-            try:
-                new = _arrow_array(newrows[key[1]], key[1], key[2])
-            except DaydreamError:  # a null in a new row where none is asked for: left to
-                continue           # array() to say when asked
+            c = key[1]
+            if c in _AT_COLUMNS and c not in given_cols:  # at's values, converted already
+                new = a[at]
+            else:
+                try:
+                    new = _arrow_array(newrows[c], c, key[2])
+                except DaydreamError:  # a null in a new row where none is asked for: left
+                    continue           # to array() to say when asked
             arrays[key] = np.concatenate([a, new])[order]
             arrays[key].setflags(write=False)
         return self._with(arrays, task=allt, edge=edge), newid[:n], ins_ids
@@ -685,9 +694,14 @@ class Graph:
         a_after = np.unique(newid[at[[j for j in todo if after[j]]]])
         into: dict[int, list[int]] = {}
         outof: dict[int, list[int]] = {}
-        for i in np.flatnonzero(np.isin(dst[:n_e], a_before)).tolist():
+        # the anchors looked up by task id (np.isin sorted the ends of every edge)
+        is_anchor = np.zeros(len(unit_new), bool)
+        is_anchor[a_before] = True
+        for i in np.flatnonzero(is_anchor[dst[:n_e]]).tolist():
             into.setdefault(int(dst[i]), []).append(i)
-        for i in np.flatnonzero(np.isin(src[:n_e], a_after)).tolist():
+        is_anchor[:] = False
+        is_anchor[a_after] = True
+        for i in np.flatnonzero(is_anchor[src[:n_e]]).tolist():
             outof.setdefault(int(src[i]), []).append(i)
         kinds = []
         for q, j in enumerate(todo):

@@ -57,6 +57,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daydream.base.columns import is_in
 from daydream.base.errors import DaydreamError
 from daydream.base.memo import per_table
 from daydream.graphstore.params import DTYPE_BYTES, PARAM_INPUTS
@@ -158,7 +159,7 @@ def param_shapes(ranges: pa.Table) -> frozenset[tuple[int, ...]]:
 
 def _param_shapes(ranges: pa.Table) -> frozenset[tuple[int, ...]]:
     # only the parameter-owning ops' rows leave Arrow (to_pylist costs a microsecond a value)
-    ranges = ranges.filter(pc.is_in(ranges["name"], pa.array(list(PARAM_INPUTS), pa.string())))
+    ranges = ranges.filter(is_in(ranges["name"], PARAM_INPUTS))
     names = pylist(ranges["name"])
     dims = ranges["input_dims"].to_pylist()
     types = ranges["input_types"].to_pylist() if "input_types" in ranges.column_names \

@@ -341,10 +341,13 @@ def kernel_dtypes(g: Graph, kern: pl.DataFrame, prec: list[KernelPrecision], ops
     ids = kern["id"].to_list()
     api = [launch.get(i) for i in ids]
     kname = kern["name"].to_list()
-    # program order of the launching calls, per thread (the stream's for unlaunched kernels)
-    order = sorted(range(len(ids)), key=lambda j: (
-        int(unit_of[api[j]]) if api[j] is not None else -1 - int(unit_of[ids[j]]),
-        int(start_of[api[j] if api[j] is not None else ids[j]])))
+    # program order of the launching calls, per thread (the stream's for unlaunched kernels):
+    # a stable sort by (thread, start), ties in kernel order (numpy's lexsort; a Python sort
+    # with a key function per kernel cost 0.3 ms of a DLRM rank's 3k kernels)
+    launched = np.array([a is not None for a in api], bool)
+    by = np.where(launched, [-1 if a is None else a for a in api], ids).astype(np.int64)
+    unit_key = np.where(launched, unit_of[by], -1 - unit_of[by])
+    order = np.lexsort((start_of[by], unit_key)).tolist()
     dtype = ["keep"] * len(ids)
     op_rid: list[int | None] = [None] * len(ids)
     last: dict[int, str] = {}
