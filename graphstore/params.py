@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +41,11 @@ WEIGHT_OPS_SCHEMA = pa.schema([("range_id", pa.int64()), ("start_ns", pa.int64()
                                ("param_bytes", pa.int64())])
 
 
+@lru_cache(maxsize=1 << 14)
 def _bytes(name: str, dims_json: str | None, types_json: str | None) -> int:
-    """Parameter bytes of one op call from its recorded shapes (0 where none recorded)."""
+    """Parameter bytes of one op call from its recorded shapes (0 where none recorded). Worked
+    out once per distinct call: a model's layers repeat their shapes (BERT-small's 12 encoder
+    layers), and so do the traces of one fleet."""
     if not dims_json:
         return 0
     try:
