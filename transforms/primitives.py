@@ -309,9 +309,11 @@ class Graph:
         question, from its numpy columns: what a rewrite inserts a call at (a launch, a
         copy, a sync) costs the trace's own median."""
         def compute(g: Graph) -> int | None:
-            api = np.flatnonzero(g.array("kind") == "api")
+            # the runtime calls and their names, found once for every question of a graph
+            api, names = g.once("api_calls", lambda g: (
+                (ids := np.flatnonzero(g.array("kind") == "api")),
+                g.array("name", "")[ids].tolist()))
             if name_part:
-                names = g.array("name", "")[api].tolist()
                 api = api[np.fromiter((name_part in n for n in names), bool, len(names))]
             if blocking is not None:
                 api = api[g.array("blocking")[api] == blocking]

@@ -44,6 +44,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from daydream.base.columns import is_in
 from daydream.base.errors import DaydreamError
 from daydream.graphstore.latency import LATENCY
 from daydream.transforms import hardware, memory
@@ -235,27 +236,37 @@ class Ops:
             return
         # in Arrow (a small trace's ranges are a few rows: Polars calls cost more), the frame
         # out_dims reads made from it when first asked
-        cols = [c for c in ("range_id", "tid", "kind", "name", "parent", "start_ns", "dur_ns",
+        cols = [c for c in ("range_id", "tid", "name", "parent", "start_ns", "dur_ns",
                             "input_dims", "input_types") if c in ranges.column_names]
-        r = ranges.select(cols)
-        for c in ("kind", "name"):
-            if not pa.types.is_string(r.schema.field(c).type):
-                r = r.set_column(r.schema.get_field_index(c), c, r[c].cast(pa.string()))
+        # the op and annotation ranges (kinds tested once per distinct kind), their names
+        # decoded after the filter: only the rows kept leave Arrow
+        kind = ranges["kind"]
+        r = ranges.select(cols).filter(is_in(kind, ("cpu_op", "user_annotation")))
+        if not pa.types.is_string(r.schema.field("name").type):
+            i = r.schema.get_field_index("name")
+            r = r.set_column(i, "name", r["name"].cast(pa.string()))
         if "input_dims" not in r.column_names:
             r = r.append_column("input_dims", pa.nulls(r.num_rows, pa.string()))
-        r = r.filter(pc.fill_null(pc.is_in(r["kind"], pa.array(["cpu_op", "user_annotation"])),
-                                  False))
         # op ranges say what autocast would do only where they name aten ops (an Nsight
         # export's NVTX ranges do not)
-        self.ok = bool(pc.sum(pc.equal(r["kind"], "cpu_op")).as_py() or 0)
-        ids = r["range_id"].to_pylist()
-        self.name = dict(zip(ids, r["name"].to_pylist(), strict=True))
-        self.parent = dict(zip(ids, r["parent"].to_pylist(), strict=True))
-        self.dims = dict(zip(ids, r["input_dims"].to_pylist(), strict=True))
+        self.ok = bool(is_in(kind, ("cpu_op",)).any())
+        self._ids = r["range_id"].to_pylist()
+        self.name = dict(zip(self._ids, r["name"].to_pylist(), strict=True))
+        self.parent = dict(zip(self._ids, r["parent"].to_pylist(), strict=True))
         self.has_shapes = r["input_dims"].null_count < r.num_rows
+        self._dims: dict[int, str | None] | None = None
         self._arrow = r
         self._policy: dict[int, tuple[str | None, int | None]] = {}
         self._next: dict[int, list[int] | None] | None = None
+
+    @property
+    def dims(self) -> dict[int, str | None]:
+        """Each op range's recorded input shapes (JSON text), decoded when first asked for:
+        only a trace with shapes and matrix kernels reads them."""
+        if self._dims is None:
+            self._dims = dict(zip(self._ids, self._arrow["input_dims"].to_pylist(),
+                                  strict=True))
+        return self._dims
 
     def chain(self, rid: int | None) -> list[int]:
         """The range and its ancestors, innermost first (op ranges only)."""
