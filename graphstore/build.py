@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from daydream.base import occupancy
-from daydream.base.columns import numpy_filled
+from daydream.base.columns import is_in, matching, numpy_filled
 from daydream.base.compiled import helper, kernel
 from daydream.graphstore import calls
 from daydream.graphstore.latency import LATENCY, LAUNCH_QUEUE_DEPTH, Latency
@@ -213,13 +213,6 @@ class _NamePool:
         return (np.concatenate(self._parts) if self._parts else np.zeros(0, object))
 
 
-def _flag(t: pa.Table, name: str, pred) -> np.ndarray:
-    """pred(value) evaluated once per distinct value of a string column, per row."""
-    codes, values = _dict(t, name)
-    flags = np.array([bool(pred(v)) for v in values], bool)
-    return flags[codes]
-
-
 # ---- CPU side: one compiled sweep per thread ----------------------------------------------------
 
 @helper(inline="always")
@@ -378,8 +371,7 @@ def _cpu_tasks(api: pa.Table, rng: pa.Table, stats: Stats):
     a_pid, a_tid = _col(api, "pid"), _col(api, "tid")
     a_start = _col(api, "start_ns")
     a_end = a_start + _col(api, "dur_ns")
-    cpu = (_flag(rng, "kind", CPU_RANGE_KINDS.__contains__) if rng.num_rows
-           else np.zeros(0, bool))
+    cpu = is_in(rng["kind"], CPU_RANGE_KINDS) if rng.num_rows else np.zeros(0, bool)
     r_pid, r_tid = _col(rng, "pid")[cpu], _col(rng, "tid")[cpu]
     r_start = _col(rng, "start_ns")[cpu]
     r_end = r_start + _col(rng, "dur_ns")[cpu]
@@ -684,8 +676,8 @@ def build(tables: dict[str, pa.Table], latency: dict[str, Latency] | None = None
         op_by_id = np.zeros(int(r_ids.max()) + 2, bool)  # the last slot: range id -1
         # old Kineto traces record record_function markers (ProfilerStep#N, "## x ##") as
         # cpu_op too: a wait directly inside one of those is not an operator's own work
-        op_by_id[r_ids] = _flag(rng, "kind", lambda k: k == "cpu_op") & ~_flag(
-            rng, "name", lambda n: bool(MARKER_RE.match(n)))
+        op_by_id[r_ids] = is_in(rng["kind"], ("cpu_op",)) & ~matching(rng["name"],
+                                                                     MARKER_RE.match)
         in_op = op_by_id[rid]
     # polling: a thread that asks whether GPU work is done (cudaEventQuery, ...) is waiting for
     # it, not working: each stretch of its time in which GPU work of its process ended waits
