@@ -364,7 +364,7 @@ def kernel_dtypes(g: Graph, kern: pl.DataFrame, prec: list[KernelPrecision], ops
     last: dict[int, str] = {}
     for j in order:
         p = prec[j]
-        key = int(unit_of[api[j]]) if api[j] is not None else -1 - int(unit_of[ids[j]])
+        key = int(unit_key[j])
         if ops.ok and api[j] is not None:
             rid = rid_of[api[j]]
             pol, by = ops.policy(rid)
