@@ -116,7 +116,7 @@ def step_memory(g, ranges: pa.Table | None) -> StepMemory | None:
         fwd = (pc.or_kleene(pc.is_null(ranges["fwd_thread_id"]),
                             pc.equal(ranges["fwd_thread_id"], 0))
                if "fwd_thread_id" in ranges.column_names else True)
-        diff = _mask(pc.and_kleene(pc.is_valid(ranges["sequence_number"]), fwd))
+        diff = numpy_filled(pc.and_kleene(pc.is_valid(ranges["sequence_number"]), fwd), False)
     saves = ~is_in(name, SAVES_NOTHING)
     up = _parent_rows(ranges)
     has_up = up >= 0
@@ -156,11 +156,6 @@ def step_memory(g, ranges: pa.Table | None) -> StepMemory | None:
            f"{opt or 'none seen'} ({states} state tensors per parameter)")
     return StepMemory(p_bytes, p_bytes if training else 0, states * p_bytes, acts,
                       per_layer, layer_in, how)
-
-
-def _mask(a: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """A boolean Arrow column as numpy, null as False."""
-    return numpy_filled(a, False).astype(bool, copy=False)
 
 
 def _parent_rows(ranges: pa.Table) -> np.ndarray:

@@ -63,11 +63,6 @@ def _plain_column(col: pa.ChunkedArray) -> pa.ChunkedArray:
     return col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
 
 
-def _mask(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """A boolean Arrow column as numpy, null as False."""
-    return numpy_filled(col, False)
-
-
 def isin(values: np.ndarray, allowed) -> np.ndarray:
     """Whether each value of an object array (strings, None) is one of ALLOWED (np.isin sorts,
     which None and strings cannot be)."""
@@ -330,7 +325,7 @@ class Graph:
                 e = self._held["edge"].frame
                 la = (e["kind"].cast(pl.String) == "launch").fill_null(False).to_numpy()
             else:
-                la = _mask(pc.equal(_plain_column(e["kind"]), "launch"))
+                la = numpy_filled(pc.equal(_plain_column(e["kind"]), "launch"), False)
             out = tuple(e[c].to_numpy()[la] for c in ("src", "dst", "lag_ns"))
             for a in out:
                 a.setflags(write=False)

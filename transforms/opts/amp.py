@@ -356,9 +356,10 @@ def kernel_dtypes(g: Graph, kern: pl.DataFrame, prec: list[KernelPrecision], ops
     # a stable sort by (thread, start), ties in kernel order (numpy's lexsort; a Python sort
     # with a key function per kernel cost 0.3 ms of a DLRM rank's 3k kernels)
     launched = np.array([a is not None for a in api], bool)
-    by = np.where(launched, [-1 if a is None else a for a in api], ids).astype(np.int64)
-    unit_key = np.where(launched, unit_of[by], -1 - unit_of[by])
-    order = np.lexsort((start_of[by], unit_key)).tolist()
+    # the task each kernel is ordered by: its launching call, else the kernel itself
+    owner = np.where(launched, [-1 if a is None else a for a in api], ids).astype(np.int64)
+    unit_key = np.where(launched, unit_of[owner], -1 - unit_of[owner])
+    order = np.lexsort((start_of[owner], unit_key)).tolist()
     dtype = ["keep"] * len(ids)
     op_rid: list[int | None] = [None] * len(ids)
     last: dict[int, str] = {}
